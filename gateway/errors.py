@@ -1,0 +1,133 @@
+"""The gateway's errors: a small tree, each class with a stable ``code``.
+
+    GatewayError
+    ├── PolicyLoadError        a policy set could not be loaded (carries diagnostics)
+    ├── ConfigError            the gateway config is wrong (carries diagnostics)
+    ├── CelError               the expression language, mapped where CEL enters
+    │   ├── CelCompileError    an expression does not parse or type-check
+    │   └── CelEvaluationError an expression failed at evaluation time
+    ├── TestSuiteError         a policy test suite is malformed
+    └── CallError              one tool call could not be carried out
+        ├── UnknownToolError   the tool name resolves to nothing (a protocol error)
+        ├── InvalidArgumentsError  arguments fail the tool's input schema
+        ├── UpstreamError      the tool's upstream failed, timed out or is down
+        └── AuditWriteError    the audit event could not be written (the call fails closed)
+
+Foreign exceptions (YAML, CEL engines, HTTP, MCP) are mapped to these at the boundary
+where they enter, with ``raise Mapped(...) from exc``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.diagnostics import Diagnostic
+
+__all__ = [
+    "AuditWriteError",
+    "CallError",
+    "CelCompileError",
+    "CelError",
+    "CelEvaluationError",
+    "ConfigError",
+    "GatewayError",
+    "InvalidArgumentsError",
+    "PolicyLoadError",
+    "TestSuiteError",
+    "UnknownToolError",
+    "UpstreamError",
+]
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway raises on purpose."""
+
+    code = "gateway-error"
+
+
+class _DiagnosticsError(GatewayError):
+    """An error that carries one or more positioned diagnostics."""
+
+    def __init__(self, diagnostics: Sequence[Diagnostic]) -> None:
+        self.diagnostics = list(diagnostics)
+        super().__init__("\n".join(d.format() for d in self.diagnostics))
+
+
+class PolicyLoadError(_DiagnosticsError):
+    """A policy set could not be loaded; ``diagnostics`` says where and why."""
+
+    code = "policy-load"
+
+
+class ConfigError(_DiagnosticsError):
+    """The gateway configuration is invalid; ``diagnostics`` says where and why."""
+
+    code = "config"
+
+
+class CelError(GatewayError):
+    """Base of errors raised by a CEL engine."""
+
+    code = "cel"
+
+
+class CelCompileError(CelError):
+    """An expression failed to parse or type-check; line/column are 1-based, inside the expression."""
+
+    code = "cel-compile"
+
+    def __init__(self, message: str, line: int = 1, column: int = 1, kind: str = "cel-compile") -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+        self.code = kind
+
+
+class CelEvaluationError(CelError):
+    """An expression failed while evaluating (missing key, bad overload, wrong result type)."""
+
+    code = "cel-eval"
+
+
+class TestSuiteError(_DiagnosticsError):
+    """A policy test suite file is malformed."""
+
+    __test__ = False  # not a pytest test class
+    code = "test-suite"
+
+
+class CallError(GatewayError):
+    """One tool call could not be carried out."""
+
+    code = "call"
+
+
+class UnknownToolError(CallError):
+    """The requested tool name is not exposed; the message names only the requested name."""
+
+    code = "unknown-tool"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Unknown tool: {name}")
+        self.name = name
+
+
+class InvalidArgumentsError(CallError):
+    """The (possibly rewritten) arguments fail the tool's input schema."""
+
+    code = "invalid-arguments"
+
+
+class UpstreamError(CallError):
+    """The tool's upstream failed, timed out or is unreachable."""
+
+    code = "upstream"
+
+
+class AuditWriteError(CallError):
+    """The audit event could not be written, so the call fails closed."""
+
+    code = "audit-write"

@@ -1,0 +1,27 @@
+"""Every named limit in one place, each with why it is what it is."""
+
+from __future__ import annotations
+
+# Policy files larger than this are refused at load: a policy is hand-written text, and a huge
+# file is far more likely a mistake (or an attack on the loader) than a real policy.
+MAX_POLICY_FILE_BYTES = 1_000_000
+
+# An expression longer than this is refused at load; CEL cost grows with size and no sensible
+# guard needs more.
+MAX_EXPRESSION_CHARS = 10_000
+
+# Rules in one policy set; beyond this the matching index and the decision log both get unwieldy.
+MAX_RULES = 20_000
+
+# Distinct tool names whose matching rules the index remembers; past this the cache is cleared
+# so that a flood of unknown names cannot grow memory without bound.
+MAX_INDEXED_TOOL_NAMES = 10_000
+
+# Regexes used by `redact` are compiled at load; a pattern longer than this is refused.
+MAX_REDACT_PATTERN_CHARS = 1_000
+
+# Depth of nested containers walked by rewrite/redact; deeper values are left as they are.
+MAX_VALUE_DEPTH = 64
+
+# The text used in place of a redacted match.
+REDACTED = "[REDACTED]"

@@ -1,0 +1,268 @@
+"""Compile a validated policy file: every CEL expression, regex and path, once, at load time.
+
+A compile failure is returned as a positioned diagnostic (file:line:col, rule id, hint); it never
+reaches request time. The result is a ``CompiledPolicy`` of ``CompiledRule`` records that the
+evaluator only reads.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.diagnostics import Diagnostic
+from gateway.errors import CelCompileError
+from gateway.limits import MAX_EXPRESSION_CHARS, MAX_REDACT_PATTERN_CHARS
+from gateway.policy.cel import VARIABLES, Engine, ExprType, Program
+from gateway.policy.decision import Action, ApprovalRequirement, Mode, OnError, Stage, Verdict
+from gateway.policy.model import PolicyFile, RuleSpec, parse_duration
+from gateway.policy.rewrite import PathParts, parse_path
+from gateway.sourcemap import Path, YamlDocument
+
+__all__ = ["CompiledPolicy", "CompiledRewrite", "CompiledRule", "Expression", "compile_policy"]
+
+_RESPONSE_ACTIONS = frozenset({Action.REWRITE, Action.REJECT, Action.TERMINATE})
+_IDENT = re.compile(r"(?<![.\w])([A-Za-z_]\w*)")
+_STRING = re.compile(r"""(?s)[rRbB]*('''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")""")
+
+
+@dataclass(frozen=True, slots=True)
+class Expression:
+    """A compiled expression with its source, kept for explain output and error messages."""
+
+    source: str
+    program: Program
+    expected: ExprType
+    references: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRewrite:
+    """A rewrite's compiled parts."""
+
+    set: tuple[tuple[PathParts, Expression], ...] = ()
+    remove: tuple[PathParts, ...] = ()
+    redact: tuple[re.Pattern[str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRule:
+    """A rule ready to evaluate."""
+
+    id: str  # policy/rule
+    policy_index: int
+    ordinal: int  # position in the whole set's load order
+    action: Action
+    stage: Stage
+    tools: tuple[str, ...] | None
+    when: Expression | None
+    message: str | None
+    message_expression: Expression | None
+    on_error: OnError
+    mode: Mode
+    file: str
+    line: int
+    column: int
+    description: str = ""
+    approval: ApprovalRequirement | None = None
+    rewrite: CompiledRewrite | None = None
+    result: Any = None
+    result_expression: Expression | None = None
+    references: frozenset[str] = frozenset()  # CEL variables the rule reads, variables resolved
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledPolicy:
+    """One policy file, compiled."""
+
+    name: str
+    file: str
+    description: str
+    default: str | None
+    variables: tuple[tuple[str, Expression], ...]
+    rules: tuple[CompiledRule, ...] = field(default=())
+
+
+def references_of(source: str) -> frozenset[str]:
+    """The declared CEL variables ``source`` reads (a conservative, engine-independent scan)."""
+    bare = _STRING.sub('""', source)
+    return frozenset(name for name in _IDENT.findall(bare) if name in VARIABLES)
+
+
+class _Compiler:
+    def __init__(self, doc: YamlDocument, engine: Engine) -> None:
+        self.doc = doc
+        self.engine = engine
+        self.diagnostics: list[Diagnostic] = []
+
+    def error(self, path: Path, code: str, message: str, rule: str | None, hint: str | None = None,
+              *, key: bool = False) -> None:
+        pos = self.doc.position(path, key=key)
+        self.diagnostics.append(Diagnostic(code, message, self.doc.file, pos.line, pos.column, rule, hint))
+
+    def expression(self, source: str, expected: ExprType, path: Path, rule: str | None) -> Expression | None:
+        if len(source) > MAX_EXPRESSION_CHARS:
+            self.error(path, "cel-too-long", f"expression is longer than {MAX_EXPRESSION_CHARS} characters",
+                       rule, "split it into variables")
+            return None
+        try:
+            program = self.engine.compile(source, expected)
+        except CelCompileError as exc:
+            pos = self.doc.position(path).offset(exc.line, exc.column)
+            self.diagnostics.append(Diagnostic(
+                exc.code, f"{exc.message} in {source!r}", self.doc.file, pos.line, pos.column, rule,
+                _CEL_HINTS.get(exc.code),
+            ))
+            return None
+        return Expression(source, program, expected, references_of(source))
+
+
+_CEL_HINTS = {
+    "cel-undeclared": f"expressions may read only {', '.join(VARIABLES)} and the documented functions",
+    "cel-type": "make the expression produce the expected type (compare, or convert with string()/bool())",
+    "cel-compile": "check the CEL syntax near this column",
+}
+
+
+def compile_policy(
+    spec: PolicyFile, doc: YamlDocument, engine: Engine, policy_index: int, first_ordinal: int
+) -> tuple[CompiledPolicy, list[Diagnostic]]:
+    """Compile one validated policy file; diagnostics are empty when it compiled cleanly."""
+    c = _Compiler(doc, engine)
+    variables: list[tuple[str, Expression]] = []
+    seen_vars: set[str] = set()
+    for i, var in enumerate(spec.variables):
+        if var.name in seen_vars:
+            c.error(("variables", i, "name"), "duplicate-variable", f"variable {var.name!r} is defined twice",
+                    None, "give each variable a unique name")
+        seen_vars.add(var.name)
+        expr = c.expression(var.expression, ExprType.ANY, ("variables", i, "expression"), None)
+        if expr is not None:
+            variables.append((var.name, expr))
+    var_refs = frozenset().union(*(e.references for _, e in variables)) if variables else frozenset()
+
+    rules: list[CompiledRule] = []
+    seen_ids: dict[str, int] = {}
+    for i, rule in enumerate(spec.rules):
+        full_id = f"{spec.policy}/{rule.id}"
+        if rule.id in seen_ids:
+            c.error(("rules", i, "id"), "duplicate-rule",
+                    f"rule id {rule.id!r} is already used by rule #{seen_ids[rule.id] + 1} of this file",
+                    full_id, "rule ids must be unique within a policy file")
+            continue
+        seen_ids[rule.id] = i
+        compiled = _compile_rule(c, spec, rule, ("rules", i), full_id, policy_index, first_ordinal + i, var_refs)
+        if compiled is not None:
+            rules.append(compiled)
+    return CompiledPolicy(spec.policy, doc.file, spec.description, spec.default, tuple(variables),
+                          tuple(rules)), c.diagnostics
+
+
+def _compile_rule(
+    c: _Compiler, spec: PolicyFile, rule: RuleSpec, path: Path, full_id: str, policy_index: int,
+    ordinal: int, var_refs: frozenset[str],
+) -> CompiledRule | None:
+    before = len(c.diagnostics)
+    _check_shape(c, rule, path, full_id)
+    when = c.expression(rule.when, ExprType.BOOL, (*path, "when"), full_id) if rule.when is not None else None
+    message_expr = (c.expression(rule.messageExpression, ExprType.STRING, (*path, "messageExpression"), full_id)
+                    if rule.messageExpression is not None else None)
+    result_expr = (c.expression(rule.resultExpression, ExprType.ANY, (*path, "resultExpression"), full_id)
+                   if rule.resultExpression is not None else None)
+    rewrite = _compile_rewrite(c, rule, path, full_id) if rule.rewrite is not None else None
+    approval = None
+    if rule.action is Action.APPROVE:
+        spec_a = rule.approval
+        approval = ApprovalRequirement(
+            rule=full_id,
+            message=rule.message or "",
+            approvers=tuple(spec_a.approvers) if spec_a else (),
+            timeout_seconds=parse_duration(spec_a.timeout) if spec_a else 900.0,
+            on_timeout=Verdict(spec_a.on_timeout) if spec_a else Verdict.REJECT,
+            via=spec_a.via if spec_a else "page",
+        )
+    if len(c.diagnostics) > before:
+        return None
+    exprs = [e for e in (when, message_expr, result_expr) if e is not None]
+    if rewrite is not None:
+        exprs.extend(e for _, e in rewrite.set)
+    refs = frozenset().union(*(e.references for e in exprs)) if exprs else frozenset()
+    if "variables" in refs:
+        refs = refs | var_refs
+    pos = c.doc.position(path)
+    return CompiledRule(
+        id=full_id, policy_index=policy_index, ordinal=ordinal, action=rule.action, stage=rule.stage,
+        tools=tuple(rule.tools) if rule.tools is not None else None, when=when, message=rule.message,
+        message_expression=message_expr, on_error=rule.on_error or spec.defaults.on_error,
+        mode=rule.mode or spec.defaults.mode, file=c.doc.file, line=pos.line, column=pos.column,
+        description=rule.description, approval=approval, rewrite=rewrite, result=rule.result,
+        result_expression=result_expr, references=refs,
+    )
+
+
+def _check_shape(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> None:
+    """Fields that only make sense with some actions or stages."""
+    action = rule.action
+    if rule.stage is Stage.RESPONSE and action not in _RESPONSE_ACTIONS:
+        c.error((*path, "action"), "invalid-stage-action",
+                f"action {action!s} is not valid at the response stage", rule_id,
+                "at the response stage use rewrite, reject or terminate")
+    if action is Action.REWRITE and rule.rewrite is None:
+        c.error((*path, "action"), "missing-key", "action rewrite needs a 'rewrite' block", rule_id,
+                "add rewrite: {set: {...}, remove: [...], redact: [...]}")
+    misplaced = {
+        "rewrite": (rule.rewrite is not None, Action.REWRITE),
+        "approval": (rule.approval is not None, Action.APPROVE),
+        "result": (rule.result is not None, Action.SKIP),
+        "resultExpression": (rule.resultExpression is not None, Action.SKIP),
+    }
+    for key, (present, wanted) in misplaced.items():
+        if present and action is not wanted:
+            c.error((*path, key), "misplaced-key", f"{key!r} only applies to action {wanted!s}", rule_id,
+                    f"remove {key!r} or change the action to {wanted!s}", key=True)
+    if rule.result is not None and rule.resultExpression is not None:
+        c.error((*path, "resultExpression"), "conflicting-keys", "give either 'result' or 'resultExpression'",
+                rule_id, "remove one of them", key=True)
+    if rule.tools is not None and not rule.tools:
+        c.error((*path, "tools"), "invalid-value", "'tools' is empty, so the rule can never match", rule_id,
+                "omit 'tools' to match every tool, or list names or globs")
+
+
+def _compile_rewrite(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> CompiledRewrite:
+    assert rule.rewrite is not None
+    sets: list[tuple[PathParts, Expression]] = []
+    for target, source in rule.rewrite.set.items():
+        here = (*path, "rewrite", "set", target)
+        parts = _path(c, target, here, rule_id)
+        expr = c.expression(source, ExprType.ANY, here, rule_id)
+        if parts is not None and expr is not None:
+            sets.append((parts, expr))
+    removes = []
+    for i, target in enumerate(rule.rewrite.remove):
+        parts = _path(c, target, (*path, "rewrite", "remove", i), rule_id)
+        if parts is not None:
+            removes.append(parts)
+    patterns = []
+    for i, pattern in enumerate(rule.rewrite.redact):
+        here = (*path, "rewrite", "redact", i)
+        if len(pattern) > MAX_REDACT_PATTERN_CHARS:
+            c.error(here, "invalid-regex", "redact pattern is too long", rule_id)
+            continue
+        try:
+            patterns.append(re.compile(pattern))
+        except re.error as exc:
+            c.error(here, "invalid-regex", f"invalid regular expression {pattern!r}: {exc}", rule_id,
+                    "redact takes Python regular expressions; escape special characters with \\")
+    if not (sets or removes or patterns) and not c.diagnostics:
+        c.error((*path, "rewrite"), "invalid-value", "the rewrite block changes nothing", rule_id,
+                "add set, remove or redact")
+    return CompiledRewrite(tuple(sets), tuple(removes), tuple(patterns))
+
+
+def _path(c: _Compiler, target: str, here: Path, rule_id: str) -> PathParts | None:
+    try:
+        return parse_path(target)
+    except ValueError as exc:
+        c.error(here, "invalid-path", str(exc), rule_id, "write paths like 'limit' or 'filter.owner'", key=True)
+        return None

@@ -1,0 +1,211 @@
+"""Evaluate the rules that match one call, in Kubernetes' admission order.
+
+Request stage: every matching ``rewrite`` rule first, in load order, each seeing the arguments as
+rewritten so far (mutate); then every other matching rule on the final arguments (validate).
+Response stage: rewrites of the result, then reject/terminate rules on the final result.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.errors import CelEvaluationError
+from gateway.policy.cel import Engine, ExprType, check_result_type
+from gateway.policy.compile import CompiledPolicy, CompiledRewrite, CompiledRule, Expression
+from gateway.policy.decide import DEFAULT_MESSAGES, choose_verdict
+from gateway.policy.decision import (
+    ACTION_VERDICT,
+    Action,
+    ApprovalRequirement,
+    Decision,
+    Mode,
+    Outcome,
+    RuleResult,
+    Stage,
+    Verdict,
+    failure_verdict,
+)
+from gateway.policy.rewrite import redact, remove_path, set_path
+
+__all__ = ["evaluate_call"]
+
+
+class _Bindings:
+    """Variable values for the rules of one call; activations are built once per policy file and
+    rebuilt only when the arguments (or the result) change."""
+
+    def __init__(self, engine: Engine, policies: Sequence[CompiledPolicy], base: dict[str, Any]) -> None:
+        self.engine = engine
+        self.policies = policies
+        self.base = base
+        self._activations: dict[int, Any] = {}
+        self.variable_errors: dict[int, dict[str, str]] = {}
+
+    def replace(self, name: str, value: Any) -> None:
+        self.base[name] = value
+        self._activations.clear()
+        self.variable_errors.clear()
+
+    def activation(self, policy_index: int) -> Any:
+        policy = self.policies[policy_index]
+        key = policy_index if policy.variables else -1
+        found = self._activations.get(key)
+        if found is None:
+            found = self._activations[key] = self._build(policy_index, policy)
+        return found
+
+    def _build(self, policy_index: int, policy: CompiledPolicy) -> Any:
+        values: dict[str, Any] = {}
+        for name, expr in policy.variables:
+            try:
+                values[name] = expr.program.evaluate(self.engine.activation({**self.base, "variables": values}))
+            except CelEvaluationError as exc:
+                self.variable_errors.setdefault(policy_index, {})[name] = str(exc)
+        return self.engine.activation({**self.base, "variables": values})
+
+    def evaluate(self, rule: CompiledRule, expr: Expression) -> Any:
+        value = expr.program.evaluate(self.activation(rule.policy_index))
+        problem = check_result_type(value, expr.expected)
+        if problem:
+            raise CelEvaluationError(problem)
+        return value
+
+    def explain_error(self, rule: CompiledRule, error: str) -> str:
+        failed = self.variable_errors.get(rule.policy_index)
+        if failed:
+            names = ", ".join(f"{k} ({v})" for k, v in failed.items())
+            return f"{error}; variables that failed: {names}"
+        return error
+
+
+def evaluate_call(
+    engine: Engine,
+    policies: Sequence[CompiledPolicy],
+    rules: Sequence[CompiledRule],
+    stage: Stage,
+    base: dict[str, Any],
+    default: Verdict,
+    tool_name: str,
+    revision: str,
+) -> Decision:
+    """Decide one call at one stage; ``base`` holds the CEL maps (args and result included)."""
+    started = time.perf_counter()
+    bindings = _Bindings(engine, policies, base)
+    original_args = base["original_args"]
+    target = "args" if stage is Stage.REQUEST else "result"
+    results: list[RuleResult] = []
+    approvals: list[ApprovalRequirement] = []
+    skip_result: Any = None
+
+    for rule in rules:  # mutate
+        if rule.action is Action.REWRITE:
+            results.append(_rewrite(bindings, rule, target))
+    for rule in rules:  # validate
+        if rule.action is Action.REWRITE:
+            continue
+        result, produced = _validate(bindings, rule, tool_name)
+        results.append(result)
+        if result.effect is Verdict.APPROVE and rule.approval is not None:
+            approvals.append(_requirement(rule.approval, result.message))
+        if result.effect is Verdict.SKIP and skip_result is None:
+            skip_result = produced
+
+    verdict, decided_by, message = choose_verdict(
+        results, default if stage is Stage.REQUEST else Verdict.ALLOW, tool_name
+    )
+    return Decision(
+        verdict=verdict,
+        stage=stage,
+        args=bindings.base["args"],
+        original_args=original_args,
+        revision=revision,
+        message=message,
+        decided_by=decided_by,
+        result=skip_result if stage is Stage.REQUEST else bindings.base["result"],
+        approvals=approvals,
+        rules=results,
+        elapsed_us=(time.perf_counter() - started) * 1e6,
+    )
+
+
+def _when(bindings: _Bindings, rule: CompiledRule) -> bool:
+    return True if rule.when is None else bool(bindings.evaluate(rule, rule.when))
+
+
+def _failed(rule: CompiledRule, bindings: _Bindings, exc: Exception, started: float) -> RuleResult:
+    effect = failure_verdict(rule.on_error) if rule.mode is Mode.ENFORCE else None
+    message = f"The policy rule {rule.id} could not be evaluated, so the call is denied." if effect else None
+    return RuleResult(rule.id, rule.action, Outcome.ERROR, _since(started), rule.mode, message,
+                      bindings.explain_error(rule, str(exc)), effect)
+
+
+def _rewrite(bindings: _Bindings, rule: CompiledRule, target: str) -> RuleResult:
+    started = time.perf_counter()
+    try:
+        if not _when(bindings, rule):
+            return RuleResult(rule.id, rule.action, Outcome.NOT_FIRED, _since(started), rule.mode)
+        assert rule.rewrite is not None
+        changed = _apply(bindings, rule, rule.rewrite, bindings.base[target])
+    except (CelEvaluationError, ValueError) as exc:
+        return _failed(rule, bindings, exc, started)
+    if rule.mode is Mode.AUDIT:
+        return RuleResult(rule.id, rule.action, Outcome.AUDIT, _since(started), rule.mode)
+    rewritten = changed != bindings.base[target]
+    if rewritten:
+        bindings.replace(target, changed)
+    return RuleResult(rule.id, rule.action, Outcome.FIRED, _since(started), rule.mode, rewritten=rewritten)
+
+
+def _apply(bindings: _Bindings, rule: CompiledRule, rewrite: CompiledRewrite, value: Any) -> Any:
+    # All `set` values are computed against the value as it was before this rule.
+    computed = [(path, bindings.evaluate(rule, expr)) for path, expr in rewrite.set]
+    for path, new in computed:
+        value = set_path(value, path, new)
+    for path in rewrite.remove:
+        value = remove_path(value, path)
+    if rewrite.redact:
+        value = redact(value, rewrite.redact)
+    return value
+
+
+def _validate(bindings: _Bindings, rule: CompiledRule, tool_name: str) -> tuple[RuleResult, Any]:
+    started = time.perf_counter()
+    produced: Any = None
+    try:
+        if not _when(bindings, rule):
+            return RuleResult(rule.id, rule.action, Outcome.NOT_FIRED, _since(started), rule.mode), None
+        if rule.action is Action.SKIP:
+            produced = (bindings.evaluate(rule, rule.result_expression) if rule.result_expression
+                        else rule.result)
+    except CelEvaluationError as exc:
+        return _failed(rule, bindings, exc, started), None
+    message, message_error = _message(bindings, rule)
+    verdict = ACTION_VERDICT[rule.action]
+    if rule.mode is Mode.AUDIT:
+        return RuleResult(rule.id, rule.action, Outcome.AUDIT, _since(started), rule.mode, message,
+                          message_error), None
+    return RuleResult(rule.id, rule.action, Outcome.FIRED, _since(started), rule.mode, message,
+                      message_error, verdict), produced
+
+
+def _message(bindings: _Bindings, rule: CompiledRule) -> tuple[str | None, str | None]:
+    if rule.message_expression is not None:
+        try:
+            return str(bindings.evaluate(rule, rule.message_expression)), None
+        except CelEvaluationError as exc:
+            fallback = rule.message or DEFAULT_MESSAGES.get(ACTION_VERDICT[rule.action] or Verdict.ALLOW)
+            return fallback, f"messageExpression failed: {exc}"
+    return rule.message, None
+
+
+def _requirement(template: ApprovalRequirement, message: str | None) -> ApprovalRequirement:
+    if not message or message == template.message:
+        return template
+    return ApprovalRequirement(template.rule, message, template.approvers, template.timeout_seconds,
+                               template.on_timeout, template.via)
+
+
+def _since(started: float) -> float:
+    return (time.perf_counter() - started) * 1e6

@@ -1,0 +1,137 @@
+"""Load policy files from paths: discover → parse YAML → validate → compile → one PolicySet.
+
+Nothing here raises on a bad file; problems come back as diagnostics so that `gateway check`
+can print all of them, and a reload can keep the last good set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from gateway.diagnostics import Diagnostic, Severity
+from gateway.errors import PolicyLoadError
+from gateway.limits import MAX_POLICY_FILE_BYTES, MAX_RULES
+from gateway.policy.cel import get_engine
+from gateway.policy.compile import CompiledPolicy, compile_policy
+from gateway.policy.decision import Verdict
+from gateway.policy.model import PolicyFile
+from gateway.policy.policyset import PolicySet
+from gateway.sourcemap import YamlDocument, load_yaml
+from gateway.validation import validate_document
+
+__all__ = ["TEST_SUFFIXES", "check_policies", "discover", "load_policy_set"]
+
+TEST_SUFFIXES = ("_test.yaml", "_test.yml")
+_YAML = ("*.yaml", "*.yml")
+
+
+def discover(paths: Iterable[str | Path], *, tests: bool = False) -> tuple[list[Path], list[Diagnostic]]:
+    """Policy files (or, with ``tests``, test suites) under ``paths``, in lexical order."""
+    found: list[Path] = []
+    problems: list[Diagnostic] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            candidates = sorted({p for pattern in _YAML for p in path.rglob(pattern)}, key=lambda p: p.as_posix())
+        elif path.is_file():
+            candidates = [path]
+        else:
+            problems.append(Diagnostic("not-found", f"no such file or directory: {path}", str(path),
+                                       hint="check the path"))
+            continue
+        for candidate in candidates:
+            is_test = candidate.name.endswith(TEST_SUFFIXES)
+            if is_test == tests and candidate not in found:
+                found.append(candidate)
+    return found, problems
+
+
+def read_document(path: Path) -> tuple[YamlDocument | None, list[Diagnostic], bytes]:
+    """Read and parse one file, never raising."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return None, [Diagnostic("unreadable", f"cannot read {path}: {exc.strerror}", str(path))], b""
+    if len(raw) > MAX_POLICY_FILE_BYTES:
+        return None, [Diagnostic("too-large", f"file is larger than {MAX_POLICY_FILE_BYTES} bytes",
+                                 str(path), hint="split it into several files")], raw
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, [Diagnostic("encoding", f"file is not UTF-8: {exc.reason}", str(path))], raw
+    doc, problems = load_yaml(text, str(path))
+    return doc, problems, raw
+
+
+def check_policies(
+    paths: Sequence[str | Path], engine: str = "auto"
+) -> tuple[PolicySet | None, list[Diagnostic]]:
+    """Load and compile; the set is None when any error was found. Warnings come back either way."""
+    cel = get_engine(engine)
+    files, diagnostics = discover(paths)
+    if not files and not diagnostics:
+        where = ", ".join(str(p) for p in paths) or "."
+        diagnostics.append(Diagnostic("no-policies", f"no policy files found in {where}", where,
+                                      hint="policy files are *.yaml files that do not end in _test.yaml"))
+    policies: list[CompiledPolicy] = []
+    names: dict[str, str] = {}
+    digest = hashlib.sha256()
+    ordinal = 0
+    for path in files:
+        doc, problems, raw = read_document(path)
+        diagnostics.extend(problems)
+        digest.update(path.as_posix().encode() + b"\0" + raw + b"\0")
+        if doc is None or doc.data is None:
+            if doc is not None and doc.data is None:
+                diagnostics.append(Diagnostic("empty-file", "the file is empty", str(path),
+                                              hint="add a policy, or delete the file",
+                                              severity=Severity.WARNING))
+            continue
+        spec, problems = validate_document(PolicyFile, doc, _rule_of(doc))
+        diagnostics.extend(problems)
+        if spec is None:
+            continue
+        if spec.policy in names:
+            pos = doc.position(("policy",))
+            diagnostics.append(Diagnostic(
+                "duplicate-policy", f"policy name {spec.policy!r} is already used in {names[spec.policy]}",
+                str(path), pos.line, pos.column, hint="policy names must be unique across the set"))
+            continue
+        names[spec.policy] = str(path)
+        compiled, problems = compile_policy(spec, doc, cel, len(policies), ordinal)
+        diagnostics.extend(problems)
+        ordinal += len(spec.rules)
+        policies.append(compiled)
+        if not spec.rules:
+            diagnostics.append(Diagnostic("empty-policy", f"policy {spec.policy!r} has no rules", str(path),
+                                          hint="add rules, or delete the file", severity=Severity.WARNING))
+    if ordinal > MAX_RULES:
+        diagnostics.append(Diagnostic("too-many-rules", f"{ordinal} rules is more than {MAX_RULES}",
+                                      str(paths[0]) if paths else "."))
+    if any(d.severity is Severity.ERROR for d in diagnostics):
+        return None, diagnostics
+    default = Verdict.REJECT if any(p.default == "reject" for p in policies) else Verdict.ALLOW
+    revision = digest.hexdigest()[:16]
+    warnings = [d for d in diagnostics if d.severity is Severity.WARNING]
+    return PolicySet(cel, tuple(policies), default, revision, tuple(str(f) for f in files), warnings), diagnostics
+
+
+def load_policy_set(paths: Sequence[str | Path], engine: str = "auto") -> PolicySet:
+    """Load and compile, raising ``PolicyLoadError`` with every diagnostic if anything is wrong."""
+    policy_set, diagnostics = check_policies(paths, engine)
+    if policy_set is None:
+        raise PolicyLoadError([d for d in diagnostics if d.severity is Severity.ERROR])
+    return policy_set
+
+
+def _rule_of(doc: YamlDocument):  # type: ignore[no-untyped-def]
+    def rule_of(loc: tuple[str | int, ...]) -> str | None:
+        if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int) and isinstance(doc.data, dict):
+            rules = doc.data.get("rules")
+            if isinstance(rules, list) and loc[1] < len(rules) and isinstance(rules[loc[1]], dict):
+                policy = doc.data.get("policy", "?")
+                return f"{policy}/{rules[loc[1]].get('id', f'#{loc[1] + 1}')}"
+        return None
+    return rule_of

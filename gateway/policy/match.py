@@ -1,0 +1,72 @@
+"""Which rules apply to a tool: an index resolved once per tool name.
+
+Exact names go in a dict; globbed rules are tested once per new tool name and the answer is
+cached, so a decision's cost does not grow with rules that do not match the tool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gateway.limits import MAX_INDEXED_TOOL_NAMES
+from gateway.policy.cel.functions import glob
+from gateway.policy.compile import CompiledRule
+from gateway.policy.decision import Stage
+
+__all__ = ["MatchedRules", "RuleIndex", "is_glob"]
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def is_glob(pattern: str) -> bool:
+    """Whether a tools entry is a pattern rather than an exact name."""
+    return any(ch in _GLOB_CHARS for ch in pattern)
+
+
+@dataclass(frozen=True, slots=True)
+class MatchedRules:
+    """The rules for one tool name, in load order, split by stage."""
+
+    request: tuple[CompiledRule, ...]
+    response: tuple[CompiledRule, ...]
+
+
+class RuleIndex:
+    """Tool name → matching rules, with a bounded cache."""
+
+    def __init__(self, rules: Sequence[CompiledRule]) -> None:
+        self._everywhere: list[CompiledRule] = []
+        self._exact: dict[str, list[CompiledRule]] = {}
+        self._globbed: list[CompiledRule] = []
+        for rule in rules:
+            if rule.tools is None:
+                self._everywhere.append(rule)
+                continue
+            if any(is_glob(p) for p in rule.tools):
+                self._globbed.append(rule)
+            for name in rule.tools:
+                if not is_glob(name):
+                    self._exact.setdefault(name, []).append(rule)
+        self._cache: dict[str, MatchedRules] = {}
+
+    def lookup(self, tool: str) -> MatchedRules:
+        """The rules that apply to ``tool``."""
+        found = self._cache.get(tool)
+        if found is None:
+            if len(self._cache) >= MAX_INDEXED_TOOL_NAMES:
+                self._cache.clear()
+            found = self._cache[tool] = self._resolve(tool)
+        return found
+
+    def _resolve(self, tool: str) -> MatchedRules:
+        chosen = {id(r): r for r in self._everywhere}
+        chosen.update((id(r), r) for r in self._exact.get(tool, ()))
+        for rule in self._globbed:
+            if rule.tools is not None and any(glob(tool, p) for p in rule.tools if is_glob(p)):
+                chosen[id(rule)] = rule
+        ordered = sorted(chosen.values(), key=lambda r: r.ordinal)
+        return MatchedRules(
+            tuple(r for r in ordered if r.stage is Stage.REQUEST),
+            tuple(r for r in ordered if r.stage is Stage.RESPONSE),
+        )

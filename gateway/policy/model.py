@@ -1,0 +1,114 @@
+"""The shape of a policy file, as pydantic models (also the source of `gateway schema policy`).
+
+Field names follow the ValidatingAdmissionPolicy habit security teams know: ``when``,
+``message`` / ``messageExpression``, ordered ``variables``; per-rule ``on_error`` and ``mode``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gateway.policy.decision import Action, Mode, OnError, Stage
+
+__all__ = [
+    "ApprovalSpec",
+    "PolicyFile",
+    "RewriteSpec",
+    "RuleDefaults",
+    "RuleSpec",
+    "VariableSpec",
+    "parse_duration",
+]
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(value: str | int | float) -> float:
+    """Seconds from ``90``, ``"30s"``, ``"15m"``, ``"1h30m"``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value <= 0:
+            raise ValueError("a duration must be positive")
+        return float(value)
+    match = _DURATION.match(str(value).strip())
+    if not match or not any(match.groups()):
+        raise ValueError(f"{value!r} is not a duration; write e.g. 30s, 15m or 1h30m")
+    hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise ValueError("a duration must be positive")
+    return float(total)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+
+
+class RuleDefaults(_Strict):
+    """Per-file defaults applied to rules that do not say otherwise."""
+
+    on_error: OnError = OnError.DENY
+    mode: Mode = Mode.ENFORCE
+
+
+class VariableSpec(_Strict):
+    """A named CEL value, evaluated in order; later variables and rules read it as variables.NAME."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    expression: str
+
+
+class ApprovalSpec(_Strict):
+    """Who must approve, and what happens if nobody does in time."""
+
+    approvers: list[str] = Field(default_factory=list)
+    timeout: str | int = "15m"
+    on_timeout: Literal["reject", "allow"] = "reject"
+    via: Literal["page", "elicitation"] = "page"
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: str | int) -> str | int:
+        parse_duration(value)
+        return value
+
+
+class RewriteSpec(_Strict):
+    """Argument (or, at the response stage, result) changes: set paths, remove paths, redact text."""
+
+    set: dict[str, str] = Field(default_factory=dict)
+    remove: list[str] = Field(default_factory=list)
+    redact: list[str] = Field(default_factory=list)
+
+
+class RuleSpec(_Strict):
+    """One rule of a policy file."""
+
+    id: str = Field(pattern=_NAME)
+    description: str = ""
+    tools: list[str] | None = None
+    stage: Stage = Stage.REQUEST
+    when: str | None = None
+    action: Action
+    message: str | None = None
+    messageExpression: str | None = None  # noqa: N815 - the policy language's spelling
+    approval: ApprovalSpec | None = None
+    rewrite: RewriteSpec | None = None
+    result: Any = None
+    resultExpression: str | None = None  # noqa: N815
+    on_error: OnError | None = None
+    mode: Mode | None = None
+
+
+class PolicyFile(_Strict):
+    """A policy file: a named, ordered set of rules with shared variables and defaults."""
+
+    policy: str = Field(pattern=_NAME)
+    description: str = ""
+    default: Literal["allow", "reject"] | None = None
+    defaults: RuleDefaults = Field(default_factory=RuleDefaults)
+    variables: list[VariableSpec] = Field(default_factory=list)
+    rules: list[RuleSpec] = Field(default_factory=list)

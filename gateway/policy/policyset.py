@@ -1,0 +1,98 @@
+"""A loaded, compiled policy set: the one object the rest of the gateway asks for decisions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.diagnostics import Diagnostic
+from gateway.errors import CelEvaluationError
+from gateway.policy.call import ToolCall, ToolInfo
+from gateway.policy.cel import Engine
+from gateway.policy.compile import CompiledPolicy, CompiledRule
+from gateway.policy.decision import Action, Decision, Mode, Stage, Verdict
+from gateway.policy.evaluate import evaluate_call
+from gateway.policy.match import RuleIndex
+
+__all__ = ["PolicySet"]
+
+# Variables whose value is known before any argument is: rules reading only these can be
+# decided for a tool listing.
+_STATIC = frozenset({"tool", "principal", "env"})
+_ADMITTING = frozenset({Action.ALLOW, Action.APPROVE, Action.SKIP})
+_REFUSING = frozenset({Action.REJECT, Action.TERMINATE})
+
+
+@dataclass
+class PolicySet:
+    """Compiled policies in load order, with their rule index and content revision."""
+
+    engine: Engine
+    policies: tuple[CompiledPolicy, ...]
+    default: Verdict
+    revision: str
+    files: tuple[str, ...]
+    warnings: list[Diagnostic] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rules: tuple[CompiledRule, ...] = tuple(r for p in self.policies for r in p.rules)
+        self.index = RuleIndex(self.rules)
+
+    def decide(self, call: ToolCall) -> Decision:
+        """The decision for one call at its stage."""
+        matched = self.index.lookup(call.tool.name)
+        rules = matched.request if call.stage is Stage.REQUEST else matched.response
+        original = call.original_args if call.original_args is not None else call.args
+        base: dict[str, Any] = {
+            "tool": call.tool.to_cel(),
+            "args": call.args,
+            "original_args": original,
+            "principal": call.principal.to_cel(),
+            "session": call.session.to_cel(),
+            "call": call.call.to_cel(),
+            "env": call.env,
+            "variables": {},
+            "result": call.result.to_cel() if call.result is not None else {},
+        }
+        return evaluate_call(self.engine, self.policies, rules, call.stage, base, self.default,
+                             call.tool.name, self.revision)
+
+    def admits_tool(self, call: ToolCall) -> bool:
+        """False when the policies refuse this tool for this principal whatever the arguments.
+
+        Only rules that read nothing but ``tool``, ``principal`` and ``env`` are evaluated; any
+        other rule might go either way, so it keeps the tool visible.
+        """
+        base = {"tool": call.tool.to_cel(), "principal": call.principal.to_cel(), "env": call.env,
+                "args": {}, "original_args": {}, "session": {}, "call": {}, "variables": {}, "result": {}}
+        activation = None
+        might_admit = False
+        for rule in self.index.lookup(call.tool.name).request:
+            if rule.mode is not Mode.ENFORCE or rule.action not in _ADMITTING | _REFUSING:
+                continue
+            static = rule.references <= _STATIC
+            if not static:
+                might_admit = might_admit or rule.action in _ADMITTING
+                continue
+            if activation is None:
+                activation = self.engine.activation(base)
+            try:
+                fires = rule.when is None or rule.when.program.evaluate(activation) is True
+            except CelEvaluationError:
+                fires = True  # the call itself will fail closed; listing it tells the model why
+                if rule.action in _REFUSING:
+                    continue
+            if fires and rule.action in _REFUSING:
+                return False
+            might_admit = might_admit or (fires and rule.action in _ADMITTING)
+        return might_admit or self.default is Verdict.ALLOW
+
+    def summary(self) -> dict[str, Any]:
+        """Revision, files and counts, for `/v1/policies` and `gateway check`."""
+        return {"revision": self.revision, "engine": self.engine.name, "default": str(self.default),
+                "files": list(self.files), "policies": len(self.policies), "rules": len(self.rules)}
+
+    @staticmethod
+    def tool(name: str) -> ToolInfo:
+        """A bare tool description, for callers that know only a name."""
+        return ToolInfo(name=name)

@@ -1,0 +1,89 @@
+"""Changes a rewrite rule makes to a JSON value: set a path, remove a path, redact text.
+
+Paths are dotted (``payment.amount``, ``items.0.name``); a segment of digits indexes a list.
+Every function returns a new value and never changes its input, so a decision can keep both the
+original and the rewritten arguments.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.limits import MAX_VALUE_DEPTH, REDACTED
+
+__all__ = ["parse_path", "redact", "remove_path", "set_path"]
+
+PathParts = tuple[str | int, ...]
+
+
+def parse_path(path: str) -> PathParts:
+    """``"a.0.b"`` → ``("a", 0, "b")``; raises ValueError for an empty segment."""
+    parts: list[str | int] = []
+    for segment in path.split("."):
+        if not segment:
+            raise ValueError(f"path {path!r} has an empty segment")
+        parts.append(int(segment) if segment.isdigit() else segment)
+    return tuple(parts)
+
+
+def set_path(value: Any, path: PathParts, new: Any) -> Any:
+    """A copy of ``value`` with ``new`` at ``path``; missing maps on the way are created."""
+    root = copy.deepcopy(value) if isinstance(value, (dict, list)) else {}
+    node: Any = root
+    for i, part in enumerate(path):
+        last = i == len(path) - 1
+        if isinstance(node, list) and isinstance(part, int):
+            if part >= len(node):
+                raise ValueError(f"index {part} is past the end of a list of {len(node)}")
+            if last:
+                node[part] = new
+            else:
+                node = node[part]
+            continue
+        if not isinstance(node, dict):
+            raise ValueError(f"cannot set {'.'.join(map(str, path))!r}: {part!r} is not inside a map")
+        key = str(part)
+        if last:
+            node[key] = new
+        else:
+            if not isinstance(node.get(key), (dict, list)):
+                node[key] = {}
+            node = node[key]
+    return root
+
+
+def remove_path(value: Any, path: PathParts) -> Any:
+    """A copy of ``value`` without ``path``; a path that is not there is not an error."""
+    root = copy.deepcopy(value)
+    node: Any = root
+    for part in path[:-1]:
+        if isinstance(node, dict):
+            node = node.get(str(part))
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        else:
+            return root
+    last = path[-1]
+    if isinstance(node, dict):
+        node.pop(str(last), None)
+    elif isinstance(node, list) and isinstance(last, int) and last < len(node):
+        del node[last]
+    return root
+
+
+def redact(value: Any, patterns: Sequence[re.Pattern[str]], depth: int = 0) -> Any:
+    """A copy of ``value`` with every match of ``patterns`` in its strings replaced."""
+    if isinstance(value, str):
+        for pattern in patterns:
+            value = pattern.sub(REDACTED, value)
+        return value
+    if depth >= MAX_VALUE_DEPTH:
+        return value
+    if isinstance(value, dict):
+        return {k: redact(v, patterns, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, patterns, depth + 1) for v in value]
+    return value
