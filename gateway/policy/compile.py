@@ -126,9 +126,15 @@ _CEL_HINTS = {
 
 
 def compile_policy(
-    spec: PolicyFile, doc: YamlDocument, engine: Engine, policy_index: int, first_ordinal: int
+    spec: PolicyFile, doc: YamlDocument, engine: Engine, policy_index: int, first_ordinal: int,
+    rule_indices: list[int] | None = None,
 ) -> tuple[CompiledPolicy, list[Diagnostic]]:
-    """Compile one validated policy file; diagnostics are empty when it compiled cleanly."""
+    """Compile one validated policy file; diagnostics are empty when it compiled cleanly.
+
+    ``rule_indices`` gives each rule's index in the file when some rules were left out because
+    they failed validation (so positions still point at the right lines).
+    """
+    indices = rule_indices if rule_indices is not None else list(range(len(spec.rules)))
     c = _Compiler(doc, engine)
     variables: list[tuple[str, Expression]] = []
     seen_vars: set[str] = set()
@@ -144,7 +150,7 @@ def compile_policy(
 
     rules: list[CompiledRule] = []
     seen_ids: dict[str, int] = {}
-    for i, rule in enumerate(spec.rules):
+    for i, rule in zip(indices, spec.rules, strict=True):
         full_id = f"{spec.policy}/{rule.id}"
         if rule.id in seen_ids:
             c.error(("rules", i, "id"), "duplicate-rule",

@@ -91,8 +91,11 @@ def check_policies(
             continue
         spec, problems = validate_document(PolicyFile, doc, _rule_of(doc))
         diagnostics.extend(problems)
+        rule_indices = None
         if spec is None:
-            continue
+            spec, rule_indices = _valid_rules_only(doc, problems)
+            if spec is None:
+                continue
         if spec.policy in names:
             pos = doc.position(("policy",))
             diagnostics.append(Diagnostic(
@@ -100,7 +103,7 @@ def check_policies(
                 str(path), pos.line, pos.column, hint="policy names must be unique across the set"))
             continue
         names[spec.policy] = str(path)
-        compiled, problems = compile_policy(spec, doc, cel, len(policies), ordinal)
+        compiled, problems = compile_policy(spec, doc, cel, len(policies), ordinal, rule_indices)
         diagnostics.extend(problems)
         ordinal += len(spec.rules)
         policies.append(compiled)
@@ -110,6 +113,7 @@ def check_policies(
     if ordinal > MAX_RULES:
         diagnostics.append(Diagnostic("too-many-rules", f"{ordinal} rules is more than {MAX_RULES}",
                                       str(paths[0]) if paths else "."))
+    diagnostics.sort(key=lambda d: (d.file, d.line, d.column))
     if any(d.severity is Severity.ERROR for d in diagnostics):
         return None, diagnostics
     default = Verdict.REJECT if any(p.default == "reject" for p in policies) else Verdict.ALLOW
@@ -124,6 +128,35 @@ def load_policy_set(paths: Sequence[str | Path], engine: str = "auto") -> Policy
     if policy_set is None:
         raise PolicyLoadError([d for d in diagnostics if d.severity is Severity.ERROR])
     return policy_set
+
+
+def _valid_rules_only(doc: YamlDocument, problems: list[Diagnostic]) -> tuple[PolicyFile | None, list[int]]:
+    """When only some rules are invalid, the file without them, so the rest still get compiled
+    and every problem is reported in one run."""
+    data = doc.data
+    if not isinstance(data, dict) or not isinstance(data.get("rules"), list):
+        return None, []
+    bad = set()
+    for d in problems:
+        path = _path_at(doc, d)
+        if path is None or len(path) < 2 or path[0] != "rules" or not isinstance(path[1], int):
+            return None, []
+        bad.add(path[1])
+    keep = [i for i in range(len(data["rules"])) if i not in bad]
+    try:
+        return PolicyFile.model_validate({**data, "rules": [data["rules"][i] for i in keep]}), keep
+    except ValueError:
+        return None, []
+
+
+def _path_at(doc: YamlDocument, d: Diagnostic) -> tuple[str | int, ...] | None:
+    # The diagnostic knows its position, not its path; find the deepest path at that position.
+    best = None
+    for table in (doc.positions, doc.key_positions):
+        for path, pos in table.items():
+            if (pos.line, pos.column) == (d.line, d.column) and (best is None or len(path) > len(best)):
+                best = path
+    return best
 
 
 def _rule_of(doc: YamlDocument):  # type: ignore[no-untyped-def]

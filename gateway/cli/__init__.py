@@ -1,0 +1,65 @@
+"""The `gateway` command: check, test, explain, schema, serve."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from gateway.cli import policy_commands
+from gateway.policy.cel import ENGINE_NAMES
+
+__all__ = ["main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(prog="gateway", description="A policy gateway for AI agent tool calls.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def engine(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--engine", choices=ENGINE_NAMES, default="auto",
+                       help="CEL engine (default: auto, the C++ engine when installed)")
+
+    def fmt(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--format", choices=("text", "json"), default="text")
+
+    check = sub.add_parser("check", help="load and compile policy files (and a gateway config)")
+    check.add_argument("paths", nargs="*", help="policy files or directories")
+    check.add_argument("--config", help="also check this gateway config file")
+    engine(check)
+    fmt(check)
+    check.set_defaults(func=policy_commands.check)
+
+    test = sub.add_parser("test", help="run policy test suites (*_test.yaml)")
+    test.add_argument("paths", nargs="+", help="suite files or directories")
+    test.add_argument("--run", metavar="REGEX", help='only cases whose "suite/name" matches')
+    test.add_argument("-v", "--verbose", action="store_true", help="print every case, not only failures")
+    engine(test)
+    fmt(test)
+    test.set_defaults(func=policy_commands.test)
+
+    explain = sub.add_parser("explain", help="decide one call and show every rule considered")
+    explain.add_argument("--policies", nargs="+", required=True, metavar="PATH")
+    explain.add_argument("--call", required=True, metavar="CALL.json",
+                         help="JSON (or YAML) with {tool, args, principal, session, call, env, stage, result}")
+    engine(explain)
+    fmt(explain)
+    explain.set_defaults(func=policy_commands.explain)
+
+    schema = sub.add_parser("schema", help="print a JSON Schema (for editors)")
+    schema.add_argument("kind", choices=policy_commands.SCHEMAS)
+    schema.set_defaults(func=policy_commands.schema)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `gateway` console script."""
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,129 @@
+"""`gateway check`, `gateway test`, `gateway explain`, `gateway schema`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from gateway.diagnostics import Diagnostic, Severity
+from gateway.policy.callspec import CallSpec
+from gateway.policy.explain import explain as explain_call
+from gateway.policy.explain import render_text
+from gateway.policy.load import check_policies, read_document
+from gateway.policy.model import PolicyFile
+from gateway.testing import Status, run_tests
+from gateway.validation import validate_document
+
+__all__ = ["SCHEMAS", "check", "explain", "schema", "test"]
+
+
+def _schema_models() -> dict[str, Callable[[], type[BaseModel]]]:
+    def config() -> type[BaseModel]:
+        from gateway.config.model import GatewayConfig
+
+        return GatewayConfig
+
+    return {"policy": lambda: PolicyFile, "config": config}
+
+
+SCHEMAS = ("policy", "config")
+
+
+def _print_diagnostics(diagnostics: list[Diagnostic], as_json: bool, extra: dict[str, Any]) -> None:
+    if as_json:
+        print(json.dumps({**extra, "diagnostics": [d.to_dict() for d in diagnostics]}, indent=2))
+        return
+    for d in diagnostics:
+        print(d.format(), file=sys.stderr if d.severity is Severity.ERROR else sys.stdout)
+
+
+def check(args: argparse.Namespace) -> int:
+    """Load and compile; print one diagnostic a line; exit 1 on any error."""
+    diagnostics: list[Diagnostic] = []
+    summary: dict[str, Any] = {}
+    paths = list(args.paths)
+    if args.config:
+        from gateway.config.load import check_config
+
+        config, problems = check_config(args.config)
+        diagnostics.extend(problems)
+        if config is not None and not paths:
+            paths = [str(p) for p in config.policy_paths()]
+    if paths or not args.config:
+        policy_set, problems = check_policies(paths or ["."], args.engine)
+        diagnostics.extend(problems)
+        if policy_set is not None:
+            summary = policy_set.summary()
+    errors = sum(1 for d in diagnostics if d.severity is Severity.ERROR)
+    _print_diagnostics(diagnostics, args.format == "json", {"ok": errors == 0, **summary})
+    if args.format == "text":
+        if errors:
+            print(f"{errors} error(s)", file=sys.stderr)
+        elif summary:
+            print(f"ok: {summary['policies']} policies, {summary['rules']} rules, revision {summary['revision']}"
+                  f" ({summary['engine']})")
+        else:
+            print("ok")
+    return 1 if errors else 0
+
+
+def test(args: argparse.Namespace) -> int:
+    """Run suites; PASS/FAIL/ERROR per case; exit 0 all pass, 1 any fail, 2 nothing ran."""
+    run = run_tests(args.paths, args.engine, args.run)
+    passed, failed, errored = run.count(Status.PASS), run.count(Status.FAIL), run.count(Status.ERROR)
+    if args.format == "json":
+        print(json.dumps({"passed": passed, "failed": failed, "errors": errored,
+                          "diagnostics": [d.to_dict() for d in run.errors],
+                          "cases": [c.to_dict() for c in run.cases]}, indent=2))
+        return run.exit_code
+    for d in run.errors:
+        print(d.format())
+    for case in run.cases:
+        if case.status is Status.PASS and not args.verbose:
+            continue
+        print(f"{case.status} {case.file}:{case.line}: {case.suite}/{case.name}")
+        for problem in case.problems:
+            print(f"    {problem}")
+    if not run.cases:
+        print("no test ran" + (f" (nothing matched --run {args.run!r})" if args.run else ""))
+    if errored:
+        print(f"{errored} error(s)")
+    print(f"{passed} passed, {failed + errored} failed")
+    return run.exit_code
+
+
+def explain(args: argparse.Namespace) -> int:
+    """Decide one call and print the trace."""
+    doc, problems, _ = read_document(Path(args.call))
+    if doc is None:
+        _print_diagnostics(problems, False, {})
+        return 1
+    spec, problems = validate_document(CallSpec, doc)
+    if spec is None:
+        _print_diagnostics(problems, False, {})
+        return 1
+    policy_set, diagnostics = check_policies(args.policies, args.engine)
+    if policy_set is None:
+        _print_diagnostics([d for d in diagnostics if d.severity is Severity.ERROR], False, {})
+        return 1
+    try:
+        call = spec.to_call()
+    except KeyError as exc:
+        print(f"{args.call}:1:1: error[invalid-call]: {exc.args[0]}", file=sys.stderr)
+        return 1
+    report = explain_call(policy_set, call)
+    print(json.dumps(report, indent=2, default=str) if args.format == "json" else render_text(report))
+    return 0
+
+
+def schema(args: argparse.Namespace) -> int:
+    """Print the JSON Schema of policy files or of the gateway config."""
+    model = _schema_models()[args.kind]()
+    print(json.dumps(model.model_json_schema(), indent=2))
+    return 0

@@ -1,0 +1,114 @@
+"""The JSON/YAML shape of one call, shared by test cases and `gateway explain --call`.
+
+    {tool, args, principal, session, call, env, stage, result}
+
+``tool`` is a name or a map {name, upstream, title, description, annotations}; ``principal`` is
+a map or (in a test suite) the name of a principal the suite declares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.policy.call import CallInfo, Principal, ResultInfo, SessionInfo, ToolCall, ToolInfo
+from gateway.policy.decision import Stage
+
+__all__ = ["CallSpec", "PrincipalSpec", "ToolSpec"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolSpec(_Strict):
+    """A tool as a call names it."""
+
+    name: str
+    upstream: str = ""
+    title: str = ""
+    description: str = ""
+    annotations: dict[str, Any] = Field(default_factory=dict)
+
+
+class PrincipalSpec(_Strict):
+    """Who calls."""
+
+    id: str = "anonymous"
+    groups: list[str] = Field(default_factory=list)
+    claims: dict[str, Any] = Field(default_factory=dict)
+
+
+class SessionSpec(_Strict):
+    """Session counters before the call."""
+
+    id: str = "test-session"
+    calls: int = 0
+    calls_by_tool: dict[str, int] = Field(default_factory=dict)
+    rejected: int = 0
+    started_at: str = "2026-01-01T00:00:00Z"
+
+
+class CallInfoSpec(_Strict):
+    """The call's id and iteration."""
+
+    id: str = "call-1"
+    iteration: int = 0
+    time: str = "2026-01-01T12:00:00Z"
+
+
+class ResultSpec(_Strict):
+    """A tool result, for response-stage cases."""
+
+    is_error: bool = False
+    text: str = ""
+    structured: Any = None
+    content: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class CallSpec(_Strict):
+    """One call to decide."""
+
+    tool: str | ToolSpec
+    args: dict[str, Any] = Field(default_factory=dict)
+    original_args: dict[str, Any] | None = None
+    principal: str | PrincipalSpec = Field(default_factory=PrincipalSpec)
+    session: SessionSpec = Field(default_factory=SessionSpec)
+    call: CallInfoSpec = Field(default_factory=CallInfoSpec)
+    env: dict[str, Any] | None = None
+    stage: Stage = Stage.REQUEST
+    result: ResultSpec | None = None
+
+    def to_call(
+        self,
+        principals: Mapping[str, PrincipalSpec] | None = None,
+        tools: Mapping[str, ToolSpec] | None = None,
+        env: Mapping[str, Any] | None = None,
+    ) -> ToolCall:
+        """The engine input; named principals and tools resolve through the given fixtures."""
+        tool = self.tool
+        if isinstance(tool, str):
+            tool = (tools or {}).get(tool) or ToolSpec(name=tool)
+        principal = self.principal
+        if isinstance(principal, str):
+            known = principals or {}
+            if principal not in known:
+                raise KeyError(f"unknown principal {principal!r}; declare it under 'principals'")
+            principal = known[principal]
+        result = self.result
+        if self.stage is Stage.RESPONSE and result is None:
+            result = ResultSpec()
+        return ToolCall(
+            tool=ToolInfo(tool.name, tool.upstream, tool.title, tool.description, dict(tool.annotations)),
+            args=self.args,
+            original_args=self.original_args,
+            principal=Principal(principal.id, tuple(principal.groups), principal.claims),
+            session=SessionInfo(self.session.id, self.session.calls, self.session.calls_by_tool,
+                                self.session.rejected, self.session.started_at),
+            call=CallInfo(self.call.id, self.call.iteration, self.call.time),
+            env={**(env or {}), **(self.env or {})},
+            stage=self.stage,
+            result=ResultInfo(result.is_error, result.text, result.structured, result.content) if result else None,
+        )

@@ -1,0 +1,79 @@
+"""Why a decision came out as it did: every rule in the set, considered or not, and its value.
+
+The model is `opa eval --explain`: rules whose tools do not match are listed as such, matched
+rules show their condition, outcome, message and error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.policy.call import ToolCall
+from gateway.policy.policyset import PolicySet
+
+__all__ = ["explain", "render_text"]
+
+
+def explain(policy_set: PolicySet, call: ToolCall) -> dict[str, Any]:
+    """The decision plus a trace entry for every rule of the set."""
+    decision = policy_set.decide(call)
+    by_rule = {r.rule: r for r in decision.rules}
+    trace = []
+    for rule in policy_set.rules:
+        entry: dict[str, Any] = {
+            "rule": rule.id,
+            "at": f"{rule.file}:{rule.line}:{rule.column}",
+            "stage": str(rule.stage),
+            "action": str(rule.action),
+            "tools": list(rule.tools) if rule.tools is not None else "*",
+            "when": rule.when.source if rule.when else None,
+        }
+        result = by_rule.get(rule.id)
+        if result is not None:
+            entry.update(result.to_dict())
+        elif rule.stage is not call.stage:
+            entry["outcome"] = "other_stage"
+        else:
+            entry["outcome"] = "tool_not_matched"
+        trace.append(entry)
+    out = decision.to_dict()
+    out["tool"] = call.tool.name
+    out["default"] = str(policy_set.default)
+    out["engine"] = policy_set.engine.name
+    out["trace"] = trace
+    return out
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """A person-readable rendering of ``explain``'s output."""
+    lines = [
+        f"decision: {report['decision']}  (tool {report['tool']}, stage {report['stage']})",
+        f"decided by: {report['decided_by'] or 'no rule fired; the default is ' + report['default']}",
+    ]
+    if report["message"]:
+        lines.append(f"message: {report['message']}")
+    if report["args"] != report["original_args"]:
+        lines.append(f"args: {report['original_args']} -> {report['args']}")
+    for req in report["approvals"]:
+        lines.append(f"approval needed ({req['rule']}): approvers {', '.join(req['approvers']) or 'any'}")
+    lines.append(f"revision {report['revision']}, engine {report['engine']}, {report['elapsed_us']} µs")
+    lines.append("")
+    lines.append("rules:")
+    for entry in report["trace"]:
+        mark = _MARKS.get(entry["outcome"], "?")
+        head = f"  {mark} {entry['rule']} [{entry['action']}] {entry['outcome']}"
+        if entry.get("effect"):
+            head += f" -> {entry['effect']}"
+        lines.append(head)
+        lines.append(f"      at {entry['at']}  tools {entry['tools']}")
+        if entry["when"]:
+            lines.append(f"      when {entry['when']}")
+        if entry.get("message"):
+            lines.append(f"      message {entry['message']!r}")
+        if entry.get("error"):
+            lines.append(f"      error {entry['error']}")
+    return "\n".join(lines)
+
+
+_MARKS = {"fired": "+", "not_fired": "-", "error": "!", "audit": "~", "tool_not_matched": " ",
+          "other_stage": " "}
