@@ -25,3 +25,15 @@ MAX_VALUE_DEPTH = 64
 
 # The text used in place of a redacted match.
 REDACTED = "[REDACTED]"
+
+# Sessions kept in memory by the store (the rest are read back from SQLite when seen again).
+MAX_CACHED_SESSIONS = 10_000
+
+# The longest text of an upstream failure kept in the audit log.
+MAX_AUDIT_ERROR_CHARS = 2_000
+
+# How often policy files are checked for changes when no interval is configured.
+DEFAULT_RELOAD_SECONDS = 1.0
+
+# Bytes of JSON arguments a call may carry (overridable by `limits.max_argument_bytes`).
+MAX_ARGUMENT_BYTES = 1_000_000

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gateway.cli import policy_commands
+from gateway.cli import policy_commands, serve_command
 from gateway.policy.cel import ENGINE_NAMES
 
 __all__ = ["main"]
@@ -46,6 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     engine(explain)
     fmt(explain)
     explain.set_defaults(func=policy_commands.explain)
+
+    serve = sub.add_parser("serve", help="run the gateway from a config file")
+    serve.add_argument("config", help="gateway.yaml")
+    serve.add_argument("--host", help="override listen.host")
+    serve.add_argument("--port", type=int, help="override listen.port")
+    serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    serve.set_defaults(func=serve_command.serve)
 
     schema = sub.add_parser("schema", help="print a JSON Schema (for editors)")
     schema.add_argument("kind", choices=policy_commands.SCHEMAS)

@@ -94,11 +94,11 @@ class RuleSpec(_Strict):
     when: str | None = None
     action: Action
     message: str | None = None
-    messageExpression: str | None = None  # noqa: N815 - the policy language's spelling
+    messageExpression: str | None = None
     approval: ApprovalSpec | None = None
     rewrite: RewriteSpec | None = None
     result: Any = None
-    resultExpression: str | None = None  # noqa: N815
+    resultExpression: str | None = None
     on_error: OnError | None = None
     mode: Mode | None = None
 

@@ -1,0 +1,132 @@
+"""Assemble the gateway from a config: upstreams, registry, policies, store, audit, frontends."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Mount, Route
+
+from gateway.auth import Authenticator
+from gateway.config.load import LoadedConfig, resolve_secret
+from gateway.config.model import UpstreamSpec
+from gateway.diagnostics import Diagnostic
+from gateway.errors import ConfigError
+from gateway.frontends.identity import RequireIdentity
+from gateway.frontends.mcp import McpFrontend
+from gateway.frontends.rest import rest_routes
+from gateway.pipeline import Gateway
+from gateway.pipeline.audit import AuditLog, Redactor
+from gateway.policy.model import parse_duration
+from gateway.reload import PolicyHolder
+from gateway.store.sqlite import SqliteStore
+from gateway.upstreams.base import Upstream
+from gateway.upstreams.http import HttpOperation, HttpUpstream
+from gateway.upstreams.mcp import McpUpstream
+from gateway.upstreams.registry import ToolRegistry
+
+__all__ = ["build_app", "build_gateway", "build_upstream"]
+
+log = logging.getLogger("gateway")
+
+
+def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
+    """One upstream from its config."""
+    base = config.base
+    if spec.http is not None:
+        http = spec.http
+        headers = {k: resolve_secret(v, base) for k, v in http.headers.items()}
+        ops = [HttpOperation.build(
+            _upstream_tool(t.name, t.description, t.input_schema, t.title, t.annotations),
+            t.method, t.path, tuple(t.query), None if t.body is None else t.body == "json") for t in http.tools]
+        return HttpUpstream(spec.name, http.base_url, ops, headers)
+    if spec.openapi is not None:
+        from gateway.upstreams.openapi import openapi_upstream
+
+        headers = {k: resolve_secret(v, base) for k, v in spec.openapi.headers.items()}
+        return openapi_upstream(spec.name, spec.openapi, base, headers)
+    assert spec.mcp is not None
+    m = spec.mcp
+    return McpUpstream(
+        spec.name, url=m.url, headers={k: resolve_secret(v, base) for k, v in m.headers.items()},
+        command=m.command, args=m.args, env={k: resolve_secret(v, base) for k, v in m.env.items()},
+        cwd=config.path(m.cwd) if m.cwd else base,
+    )
+
+
+def _upstream_tool(name: str, description: str, schema: dict[str, object], title: str | None,
+                   annotations: dict[str, object]):  # type: ignore[no-untyped-def]
+    from gateway.upstreams.base import UpstreamTool
+
+    return UpstreamTool(name, description, dict(schema), title, dict(annotations))
+
+
+def build_gateway(config: LoadedConfig) -> Gateway:
+    """The call pipeline with its policies, store and audit log (upstreams not started yet)."""
+    spec = config.spec
+    upstreams = [(build_upstream(u, config), u.exposed_name) for u in spec.upstreams]
+    registry = ToolRegistry(upstreams)
+    policies = PolicyHolder(config.policy_paths(), spec.engine)
+    store = SqliteStore(config.path(spec.store.sqlite))
+    audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout,
+                     Redactor(spec.audit.redact_keys, spec.audit.redact_patterns))
+    return Gateway(policies, registry, store, audit, env=spec.env, call_timeout=config.call_timeout,
+                   max_argument_bytes=spec.limits.max_argument_bytes)
+
+
+def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette:
+    """The ASGI app: /mcp, /v1/*, /healthz, with upstreams started and policies watched in its lifespan."""
+    gateway = gateway or build_gateway(config)
+    auth = Authenticator(config.spec.auth, config.base)
+    mcp = McpFrontend(gateway)
+    interval = parse_duration(config.spec.reload_interval)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await _start_upstreams(gateway, config)
+        watcher = asyncio.create_task(gateway.policies.watch(interval), name="policy-watcher")
+        try:
+            async with mcp.sessions.run():
+                yield
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            for upstream in gateway.registry.upstreams:
+                await upstream.close()
+            gateway.audit.close()
+            gateway.store.close()
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok", "revision": gateway.policies.current.revision,
+                             "tools": len(gateway.registry.all())})
+
+    protected = Starlette(routes=[Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]),
+                                  *rest_routes(gateway)],
+                          middleware=[Middleware(RequireIdentity, auth=auth)])
+    app = Starlette(routes=[Route("/healthz", healthz), Mount("/", app=protected)], lifespan=lifespan)
+    app.state.gateway = gateway
+    return app
+
+
+async def _start_upstreams(gateway: Gateway, config: LoadedConfig) -> None:
+    async def start(upstream: Upstream) -> None:
+        try:
+            await upstream.start()
+        except Exception as exc:  # a down upstream must not keep the others from serving
+            log.error("upstream %s failed to start: %s", upstream.name, exc)
+
+    await asyncio.gather(*(start(u) for u in gateway.registry.upstreams))
+    problems = gateway.registry.rebuild()
+    if problems:
+        raise ConfigError([Diagnostic("tool-names", p, str(config.file)) for p in problems])
+    log.info("serving %d tools from %d upstreams; policy revision %s", len(gateway.registry.all()),
+             len(gateway.registry.upstreams), gateway.policies.current.revision)
+
+

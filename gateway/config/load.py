@@ -1,0 +1,129 @@
+"""Read `gateway.yaml`: parse → validate → resolve paths and secrets, every error positioned."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.config.model import GatewayConfig, SecretRef
+from gateway.diagnostics import Diagnostic
+from gateway.errors import ConfigError
+from gateway.policy.load import read_document
+from gateway.policy.model import parse_duration
+from gateway.sourcemap import YamlDocument
+from gateway.validation import validate_document
+
+__all__ = ["LoadedConfig", "check_config", "load_config", "resolve_secret"]
+
+# Header names whose values are credentials: a literal value for one of these is refused.
+_SECRET_HEADER = re.compile(r"(?i)authorization|token|secret|api[-_]?key|cookie|password")
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A validated config and the directory its relative paths are read from."""
+
+    spec: GatewayConfig
+    file: Path
+    document: YamlDocument
+
+    @property
+    def base(self) -> Path:
+        """The config file's directory."""
+        return self.file.parent
+
+    def path(self, value: str) -> Path:
+        """A config path, relative to the config file's directory."""
+        p = Path(os.path.expanduser(value))
+        return p if p.is_absolute() else self.base / p
+
+    def policy_paths(self) -> list[Path]:
+        """Where the policies are."""
+        return [self.path(p) for p in self.spec.policies]
+
+    @property
+    def call_timeout(self) -> float:
+        """Seconds a tool call may take upstream."""
+        return parse_duration(self.spec.limits.call_timeout)
+
+
+def resolve_secret(value: str | SecretRef, base: Path) -> str:
+    """The secret's value; raises ValueError naming what is missing."""
+    if isinstance(value, str):
+        return value
+    if value.env is not None:
+        found = os.environ.get(value.env)
+        if found is None:
+            raise ValueError(f"environment variable {value.env} is not set")
+        return found
+    assert value.file is not None
+    path = Path(value.file) if Path(value.file).is_absolute() else base / value.file
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from None
+
+
+def check_config(file: str | Path) -> tuple[LoadedConfig | None, list[Diagnostic]]:
+    """Load and check a config; None when anything is wrong."""
+    path = Path(file)
+    doc, problems, _ = read_document(path)
+    if doc is None:
+        return None, problems
+    if doc.data is None:
+        doc.data = {}
+    spec, more = validate_document(GatewayConfig, doc)
+    problems = [*problems, *more]
+    if spec is None:
+        return None, problems
+    loaded = LoadedConfig(spec, path.resolve(), doc)
+    problems.extend(_semantic_problems(loaded))
+    return (None if problems else loaded), problems
+
+
+def load_config(file: str | Path) -> LoadedConfig:
+    """Load a config or raise ``ConfigError`` with every diagnostic."""
+    loaded, problems = check_config(file)
+    if loaded is None:
+        raise ConfigError(problems)
+    return loaded
+
+
+def _semantic_problems(cfg: LoadedConfig) -> list[Diagnostic]:
+    doc, spec = cfg.document, cfg.spec
+    out: list[Diagnostic] = []
+
+    def err(path: tuple[str | int, ...], code: str, message: str, hint: str | None = None) -> None:
+        pos = doc.position(path)
+        out.append(Diagnostic(code, message, str(cfg.file), pos.line, pos.column, hint=hint))
+
+    seen: dict[str, int] = {}
+    for i, up in enumerate(spec.upstreams):
+        if up.name in seen:
+            err(("upstreams", i, "name"), "duplicate-upstream", f"upstream name {up.name!r} is used twice",
+                "give every upstream a unique name")
+        seen[up.name] = i
+        kind = up.kind
+        headers: dict[str, Any] = getattr(getattr(up, kind), "headers", {})
+        for name, value in headers.items():
+            if isinstance(value, str) and _SECRET_HEADER.search(name):
+                err(("upstreams", i, kind, "headers", name), "secret-literal",
+                    f"header {name!r} holds a credential written into the config",
+                    "write it as {env: VARIABLE} or {file: PATH}")
+        if up.openapi is not None and not cfg.path(up.openapi.spec).is_file():
+            err(("upstreams", i, "openapi", "spec"), "not-found", f"OpenAPI spec {up.openapi.spec!r} not found",
+                f"the path is read relative to {cfg.base}")
+    for i, key in enumerate(spec.auth.api_keys):
+        if key.key is not None:
+            try:
+                resolve_secret(key.key, cfg.base)
+            except ValueError as exc:
+                err(("auth", "api_keys", i, "key"), "secret-missing", str(exc),
+                    "set the variable or create the file before starting the gateway")
+    for i, p in enumerate(spec.policies):
+        if not cfg.path(p).exists():
+            err(("policies", i), "not-found", f"policy path {p!r} not found", f"paths are relative to {cfg.base}")
+    return out

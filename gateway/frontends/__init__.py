@@ -1,0 +1,1 @@
+"""Frontends: how agents reach the gateway (MCP over streamable HTTP, and REST)."""

@@ -1,0 +1,50 @@
+"""Authentication at the HTTP edge, shared by every frontend: 401 before anything else runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.auth import Authenticator, Identity
+
+__all__ = ["IDENTITY_KEY", "RequireIdentity", "identity_of", "unauthorized_body"]
+
+IDENTITY_KEY = "gateway.identity"
+
+
+def unauthorized_body() -> bytes:
+    """The JSON body of a 401."""
+    return json.dumps({"error": {"code": "unauthorized",
+                                 "message": "Send an API key as 'Authorization: Bearer KEY'."}}).encode()
+
+
+class RequireIdentity:
+    """ASGI middleware: authenticate, put the identity in the scope, or answer 401."""
+
+    def __init__(self, app: ASGIApp, auth: Authenticator) -> None:
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        identity = self.auth.identify(headers)
+        if identity is None:
+            body = unauthorized_body()
+            await send({"type": "http.response.start", "status": 401, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b'Bearer realm="gateway"')]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        scope[IDENTITY_KEY] = identity
+        await self.app(scope, receive, send)
+
+
+def identity_of(scope: Any) -> Identity:
+    """The identity ``RequireIdentity`` stored (it always runs first)."""
+    identity: Identity = scope[IDENTITY_KEY]
+    return identity

@@ -1,0 +1,127 @@
+"""The MCP frontend: one streamable-HTTP endpoint at /mcp aggregating every upstream's tools.
+
+Built on the SDK's low-level server. A tool's failure or refusal is a result with ``isError``
+that the model reads; a tool that is not exposed is a protocol error (-32602) naming only the
+requested name. Unexpected failures become an ``isError`` result, never a crash or a leak.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any
+
+import mcp_types as types
+from mcp import MCPError
+from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.lowlevel.server import InitializationOptions
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+
+from gateway.errors import UnknownToolError
+from gateway.frontends.identity import identity_of
+from gateway.pipeline import CallRequest, Gateway
+from gateway.pipeline.request import new_call_id
+
+__all__ = ["CALL_ID_META", "McpFrontend"]
+
+log = logging.getLogger("gateway.frontends.mcp")
+
+# A client may name its call in the request's `_meta` so a retry is recognised as the same call.
+CALL_ID_META = "gateway/call_id"
+ITERATION_META = "gateway/iteration"
+
+
+class _GatewayServer(Server[Any]):
+    """The SDK's server, advertising tools/list_changed."""
+
+    def create_initialization_options(self, notification_options: NotificationOptions | None = None,
+                                      *args: Any, **kwargs: Any) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
+
+
+class McpFrontend:
+    """Owns the MCP server and its session manager for one app instance."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.server = _GatewayServer("agent-policy-gateway", version="0.1.0",
+                                     on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        self.sessions = StreamableHTTPSessionManager(app=self.server)
+        self.endpoint = StreamableHTTPASGIApp(self.sessions)
+        self._peers: weakref.WeakSet[Any] = weakref.WeakSet()
+        gateway.registry.on_change(self._tools_changed)
+
+    async def _list_tools(self, ctx: ServerRequestContext[Any, Any],
+                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        identity = identity_of(ctx.request.scope)
+        self._peers.add(ctx.session)
+        tools = []
+        for tool in self.gateway.visible_tools(identity.principal):
+            spec = tool.spec
+            annotations = types.ToolAnnotations.model_validate(spec.annotations) if spec.annotations else None
+            tools.append(types.Tool(name=tool.name, title=spec.title, description=spec.description,
+                                    input_schema=spec.input_schema, annotations=annotations))
+        return types.ListToolsResult(tools=tools)
+
+    async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
+                         params: types.CallToolRequestParams) -> types.CallToolResult:
+        identity = identity_of(ctx.request.scope)
+        self._peers.add(ctx.session)
+        headers = ctx.request.headers
+        meta = dict(params.meta or {})
+        session_id = headers.get("mcp-session-id") or headers.get("x-gateway-session") or identity.principal.id
+        request = CallRequest(
+            tool=params.name,
+            arguments=dict(params.arguments or {}),
+            principal=identity.principal,
+            session_id=session_id,
+            call_id=str(meta.get(CALL_ID_META) or new_call_id()),
+            iteration=int(meta.get(ITERATION_META) or 0),
+            progress=_progress(ctx, meta),
+            frontend="mcp",
+        )
+        try:
+            outcome = await self.gateway.call(request)
+        except UnknownToolError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        except Exception:
+            log.exception("call %s to %s failed inside the gateway", request.call_id, request.tool)
+            return types.CallToolResult(content=[types.TextContent(type="text", text="The gateway failed.")],
+                                        is_error=True)
+        structured = outcome.structured if isinstance(outcome.structured, dict) else None
+        return types.CallToolResult.model_validate({
+            "content": outcome.content, "structuredContent": structured, "isError": outcome.is_error,
+            "_meta": outcome.meta,
+        })
+
+    def _tools_changed(self) -> None:
+        for session in list(self._peers):
+            try:
+                task = session.send_tool_list_changed()
+            except Exception:  # a closed session; it will be collected
+                continue
+            _spawn(task)
+
+
+_tasks: set[Any] = set()
+
+
+def _spawn(coro: Any) -> None:
+    import asyncio
+
+    task = asyncio.ensure_future(coro)
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+
+
+def _progress(ctx: ServerRequestContext[Any, Any], meta: dict[str, Any]) -> Any:
+    if meta.get("progress_token") is None and meta.get("progressToken") is None:
+        return None
+    counter = {"n": 0}
+
+    async def report(message: str) -> None:
+        counter["n"] += 1
+        await ctx.session.report_progress(counter["n"], None, message)
+
+    return report

@@ -1,0 +1,92 @@
+"""The REST frontend: list tools, invoke one, and see the gateway's health and policies.
+
+    GET  /v1/tools
+    POST /v1/tools/{name}/invoke   {arguments, call_id?, session_id?}
+    GET  /v1/policies
+    GET  /healthz                   (no authentication)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from gateway.errors import UnknownToolError
+from gateway.frontends.identity import identity_of
+from gateway.pipeline import CallRequest, Gateway
+from gateway.pipeline.request import new_call_id
+
+__all__ = ["error_response", "rest_routes"]
+
+log = logging.getLogger("gateway.frontends.rest")
+
+
+def error_response(status: int, code: str, message: str) -> JSONResponse:
+    """The one error body shape of the REST API."""
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+async def read_json_object(request: Request) -> dict[str, Any] | JSONResponse:
+    """The request body as a JSON object, or a 400 response saying what is wrong."""
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return error_response(400, "invalid-json", "The request body must be a JSON object.")
+    if not isinstance(body, dict):
+        return error_response(400, "invalid-json", "The request body must be a JSON object.")
+    return body
+
+
+def rest_routes(gateway: Gateway) -> list[Route]:
+    """Routes for the tool API (they expect ``RequireIdentity`` in front)."""
+
+    async def list_tools(request: Request) -> JSONResponse:
+        identity = identity_of(request.scope)
+        tools = [{"name": t.name, "title": t.spec.title, "description": t.spec.description,
+                  "input_schema": t.spec.input_schema, "annotations": t.spec.annotations,
+                  "upstream": t.upstream.name} for t in gateway.visible_tools(identity.principal)]
+        return JSONResponse({"tools": tools})
+
+    async def invoke(request: Request) -> JSONResponse:
+        identity = identity_of(request.scope)
+        body = await read_json_object(request)
+        if isinstance(body, JSONResponse):
+            return body
+        arguments = body.get("arguments", {})
+        if not isinstance(arguments, dict):
+            return error_response(400, "invalid-arguments", "'arguments' must be a JSON object.")
+        session_id = body.get("session_id") or request.headers.get("x-gateway-session") or identity.principal.id
+        call = CallRequest(
+            tool=request.path_params["name"], arguments=arguments, principal=identity.principal,
+            session_id=str(session_id), call_id=str(body.get("call_id") or new_call_id()),
+            iteration=_int(body.get("iteration")), frontend="rest",
+        )
+        try:
+            outcome = await gateway.call(call)
+        except UnknownToolError as exc:
+            return error_response(404, "unknown-tool", str(exc))
+        except Exception:
+            log.exception("call %s to %s failed inside the gateway", call.call_id, call.tool)
+            return error_response(500, "internal", "The gateway failed.")
+        return JSONResponse(outcome.to_rest())
+
+    async def policies(request: Request) -> JSONResponse:
+        return JSONResponse(gateway.policies.status())
+
+    return [
+        Route("/v1/tools", list_tools, methods=["GET"]),
+        Route("/v1/tools/{name}/invoke", invoke, methods=["POST"]),
+        Route("/v1/policies", policies, methods=["GET"]),
+    ]
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,51 @@
+"""The seam where a call that needs approval waits for one.
+
+The gateway hands a ``HeldCall`` to an ``ApprovalGate`` and gets an ``ApprovalResult`` back.
+``NoApprovals`` is the gate when no approval service is configured: it refuses, failing closed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.pipeline.request import CallRequest
+from gateway.policy.decision import Decision
+from gateway.upstreams.registry import ExposedTool
+
+__all__ = ["ApprovalGate", "ApprovalResult", "HeldCall", "NoApprovals"]
+
+
+@dataclass(frozen=True, slots=True)
+class HeldCall:
+    """A call whose verdict is approve."""
+
+    request: CallRequest
+    tool: ExposedTool
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalResult:
+    """What became of a held call: approved, or refused with a message for the model."""
+
+    approved: bool
+    message: str | None = None
+    approval_id: str | None = None
+    pending: bool = False  # the caller stopped waiting; the approval is still open
+
+
+class ApprovalGate(Protocol):
+    """Something that can hold a call until people decide."""
+
+    async def hold(self, held: HeldCall) -> ApprovalResult:
+        """Wait for the decision (or until the caller stops waiting)."""
+        ...
+
+
+class NoApprovals:
+    """No approval service: every call that needs approval is refused."""
+
+    async def hold(self, held: HeldCall) -> ApprovalResult:
+        """Refuse, naming why."""
+        return ApprovalResult(False, "This call needs approval, and this gateway has no approval service.")

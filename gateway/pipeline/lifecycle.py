@@ -1,0 +1,222 @@
+"""The life of one call, in order. Each step is a few lines here or a call into its own module.
+
+    resolve tool → request-stage policies (mutate, validate) → check final args against the
+    tool's input schema → approval (the gate) → execute upstream with a timeout →
+    response-stage policies → the frontend's result → audit event → session counters
+
+Every call gets exactly one outcome paired with its call id; a tool that is not exposed is the
+only case that raises (``UnknownToolError``, which frontends turn into a protocol error).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.errors import AuditWriteError, UnknownToolError, UpstreamError
+from gateway.limits import MAX_AUDIT_ERROR_CHARS
+from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
+from gateway.pipeline.audit import AuditLog
+from gateway.pipeline.request import CallOutcome, CallRequest
+from gateway.pipeline.results import as_result_info, from_response_stage, refusal, skipped, tool_result
+from gateway.policy.call import CallInfo, SessionInfo, ToolCall
+from gateway.policy.decision import Decision, Stage, Verdict
+from gateway.policy.policyset import PolicySet
+from gateway.reload import PolicyHolder
+from gateway.store.sqlite import SessionState, SqliteStore, now_rfc3339
+from gateway.upstreams.registry import ExposedTool, ToolRegistry
+
+__all__ = ["Gateway"]
+
+TOOL_FAILED = "The tool failed. Try again later or use another tool."
+AUDIT_FAILED = "The call could not be recorded, so it was not completed."
+
+
+@dataclass(slots=True)
+class _Trace:
+    """What the audit event needs, filled in as the call goes."""
+
+    request: CallRequest
+    started: float = field(default_factory=time.perf_counter)
+    policy_us: float = 0.0
+    upstream_ms: float | None = None
+    decisions: list[Decision] = field(default_factory=list)
+    upstream: dict[str, Any] = field(default_factory=lambda: {"status": "not_called"})
+    approval: dict[str, Any] | None = None
+
+
+class Gateway:
+    """Runs calls through policies to upstreams; one instance per process."""
+
+    def __init__(self, policies: PolicyHolder, registry: ToolRegistry, store: SqliteStore, audit: AuditLog,
+                 *, env: dict[str, Any] | None = None, call_timeout: float = 30.0,
+                 max_argument_bytes: int = 1_000_000, approvals: ApprovalGate | None = None) -> None:
+        self.policies = policies
+        self.registry = registry
+        self.store = store
+        self.audit = audit
+        self.env = dict(env or {})
+        self.call_timeout = call_timeout
+        self.max_argument_bytes = max_argument_bytes
+        self.approvals: ApprovalGate = approvals or NoApprovals()
+
+    def visible_tools(self, request_principal: Any) -> list[ExposedTool]:
+        """Tools this principal may see: those the policies do not refuse whatever the arguments."""
+        policy_set = self.policies.current
+        return [t for t in self.registry.all()
+                if policy_set.admits_tool(ToolCall(t.info, principal=request_principal, env=self.env))]
+
+    async def call_batch(self, requests: Sequence[CallRequest]) -> list[CallOutcome]:
+        """A whole model turn: one outcome per call id, in order (a terminate refuses the rest)."""
+        outcomes = []
+        for request in requests:
+            try:
+                outcomes.append(await self.call(request))
+            except UnknownToolError as exc:
+                outcomes.append(refusal(request.call_id, "unknown_tool", str(exc)))
+        return outcomes
+
+    async def call(self, request: CallRequest) -> CallOutcome:
+        """Carry out one call."""
+        trace = _Trace(request)
+        policy_set = self.policies.current  # one revision for the whole call
+        session = self.store.session(request.session_id)
+        if session.terminated:
+            outcome = refusal(request.call_id, "terminated", session.terminate_message or "Session terminated.",
+                              terminated=True)
+            return self._finish(trace, None, session, outcome, policy_set, count=False)
+        tool = self.registry.get(request.tool)
+        if tool is None:
+            self._finish(trace, None, session, refusal(request.call_id, "unknown_tool", "unknown tool"),
+                         policy_set, count=False)
+            raise UnknownToolError(request.tool)
+        if len(json.dumps(request.arguments, default=str)) > self.max_argument_bytes:
+            outcome = refusal(request.call_id, "reject", "The arguments are too large.")
+            return self._finish(trace, tool, session, outcome, policy_set)
+        outcome = await self._decide_and_run(trace, tool, session, policy_set)
+        return self._finish(trace, tool, session, outcome, policy_set)
+
+    async def _decide_and_run(self, trace: _Trace, tool: ExposedTool, session: SessionState,
+                              policy_set: PolicySet) -> CallOutcome:
+        request = trace.request
+        call = ToolCall(
+            tool=tool.info, args=request.arguments, principal=request.principal,
+            session=SessionInfo(session.id, session.calls, dict(session.calls_by_tool), session.rejected,
+                                session.started_at),
+            call=CallInfo(request.call_id, request.iteration, now_rfc3339()), env=self.env,
+        )
+        decision = self._decide(trace, policy_set, call)
+        verdict, message = decision.verdict, decision.message or ""
+        if verdict is Verdict.REJECT:
+            return refusal(request.call_id, "reject", message)
+        if verdict is Verdict.TERMINATE:
+            return refusal(request.call_id, "terminate", message, terminated=True)
+        if verdict is Verdict.SKIP:
+            return skipped(request.call_id, decision.result)
+        problems = tool.schema_errors(decision.args)
+        if problems:
+            text = "The arguments do not match the tool's input schema: " + "; ".join(problems[:5])
+            return refusal(request.call_id, "invalid_arguments", text)
+        if verdict is Verdict.APPROVE:
+            approval = await self.approvals.hold(HeldCall(request, tool, decision))
+            trace.approval = {"id": approval.approval_id, "approved": approval.approved,
+                              "pending": approval.pending}
+            if not approval.approved:
+                outcome = refusal(request.call_id, "pending" if approval.pending else "reject",
+                                  approval.message or "The call was not approved.",
+                                  approval_id=approval.approval_id)
+                outcome.pending_approval = approval.approval_id if approval.pending else None
+                return outcome
+        return await self._execute(trace, tool, policy_set, call, decision)
+
+    async def _execute(self, trace: _Trace, tool: ExposedTool, policy_set: PolicySet, call: ToolCall,
+                       decision: Decision) -> CallOutcome:
+        request = trace.request
+        started = time.perf_counter()
+        try:
+            result = await tool.upstream.call(tool.spec.name, decision.args, self.call_timeout)
+        except UpstreamError as exc:
+            trace.upstream = {"status": "failed", "error": str(exc)[:MAX_AUDIT_ERROR_CHARS]}
+            return refusal(request.call_id, "tool_failed", TOOL_FAILED)
+        finally:
+            trace.upstream_ms = (time.perf_counter() - started) * 1e3
+        trace.upstream = {"status": "ok", "is_error": result.is_error}
+        verdict = str(decision.verdict)
+        if not policy_set.index.lookup(tool.name).response:
+            return tool_result(request.call_id, verdict, result, rewritten=decision.rewritten or None)
+        response_call = ToolCall(
+            tool=call.tool, args=decision.args, original_args=call.args, principal=call.principal,
+            session=call.session, call=call.call, env=call.env, stage=Stage.RESPONSE,
+            result=as_result_info(result),
+        )
+        after = self._decide(trace, policy_set, response_call)
+        if after.verdict is Verdict.REJECT:
+            return refusal(request.call_id, "reject", after.message or "The result was withheld by policy.")
+        if after.verdict is Verdict.TERMINATE:
+            return refusal(request.call_id, "terminate", after.message or "", terminated=True)
+        final = from_response_stage(result, after.result) if after.rewritten else result
+        return tool_result(request.call_id, verdict, final,
+                           rewritten=(decision.rewritten or after.rewritten) or None)
+
+    def _decide(self, trace: _Trace, policy_set: PolicySet, call: ToolCall) -> Decision:
+        decision = policy_set.decide(call)
+        trace.policy_us += decision.elapsed_us
+        trace.decisions.append(decision)
+        return decision
+
+    def _finish(self, trace: _Trace, tool: ExposedTool | None, session: SessionState, outcome: CallOutcome,
+                policy_set: PolicySet, *, count: bool = True) -> CallOutcome:
+        """Audit, then count; if the audit write fails the call fails closed."""
+        try:
+            self.audit.write(self._event(trace, tool, session, outcome, policy_set))
+        except AuditWriteError:
+            outcome = refusal(outcome.call_id, "audit_failed", AUDIT_FAILED)
+        if count and tool is not None and outcome.pending_approval is None:
+            terminated = outcome.meta.get("gateway/terminated")
+            self.store.record_call(session, tool.name, rejected=outcome.decision in _REFUSED,
+                                   terminate_message=outcome.text if terminated else None)
+        return outcome
+
+    def _event(self, trace: _Trace, tool: ExposedTool | None, session: SessionState, outcome: CallOutcome,
+               policy_set: PolicySet) -> dict[str, Any]:
+        request = trace.request
+        redactor = self.audit.redactor
+        original, redacted_original = redactor.apply(request.arguments, "/original_args")
+        final_args = trace.decisions[0].args if trace.decisions else request.arguments
+        final, redacted_final = redactor.apply(final_args, "/final_args")
+        return {
+            "id": uuid.uuid4().hex,
+            "time": now_rfc3339(),
+            "call_id": request.call_id,
+            "iteration": request.iteration,
+            "frontend": request.frontend,
+            "principal": {"id": request.principal.id, "groups": list(request.principal.groups)},
+            "session": session.id,
+            "tool": request.tool,
+            "upstream": tool.upstream.name if tool else None,
+            "original_args": original,
+            "final_args": final,
+            "verdict": outcome.decision,
+            "is_error": outcome.is_error,
+            "message": outcome.text if outcome.is_error else None,
+            "rules": [r.to_dict() | {"stage": str(d.stage)} for d in trace.decisions for r in d.rules],
+            "decided_by": [d.decided_by for d in trace.decisions if d.decided_by],
+            "approval": trace.approval,
+            "upstream_outcome": trace.upstream,
+            "latency": {
+                "policy_us": round(trace.policy_us, 1),
+                "upstream_ms": round(trace.upstream_ms, 3) if trace.upstream_ms is not None else None,
+                "total_ms": round((time.perf_counter() - trace.started) * 1e3, 3),
+            },
+            "revision": policy_set.revision,
+            "redacted": redacted_original + redacted_final,
+        }
+
+
+_REFUSED = frozenset({"reject", "terminate", "invalid_arguments", "terminated"})
+
+

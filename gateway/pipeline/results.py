@@ -1,0 +1,59 @@
+"""What the model sees for each way a call can end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.pipeline.request import CallOutcome
+from gateway.policy.call import ResultInfo
+from gateway.upstreams.base import ToolResult, text_result
+
+__all__ = ["META", "as_result_info", "from_response_stage", "refusal", "skipped", "tool_result"]
+
+# Keys of the `_meta` the gateway adds to every result (MCP reserves un-prefixed names).
+META = "gateway/"
+
+
+def _meta(call_id: str, decision: str, **extra: Any) -> dict[str, Any]:
+    meta = {f"{META}call_id": call_id, f"{META}decision": decision}
+    meta.update({f"{META}{k}": v for k, v in extra.items() if v is not None})
+    return meta
+
+
+def refusal(call_id: str, decision: str, message: str, **extra: Any) -> CallOutcome:
+    """An ``isError`` result whose text is a message meant for the model."""
+    return CallOutcome(call_id, decision, True, [{"type": "text", "text": message}], None,
+                       _meta(call_id, decision, **extra))
+
+
+def skipped(call_id: str, value: Any) -> CallOutcome:
+    """A successful synthetic result; ``_meta`` marks that the tool did not run."""
+    result = text_result(value if value is not None else {"skipped": True})
+    return CallOutcome(call_id, "skip", False, result.content, result.structured,
+                       _meta(call_id, "skip", skipped=True))
+
+
+def tool_result(call_id: str, decision: str, result: ToolResult, **extra: Any) -> CallOutcome:
+    """The tool's own result (its ``isError`` kept)."""
+    return CallOutcome(call_id, decision, result.is_error, result.content, result.structured,
+                       _meta(call_id, decision, **extra))
+
+
+def as_result_info(result: ToolResult) -> ResultInfo:
+    """How response-stage rules see a result."""
+    return ResultInfo(result.is_error, result.text, result.structured, result.content)
+
+
+def from_response_stage(original: ToolResult, rewritten: dict[str, Any]) -> ToolResult:
+    """Back from the result map after response-stage rewrites.
+
+    Changed content blocks win; otherwise a changed ``text`` replaces the text blocks.
+    """
+    before = as_result_info(original).to_cel()
+    content = rewritten.get("content", before["content"])
+    if content == before["content"] and rewritten.get("text", before["text"]) != before["text"]:
+        others = [b for b in before["content"] if b.get("type") != "text"]
+        content = [{"type": "text", "text": str(rewritten.get("text") or "")}, *others]
+    structured = rewritten.get("structured", before["structured"])
+    return ToolResult(list(content or []), structured, bool(rewritten.get("is_error", before["is_error"])))
+

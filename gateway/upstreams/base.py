@@ -1,0 +1,71 @@
+"""What an upstream is: a named source of tools that can run a call and give back a result."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = ["ToolResult", "Upstream", "UpstreamTool", "text_result"]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamTool:
+    """A tool as its upstream describes it (before the gateway names it)."""
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    title: str | None = None
+    annotations: dict[str, Any] = field(default_factory=dict)
+    output_schema: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """A tool's result in MCP's terms: content blocks, optional structured content, error flag."""
+
+    content: list[dict[str, Any]] = field(default_factory=list)
+    structured: Any = None
+    is_error: bool = False
+
+    @property
+    def text(self) -> str:
+        """The text blocks joined, as response-stage rules read ``result.text``."""
+        return "\n".join(b.get("text", "") for b in self.content if b.get("type") == "text")
+
+
+def text_result(value: Any, *, is_error: bool = False) -> ToolResult:
+    """A result whose text is ``value`` (JSON for non-strings) and whose structure is the value."""
+    if isinstance(value, str):
+        return ToolResult([{"type": "text", "text": value}], None, is_error)
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    structured = value if isinstance(value, dict) else {"result": value}
+    return ToolResult([{"type": "text", "text": text}], structured, is_error)
+
+
+class Upstream(Protocol):
+    """A source of tools; raises ``UpstreamError`` when it cannot run a call."""
+
+    name: str
+
+    async def start(self) -> None:
+        """Connect (or launch) and learn the tool list."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections and subprocesses."""
+        ...
+
+    def tools(self) -> list[UpstreamTool]:
+        """The tools known now."""
+        ...
+
+    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
+        """Run one call; the tool's own failure is a result with ``is_error``."""
+        ...
+
+    def on_tools_changed(self, callback: Callable[[], None]) -> None:
+        """Ask to be told when the tool list changes."""
+        ...

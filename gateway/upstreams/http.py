@@ -1,0 +1,125 @@
+"""An HTTP upstream: each tool is a method on a path template; arguments fill path, query, body.
+
+Arguments only ever land in the path (percent-encoded), the query, or the JSON body: they can
+never change the scheme, host or port of the request.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx2
+
+from gateway.errors import UpstreamError
+from gateway.upstreams.base import ToolResult, UpstreamTool, text_result
+
+__all__ = ["HttpOperation", "HttpUpstream"]
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_MAX_ERROR_TEXT = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class HttpOperation:
+    """How one tool maps onto an HTTP request."""
+
+    tool: UpstreamTool
+    method: str
+    path: str
+    query: tuple[str, ...] = ()
+    body: bool = True
+    path_params: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def build(cls, tool: UpstreamTool, method: str, path: str, query: tuple[str, ...] = (),
+              body: bool | None = None) -> HttpOperation:
+        """An operation with its path parameters found once."""
+        sends_body = method in ("POST", "PUT", "PATCH") if body is None else body
+        return cls(tool, method, path, query, sends_body, tuple(_PLACEHOLDER.findall(path)))
+
+
+class HttpUpstream:
+    """Tools that are HTTP operations on one base URL."""
+
+    def __init__(self, name: str, base_url: str, operations: list[HttpOperation],
+                 headers: Mapping[str, str] | None = None, client: httpx2.AsyncClient | None = None) -> None:
+        self.name = name
+        self._base = base_url.rstrip("/")
+        self._operations = {op.tool.name: op for op in operations}
+        self._headers = dict(headers or {})
+        self._client = client
+        self._own_client = client is None
+
+    async def start(self) -> None:
+        if self._client is None:
+            self._client = httpx2.AsyncClient(follow_redirects=False)
+
+    async def close(self) -> None:
+        if self._client is not None and self._own_client:
+            await self._client.aclose()
+        self._client = None
+
+    def tools(self) -> list[UpstreamTool]:
+        return [op.tool for op in self._operations.values()]
+
+    def on_tools_changed(self, callback: Callable[[], None]) -> None:
+        del callback  # an HTTP upstream's tools are fixed by the config
+
+    def request_for(self, tool: str, arguments: dict[str, Any]) -> tuple[str, str, dict[str, Any], Any]:
+        """(method, url, query, json body) for a call; the URL's origin is always the base URL's."""
+        op = self._operations[tool]
+        rest = dict(arguments)
+        missing = [p for p in op.path_params if p not in rest]
+        if missing:
+            raise UpstreamError(f"missing path parameter(s): {', '.join(missing)}")
+        path = _PLACEHOLDER.sub(lambda m: quote(str(rest.pop(m.group(1))), safe=""), op.path)
+        query = {k: _query_value(rest.pop(k)) for k in op.query if k in rest}
+        body = rest if op.body else None
+        if not op.body:
+            query.update({k: _query_value(v) for k, v in rest.items()})
+        return op.method, self._base + path, query, body
+
+    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
+        if self._client is None:
+            raise UpstreamError(f"upstream {self.name} is not started")
+        method, url, query, body = self.request_for(tool, arguments)
+        try:
+            response = await self._client.request(
+                method, url, params=query or None, json=body, headers=self._headers, timeout=timeout
+            )
+        except httpx2.TimeoutException as exc:
+            raise UpstreamError(f"{self.name}: {method} {url} timed out after {timeout}s") from exc
+        except httpx2.HTTPError as exc:
+            raise UpstreamError(f"{self.name}: {method} {url} failed: {type(exc).__name__}: {exc}") from exc
+        return _result(response)
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _result(response: httpx2.Response) -> ToolResult:
+    """4xx/5xx are the tool's own errors (the model reads them); 2xx is the result."""
+    is_error = response.status_code >= 400
+    kind = response.headers.get("content-type", "")
+    if "json" in kind:
+        try:
+            payload: Any = response.json()
+        except ValueError:
+            payload = response.text
+    else:
+        payload = response.text
+    if is_error:
+        text = payload if isinstance(payload, str) else json.dumps(payload)
+        return ToolResult([{"type": "text", "text": f"HTTP {response.status_code}: {text[:_MAX_ERROR_TEXT]}"}],
+                          payload if isinstance(payload, dict) else None, True)
+    return text_result(payload)

@@ -1,0 +1,162 @@
+"""An MCP upstream, over streamable HTTP or a stdio subprocess, through the SDK's client.
+
+The SDK's client lives inside anyio task groups that must be entered and left by one task, so a
+dedicated owner task holds the session open until ``close``; calls from any task go through it.
+A dead connection is reopened on the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import mcp_types as types
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from gateway.errors import UpstreamError
+from gateway.upstreams.base import ToolResult, UpstreamTool
+
+__all__ = ["McpUpstream"]
+
+log = logging.getLogger("gateway.upstreams.mcp")
+
+# How long connecting (launching the subprocess, the handshake, the first tools/list) may take.
+CONNECT_TIMEOUT_SECONDS = 30.0
+
+
+class McpUpstream:
+    """Tools discovered from an MCP server and refreshed on ``tools/list_changed``."""
+
+    def __init__(self, name: str, *, url: str | None = None, headers: Mapping[str, str] | None = None,
+                 command: str | None = None, args: list[str] | None = None,
+                 env: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.name = name
+        self._url = url
+        self._headers = dict(headers or {})
+        self._stdio = StdioServerParameters(command=command, args=list(args or []), env=dict(env or {}),
+                                            cwd=cwd) if command else None
+        self._client: Client | None = None
+        self._tools: list[UpstreamTool] = []
+        self._listeners: list[Callable[[], None]] = []
+        self._owner: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._connect_lock = asyncio.Lock()
+        self._background: set[asyncio.Task[None]] = set()
+
+    def tools(self) -> list[UpstreamTool]:
+        return list(self._tools)
+
+    def on_tools_changed(self, callback: Callable[[], None]) -> None:
+        self._listeners.append(callback)
+
+    async def start(self) -> None:
+        async with self._connect_lock:
+            if self._client is not None:
+                return
+            ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._stop = asyncio.Event()
+            self._owner = asyncio.create_task(self._own(ready), name=f"mcp-upstream-{self.name}")
+            try:
+                await asyncio.wait_for(asyncio.shield(ready), CONNECT_TIMEOUT_SECONDS)
+            except TimeoutError:
+                await self.close()
+                raise UpstreamError(f"{self.name}: no answer within {CONNECT_TIMEOUT_SECONDS}s") from None
+
+    async def _own(self, ready: asyncio.Future[None]) -> None:
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                transport: Any
+                if self._stdio is not None:
+                    transport = self._stdio
+                else:
+                    assert self._url is not None
+                    http = await stack.enter_async_context(httpx2.AsyncClient(
+                        headers=self._headers, timeout=httpx2.Timeout(30, read=300)))
+                    transport = streamable_http_client(self._url, http_client=http)
+                client = await stack.enter_async_context(
+                    Client(transport, mode="legacy", message_handler=self._on_message))
+                self._client = client
+                self._tools = await self._fetch_tools(client)
+                ready.set_result(None)
+                await self._stop.wait()
+        except BaseException as exc:  # an ExceptionGroup from the SDK's task groups, or a launch failure
+            if not ready.done():
+                ready.set_exception(UpstreamError(f"{self.name}: cannot connect: {_describe(exc)}"))
+            else:
+                log.warning("upstream %s disconnected: %s", self.name, _describe(exc))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            self._client = None
+
+    async def close(self) -> None:
+        self._stop.set()
+        owner, self._owner = self._owner, None
+        if owner is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(owner, 5)
+        for task in list(self._background):
+            task.cancel()
+
+    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
+        if self._client is None:
+            await self.start()  # reconnect after a crash; raises UpstreamError if it cannot
+        client = self._client
+        if client is None:
+            raise UpstreamError(f"{self.name}: not connected")
+        try:
+            result = await asyncio.wait_for(client.call_tool(tool, arguments), timeout)
+        except TimeoutError:
+            raise UpstreamError(f"{self.name}: {tool} timed out after {timeout}s") from None
+        except MCPError as exc:
+            raise UpstreamError(f"{self.name}: {tool}: MCP error {exc.code}: {exc}") from exc
+        except Exception as exc:
+            raise UpstreamError(f"{self.name}: {tool}: {_describe(exc)}") from exc
+        content = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
+        return ToolResult(content, result.structured_content, bool(result.is_error))
+
+    async def _fetch_tools(self, client: Client) -> list[UpstreamTool]:
+        listed = await client.list_tools(cache_mode="refresh")
+        return [_tool(t) for t in listed.tools]
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            task = asyncio.create_task(self._refresh())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _refresh(self) -> None:
+        client = self._client
+        if client is None:
+            return
+        try:
+            self._tools = await self._fetch_tools(client)
+        except Exception as exc:
+            log.warning("upstream %s: tools/list after list_changed failed: %s", self.name, _describe(exc))
+            return
+        for listener in self._listeners:
+            listener()
+
+
+def _tool(tool: types.Tool) -> UpstreamTool:
+    annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else {}
+    return UpstreamTool(
+        name=tool.name,
+        description=tool.description or "",
+        input_schema=dict(tool.input_schema or {"type": "object"}),
+        title=tool.title or annotations.get("title"),
+        annotations=annotations,
+        output_schema=dict(tool.output_schema) if tool.output_schema else None,
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,117 @@
+"""All upstreams' tools under the names agents see, each with its input-schema validator.
+
+Names are ``{prefix}_{tool}`` and must match ``^[a-zA-Z0-9_-]{1,64}$`` (what OpenAI and
+Anthropic function calling accept). A collision at start is a config error; one that appears
+later (an MCP server renamed a tool) keeps the first tool and logs the second.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from gateway.policy.call import ToolInfo
+from gateway.upstreams.base import Upstream, UpstreamTool
+
+__all__ = ["ExposedTool", "ToolRegistry"]
+
+log = logging.getLogger("gateway.registry")
+_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+Namer = Callable[[str], str]
+
+
+@dataclass(frozen=True, slots=True)
+class ExposedTool:
+    """A tool as the gateway exposes it."""
+
+    name: str
+    upstream: Upstream
+    spec: UpstreamTool
+    info: ToolInfo
+    validator: Any  # a jsonschema validator, or None when the tool's schema itself is invalid
+
+    def schema_errors(self, arguments: dict[str, Any]) -> list[str]:
+        """Why ``arguments`` do not fit the tool's input schema (empty when they do)."""
+        if self.validator is None:
+            return []
+        return [_describe(e) for e in sorted(self.validator.iter_errors(arguments), key=lambda e: list(e.path))]
+
+
+def _describe(error: Any) -> str:
+    where = "/".join(str(p) for p in error.path)
+    return f"{where}: {error.message}" if where else str(error.message)
+
+
+class ToolRegistry:
+    """Exposed name → tool, rebuilt when an upstream's tool list changes."""
+
+    def __init__(self, upstreams: Sequence[tuple[Upstream, Namer]]) -> None:
+        self._upstreams = list(upstreams)
+        self._tools: dict[str, ExposedTool] = {}
+        self._listeners: list[Callable[[], None]] = []
+        for upstream, _ in self._upstreams:
+            upstream.on_tools_changed(self._changed)
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Be told after the tool set changed (the MCP frontend sends list_changed)."""
+        self._listeners.append(callback)
+
+    def rebuild(self) -> list[str]:
+        """Recompute the exposed tools; returns the problems (collisions, bad names)."""
+        tools: dict[str, ExposedTool] = {}
+        problems: list[str] = []
+        previous = self._tools
+        for upstream, namer in self._upstreams:
+            for spec in upstream.tools():
+                name = namer(spec.name)
+                if not _NAME.match(name):
+                    problems.append(f"upstream {upstream.name}: tool {spec.name!r} would be exposed as {name!r},"
+                                    " which is not ^[a-zA-Z0-9_-]{1,64}$; set a shorter prefix")
+                    continue
+                if name in tools:
+                    problems.append(f"tool name {name!r} is exposed by both {tools[name].upstream.name} and"
+                                    f" {upstream.name}; give one upstream a different prefix")
+                    continue
+                old = previous.get(name)
+                tools[name] = old if old is not None and old.spec == spec and old.upstream is upstream \
+                    else _expose(name, upstream, spec)
+        self._tools = tools
+        return problems
+
+    def _changed(self) -> None:
+        for problem in self.rebuild():
+            log.warning("%s", problem)
+        for listener in self._listeners:
+            listener()
+
+    def get(self, name: str) -> ExposedTool | None:
+        """The tool exposed under ``name``."""
+        return self._tools.get(name)
+
+    def all(self) -> list[ExposedTool]:
+        """Every exposed tool, by name."""
+        return [self._tools[k] for k in sorted(self._tools)]
+
+    @property
+    def upstreams(self) -> list[Upstream]:
+        """The upstreams behind the tools."""
+        return [u for u, _ in self._upstreams]
+
+
+def _expose(name: str, upstream: Upstream, spec: UpstreamTool) -> ExposedTool:
+    validator = None
+    try:
+        cls = jsonschema.validators.validator_for(spec.input_schema)
+        cls.check_schema(spec.input_schema)
+        validator = cls(spec.input_schema)
+    except jsonschema.SchemaError as exc:
+        log.warning("tool %s has an invalid input schema (%s); arguments will not be checked", name, exc.message)
+    info = ToolInfo(name=name, upstream=upstream.name, title=spec.title or "", description=spec.description,
+                    annotations=dict(spec.annotations))
+    return ExposedTool(name, upstream, spec, info, validator)
