@@ -7,17 +7,22 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+from gateway.approvals.webhooks import WebhookNotifier
+from gateway.frontends.approvals_page import approvals_page_routes
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 
+from gateway.approvals.service import ApprovalService
+from gateway.approvals.store import ApprovalStore
 from gateway.auth import Authenticator
 from gateway.config.load import LoadedConfig, resolve_secret
 from gateway.config.model import UpstreamSpec
 from gateway.diagnostics import Diagnostic
 from gateway.errors import ConfigError
+from gateway.frontends.approvals_api import approval_routes
 from gateway.frontends.identity import RequireIdentity
 from gateway.frontends.mcp import McpFrontend
 from gateway.frontends.rest import rest_routes
@@ -28,6 +33,7 @@ from gateway.reload import PolicyHolder
 from gateway.store.sqlite import SqliteStore
 from gateway.upstreams.base import Upstream
 from gateway.upstreams.http import HttpOperation, HttpUpstream
+from gateway.upstreams.launch import LaunchedUpstream
 from gateway.upstreams.mcp import McpUpstream
 from gateway.upstreams.registry import ToolRegistry
 
@@ -45,7 +51,13 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
         ops = [HttpOperation.build(
             _upstream_tool(t.name, t.description, t.input_schema, t.title, t.annotations),
             t.method, t.path, tuple(t.query), None if t.body is None else t.body == "json") for t in http.tools]
-        return HttpUpstream(spec.name, http.base_url, ops, headers)
+        upstream: Upstream = HttpUpstream(spec.name, http.base_url, ops, headers)
+        if http.launch is not None:
+            launch = http.launch
+            upstream = LaunchedUpstream(upstream, http.base_url, launch.command, launch.args,
+                                        {k: resolve_secret(v, base) for k, v in launch.env.items()},
+                                        config.path(launch.cwd) if launch.cwd else base)
+        return upstream
     if spec.openapi is not None:
         from gateway.upstreams.openapi import openapi_upstream
 
@@ -67,8 +79,14 @@ def _upstream_tool(name: str, description: str, schema: dict[str, object], title
     return UpstreamTool(name, description, dict(schema), title, dict(annotations))
 
 
+def public_url(config: LoadedConfig) -> str:
+    """Where people reach this gateway (for links in progress messages and webhooks)."""
+    listen = config.spec.listen
+    return (config.spec.approvals.public_url or f"http://{listen.host}:{listen.port}").rstrip("/")
+
+
 def build_gateway(config: LoadedConfig) -> Gateway:
-    """The call pipeline with its policies, store and audit log (upstreams not started yet)."""
+    """The call pipeline with its policies, store, audit log and approvals (upstreams not started yet)."""
     spec = config.spec
     upstreams = [(build_upstream(u, config), u.exposed_name) for u in spec.upstreams]
     registry = ToolRegistry(upstreams)
@@ -76,8 +94,12 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     store = SqliteStore(config.path(spec.store.sqlite))
     audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout,
                      Redactor(spec.audit.redact_keys, spec.audit.redact_patterns))
+    page = f"{public_url(config)}/approvals"
+    notifier = WebhookNotifier.from_specs(spec.approvals.webhooks, config.base, page) \
+        if spec.approvals.webhooks else None
+    approvals = ApprovalService(ApprovalStore(store), notifier, page)
     return Gateway(policies, registry, store, audit, env=spec.env, call_timeout=config.call_timeout,
-                   max_argument_bytes=spec.limits.max_argument_bytes)
+                   max_argument_bytes=spec.limits.max_argument_bytes, approvals=approvals)
 
 
 def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette:
@@ -90,14 +112,19 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await _start_upstreams(gateway, config)
-        watcher = asyncio.create_task(gateway.policies.watch(interval), name="policy-watcher")
+        tasks = [asyncio.create_task(gateway.policies.watch(interval), name="policy-watcher")]
+        if isinstance(gateway.approvals, ApprovalService):
+            tasks.append(asyncio.create_task(gateway.approvals.sweep(), name="approval-sweeper"))
         try:
             async with mcp.sessions.run():
                 yield
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if isinstance(gateway.approvals, ApprovalService):
+                await gateway.approvals.aclose()
             for upstream in gateway.registry.upstreams:
                 await upstream.close()
             gateway.audit.close()
@@ -107,10 +134,13 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
         return JSONResponse({"status": "ok", "revision": gateway.policies.current.revision,
                              "tools": len(gateway.registry.all())})
 
-    protected = Starlette(routes=[Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]),
-                                  *rest_routes(gateway)],
-                          middleware=[Middleware(RequireIdentity, auth=auth)])
-    app = Starlette(routes=[Route("/healthz", healthz), Mount("/", app=protected)], lifespan=lifespan)
+    api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway)]
+    open_routes: list[BaseRoute] = [Route("/healthz", healthz)]
+    if isinstance(gateway.approvals, ApprovalService):
+        api.extend(approval_routes(gateway.approvals))
+        open_routes.extend(approvals_page_routes())
+    protected = Starlette(routes=api, middleware=[Middleware(RequireIdentity, auth=auth)])
+    app = Starlette(routes=[*open_routes, Mount("/", app=protected)], lifespan=lifespan)
     app.state.gateway = gateway
     return app
 

@@ -7,6 +7,10 @@
     │   ├── CelCompileError    an expression does not parse or type-check
     │   └── CelEvaluationError an expression failed at evaluation time
     ├── TestSuiteError         a policy test suite is malformed
+    ├── ApprovalError          an approver's request cannot be carried out
+    │   ├── ApprovalNotFound   no approval request has that id (404)
+    │   ├── ApprovalForbidden  this approver may not decide it, e.g. their own call (403)
+    │   └── ApprovalConflict   it was already decided (409)
     └── CallError              one tool call could not be carried out
         ├── UnknownToolError   the tool name resolves to nothing (a protocol error)
         ├── InvalidArgumentsError  arguments fail the tool's input schema
@@ -26,6 +30,10 @@ if TYPE_CHECKING:
     from gateway.diagnostics import Diagnostic
 
 __all__ = [
+    "ApprovalConflict",
+    "ApprovalError",
+    "ApprovalForbidden",
+    "ApprovalNotFound",
     "AuditWriteError",
     "CallError",
     "CelCompileError",
@@ -97,6 +105,34 @@ class TestSuiteError(_DiagnosticsError):
 
     __test__ = False  # not a pytest test class
     code = "test-suite"
+
+
+class ApprovalError(GatewayError):
+    """An approver's request cannot be carried out; ``status`` is the HTTP status to answer."""
+
+    code = "approval"
+    status = 400
+
+
+class ApprovalNotFound(ApprovalError):
+    """No approval request has that id."""
+
+    code = "approval-not-found"
+    status = 404
+
+
+class ApprovalForbidden(ApprovalError):
+    """The approver may not decide this request (their own call, or not one of its approvers)."""
+
+    code = "approval-forbidden"
+    status = 403
+
+
+class ApprovalConflict(ApprovalError):
+    """The request was already decided (or expired)."""
+
+    code = "approval-conflict"
+    status = 409
 
 
 class CallError(GatewayError):

@@ -37,3 +37,17 @@ DEFAULT_RELOAD_SECONDS = 1.0
 
 # Bytes of JSON arguments a call may carry (overridable by `limits.max_argument_bytes`).
 MAX_ARGUMENT_BYTES = 1_000_000
+
+# While a call waits for approval, a progress notification is sent this often (seconds).
+APPROVAL_PROGRESS_SECONDS = 15.0
+
+# How often the approval sweeper looks for requests whose time is up (seconds).
+APPROVAL_SWEEP_SECONDS = 1.0
+
+# The longest `?wait=` a REST caller may ask for (seconds).
+MAX_REST_WAIT_SECONDS = 300.0
+
+# Webhook delivery: attempts per event, the first retry delay (doubled each time), per-try timeout.
+WEBHOOK_ATTEMPTS = 4
+WEBHOOK_FIRST_RETRY_SECONDS = 0.5
+WEBHOOK_TIMEOUT_SECONDS = 5.0

@@ -14,11 +14,13 @@ from gateway.policy.model import parse_duration
 
 __all__ = [
     "ApiKeySpec",
+    "ApprovalsSpec",
     "AuditSpec",
     "AuthSpec",
     "GatewayConfig",
     "HttpToolSpec",
     "HttpUpstreamSpec",
+    "LaunchSpec",
     "LimitsSpec",
     "ListenSpec",
     "McpUpstreamSpec",
@@ -26,6 +28,7 @@ __all__ = [
     "SecretRef",
     "StoreSpec",
     "UpstreamSpec",
+    "WebhookSpec",
 ]
 
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
@@ -58,7 +61,6 @@ class ListenSpec(_Strict):
 
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
-    public_url: str | None = None  # how approvers reach the gateway, for links in messages
 
 
 class StoreSpec(_Strict):
@@ -130,10 +132,20 @@ class HttpToolSpec(_Strict):
     annotations: dict[str, Any] = Field(default_factory=dict)
 
 
+class LaunchSpec(_Strict):
+    """A process the gateway starts with itself and stops with itself (e.g. an example service)."""
+
+    command: str
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str | SecretRef] = Field(default_factory=dict)
+    cwd: str | None = None
+
+
 class HttpUpstreamSpec(_Strict):
     """A REST service described tool by tool."""
 
     base_url: str = Field(pattern=r"^https?://")
+    launch: LaunchSpec | None = None
     headers: dict[str, str | SecretRef] = Field(default_factory=dict)
     timeout: str | int | float = "30s"
     tools: list[HttpToolSpec] = Field(default_factory=list)
@@ -202,6 +214,22 @@ class UpstreamSpec(_Strict):
         return f"{prefix}_{tool}" if prefix else tool
 
 
+class WebhookSpec(_Strict):
+    """Where approval events are POSTed, signed with HMAC-SHA256 of the body."""
+
+    url: str = Field(pattern=r"^https?://")
+    secret: SecretRef | None = None
+    events: list[Literal["approval.created", "approval.decided", "approval.expired"]] = Field(
+        default_factory=lambda: ["approval.created", "approval.decided", "approval.expired"])
+
+
+class ApprovalsSpec(_Strict):
+    """Human approval: where approvers are sent, and who is told about requests."""
+
+    public_url: str | None = Field(None, pattern=r"^https?://")  # base URL for links; default: listen address
+    webhooks: list[WebhookSpec] = Field(default_factory=list)
+
+
 class GatewayConfig(_Strict):
     """The whole gateway: where it listens, its policies, upstreams, auth, store and audit."""
 
@@ -214,6 +242,7 @@ class GatewayConfig(_Strict):
     auth: AuthSpec = Field(default_factory=AuthSpec)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     upstreams: list[UpstreamSpec] = Field(default_factory=list)
+    approvals: ApprovalsSpec = Field(default_factory=ApprovalsSpec)
     reload_interval: str | int | float = "1s"
 
     _interval = field_validator("reload_interval")(_duration)

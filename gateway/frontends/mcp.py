@@ -80,6 +80,7 @@ class McpFrontend:
             iteration=int(meta.get(ITERATION_META) or 0),
             progress=_progress(ctx, meta),
             frontend="mcp",
+            elicit=_elicitation(ctx),
         )
         try:
             outcome = await self.gateway.call(request)
@@ -113,6 +114,30 @@ def _spawn(coro: Any) -> None:
     task = asyncio.ensure_future(coro)
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
+
+
+_ELICIT = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+_APPROVE_SCHEMA = {"type": "object", "properties": {"approve": {"type": "boolean", "title": "Approve this call?",
+                                                                "default": True}}}
+
+
+def _elicitation(ctx: ServerRequestContext[Any, Any]) -> Any:
+    """Ask the end user through their client, when it declared elicitation; None answer = cannot ask."""
+
+    async def ask(message: str) -> bool | None:
+        try:
+            if not ctx.session.check_client_capability(_ELICIT):
+                return None
+            result = await ctx.session.elicit_form(message=message, requested_schema=_APPROVE_SCHEMA,
+                                                   related_request_id=ctx.request_id)
+        except Exception as exc:  # e.g. a client in the stateless protocol era: fall back to the page
+            log.info("elicitation not possible: %s", exc)
+            return None
+        if result.action != "accept":
+            return False
+        return bool((result.content or {}).get("approve", True))
+
+    return ask
 
 
 def _progress(ctx: ServerRequestContext[Any, Any], meta: dict[str, Any]) -> Any:

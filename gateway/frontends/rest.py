@@ -1,7 +1,9 @@
 """The REST frontend: list tools, invoke one, and see the gateway's health and policies.
 
     GET  /v1/tools
-    POST /v1/tools/{name}/invoke   {arguments, call_id?, session_id?}
+    POST /v1/tools/{name}/invoke   {arguments, call_id?, session_id?}  ?wait=30s for approvals:
+                                   200 with the result, or 202 {approval_id, status_url} while
+                                   the approval is open (invoke again with the same call_id)
     GET  /v1/policies
     GET  /healthz                   (no authentication)
 """
@@ -18,8 +20,10 @@ from starlette.routing import Route
 
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
+from gateway.limits import MAX_REST_WAIT_SECONDS
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import new_call_id
+from gateway.policy.model import parse_duration
 
 __all__ = ["error_response", "rest_routes"]
 
@@ -61,10 +65,14 @@ def rest_routes(gateway: Gateway) -> list[Route]:
         if not isinstance(arguments, dict):
             return error_response(400, "invalid-arguments", "'arguments' must be a JSON object.")
         session_id = body.get("session_id") or request.headers.get("x-gateway-session") or identity.principal.id
+        try:
+            wait = _wait_seconds(request.query_params.get("wait"))
+        except ValueError as exc:
+            return error_response(400, "invalid-wait", str(exc))
         call = CallRequest(
             tool=request.path_params["name"], arguments=arguments, principal=identity.principal,
             session_id=str(session_id), call_id=str(body.get("call_id") or new_call_id()),
-            iteration=_int(body.get("iteration")), frontend="rest",
+            iteration=_int(body.get("iteration")), frontend="rest", wait_seconds=wait,
         )
         try:
             outcome = await gateway.call(call)
@@ -73,6 +81,12 @@ def rest_routes(gateway: Gateway) -> list[Route]:
         except Exception:
             log.exception("call %s to %s failed inside the gateway", call.call_id, call.tool)
             return error_response(500, "internal", "The gateway failed.")
+        if outcome.pending_approval is not None:
+            approval_id = outcome.pending_approval
+            return JSONResponse({
+                "call_id": outcome.call_id, "decision": "pending", "approval_id": approval_id,
+                "status_url": f"/v1/approvals/{approval_id}", "message": outcome.text,
+            }, status_code=202)
         return JSONResponse(outcome.to_rest())
 
     async def policies(request: Request) -> JSONResponse:
@@ -83,6 +97,17 @@ def rest_routes(gateway: Gateway) -> list[Route]:
         Route("/v1/tools/{name}/invoke", invoke, methods=["POST"]),
         Route("/v1/policies", policies, methods=["GET"]),
     ]
+
+
+def _wait_seconds(value: str | None) -> float:
+    """``?wait=30s`` (or ``30``): how long to hold the request for an approval; 0 when absent."""
+    if value is None:
+        return 0.0
+    seconds = float(value[:-1]) if value.endswith("s") else float(parse_duration(value)) \
+        if not value.replace(".", "", 1).isdigit() else float(value)
+    if not 0 <= seconds <= MAX_REST_WAIT_SECONDS:
+        raise ValueError(f"wait must be between 0 and {MAX_REST_WAIT_SECONDS:.0f} seconds")
+    return seconds
 
 
 def _int(value: Any) -> int:

@@ -7,7 +7,7 @@ The gateway hands a ``HeldCall`` to an ``ApprovalGate`` and gets an ``ApprovalRe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.pipeline.request import CallRequest
 from gateway.policy.decision import Decision
@@ -33,6 +33,7 @@ class ApprovalResult:
     message: str | None = None
     approval_id: str | None = None
     pending: bool = False  # the caller stopped waiting; the approval is still open
+    replay: dict[str, Any] | None = None  # the stored result of the one execution, for a retry
 
 
 class ApprovalGate(Protocol):
@@ -42,6 +43,10 @@ class ApprovalGate(Protocol):
         """Wait for the decision (or until the caller stops waiting)."""
         ...
 
+    def executed(self, approval_id: str, result: dict[str, Any]) -> None:
+        """Record the result of the one execution an approval allowed."""
+        ...
+
 
 class NoApprovals:
     """No approval service: every call that needs approval is refused."""
@@ -49,3 +54,7 @@ class NoApprovals:
     async def hold(self, held: HeldCall) -> ApprovalResult:
         """Refuse, naming why."""
         return ApprovalResult(False, "This call needs approval, and this gateway has no approval service.")
+
+    def executed(self, approval_id: str, result: dict[str, Any]) -> None:
+        """Nothing to record."""
+        del approval_id, result

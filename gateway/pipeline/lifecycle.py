@@ -22,7 +22,7 @@ from gateway.limits import MAX_AUDIT_ERROR_CHARS
 from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
 from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.request import CallOutcome, CallRequest
-from gateway.pipeline.results import as_result_info, from_response_stage, refusal, skipped, tool_result
+from gateway.pipeline.results import META, as_result_info, from_response_stage, refusal, skipped, tool_result
 from gateway.policy.call import CallInfo, SessionInfo, ToolCall
 from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet
@@ -122,16 +122,33 @@ class Gateway:
             text = "The arguments do not match the tool's input schema: " + "; ".join(problems[:5])
             return refusal(request.call_id, "invalid_arguments", text)
         if verdict is Verdict.APPROVE:
-            approval = await self.approvals.hold(HeldCall(request, tool, decision))
-            trace.approval = {"id": approval.approval_id, "approved": approval.approved,
-                              "pending": approval.pending}
-            if not approval.approved:
-                outcome = refusal(request.call_id, "pending" if approval.pending else "reject",
-                                  approval.message or "The call was not approved.",
-                                  approval_id=approval.approval_id)
-                outcome.pending_approval = approval.approval_id if approval.pending else None
-                return outcome
+            return await self._approve_then_execute(trace, tool, policy_set, call, decision)
         return await self._execute(trace, tool, policy_set, call, decision)
+
+    async def _approve_then_execute(self, trace: _Trace, tool: ExposedTool, policy_set: PolicySet,
+                                    call: ToolCall, decision: Decision) -> CallOutcome:
+        """Hold for approval; run at most once; every retry gets that one run's result."""
+        request = trace.request
+        approval = await self.approvals.hold(HeldCall(request, tool, decision))
+        trace.approval = {"id": approval.approval_id, "approved": approval.approved, "pending": approval.pending,
+                          "replayed": approval.replay is not None}
+        if approval.replay is not None:
+            return CallOutcome(**{k: approval.replay[k] for k in _OUTCOME_FIELDS})
+        if not approval.approved:
+            outcome = refusal(request.call_id, "pending" if approval.pending else "reject",
+                              approval.message or "The call was not approved.", approval_id=approval.approval_id)
+            outcome.pending_approval = approval.approval_id if approval.pending else None
+            return outcome
+        assert approval.approval_id is not None
+        current = self.registry.get(request.tool)  # resolved now, at execution, not at approval time
+        if current is None:
+            outcome = refusal(request.call_id, "tool_unavailable",
+                              f"The tool {request.tool} is no longer available, so the approved call was not run.")
+        else:
+            outcome = await self._execute(trace, current, policy_set, call, decision)
+        outcome.meta[f"{META}approval_id"] = approval.approval_id
+        self.approvals.executed(approval.approval_id, outcome.to_rest())
+        return outcome
 
     async def _execute(self, trace: _Trace, tool: ExposedTool, policy_set: PolicySet, call: ToolCall,
                        decision: Decision) -> CallOutcome:
@@ -218,5 +235,6 @@ class Gateway:
 
 
 _REFUSED = frozenset({"reject", "terminate", "invalid_arguments", "terminated"})
+_OUTCOME_FIELDS = ("call_id", "decision", "is_error", "content", "structured", "meta")
 
 

@@ -44,7 +44,9 @@ _BODY = "body"  # the argument that holds a request body that is not an object
 _NAME_MAX = 64
 _UNSAFE_NAME = re.compile(r"[^a-zA-Z0-9_-]+")
 _UNSAFE_PARAM = re.compile(r"[^A-Za-z0-9_]+")
-_SERVER_VARIABLE = re.compile(r"\{([^}]+)\}")
+_PATH_PLACEHOLDER = _SERVER_VARIABLE = re.compile(r"\{([^}]+)\}")
+_METHOD_HINTS: dict[str, dict[str, Any]] = {"get": {"readOnlyHint": True}, "delete": {"destructiveHint": True}}
+_WRAPPED = object()  # marks a body that is the ``body`` argument itself
 # Values that are data, not schemas: never read as $refs or rewritten.
 _LITERAL_KEYS = frozenset({"example", "examples", "default", "enum", "const"})
 
@@ -150,7 +152,7 @@ def _server_url(doc: YamlDocument) -> str:
     servers = doc.data.get("servers")
     server = servers[0] if isinstance(servers, list) and servers and isinstance(servers[0], dict) else {}
     raw = server.get("url")
-    variables = server.get("variables") if isinstance(server.get("variables"), dict) else {}
+    variables = _mapping(server.get("variables"))
 
     def default(m: re.Match[str]) -> str:
         var = variables.get(m.group(1))
@@ -160,7 +162,7 @@ def _server_url(doc: YamlDocument) -> str:
     parts = urlsplit(url)
     if parts.scheme in ("http", "https") and parts.hostname and "{" not in url:
         return url
-    where: _Where = ("servers", 0, "url") if raw is not None else ()
+    where: _Where = ("servers", 0, "url") if raw is not None else ("servers",)
     pos = doc.position(where)
     got = f"servers[0].url is {raw!r}" if raw is not None else "the document has no servers[].url"
     raise ConfigError([Diagnostic(
@@ -197,8 +199,9 @@ def _operations(doc: YamlDocument, include: list[str],
                 continue
             where: _Where = ("paths", template, method)
             op_id = op.get("operationId")
-            label = op_id if isinstance(op_id, str) and op_id else f"{method}_{template}"
-            name = _tool_name(label) or _tool_name(f"{method}_{template}")
+            derived = f"{method}_{str(template).strip('/')}"
+            label = op_id if isinstance(op_id, str) and op_id else derived
+            name = _tool_name(label) or _tool_name(derived)
             if not _selected({label, name}, include, exclude):
                 continue
             if name in seen:
@@ -228,31 +231,37 @@ def _tool_name(label: str) -> str:
 
 
 def _operation(document: dict[str, Any], name: str, method: str, template: str, item: dict[str, Any],
-               op: dict[str, Any], where: _Where) -> HttpOperation:
+               op: dict[str, Any], where: _Where) -> tuple[HttpOperation, bool]:
     resolver = _Resolver(document, where)
     label = f"operation {name} ({method.upper()} {template})"
     properties: dict[str, Any] = {}
     required: list[str] = []
     query: list[str] = []
     path = template
-    for param in _parameters(resolver, item, op):
-        kind, raw = param.get("in"), param.get("name")
-        if kind not in ("path", "query") or not isinstance(raw, str):
-            continue  # header and cookie parameters are the gateway's to set, not the agent's
-        arg = _UNSAFE_PARAM.sub("_", raw) if kind == "path" else raw
-        if kind == "path":
-            if not re.match(r"[A-Za-z_]", arg):
-                arg = f"p_{arg}"
-            path = path.replace("{" + raw + "}", "{" + arg + "}")
-        else:
-            query.append(arg)
+
+    def add(arg: str, schema: Any, needed: bool) -> None:
         if arg in properties:
             raise _Bad(where, "openapi-name-clash", f"{label}: two parameters are both named {arg!r}",
                        "rename one of them in the document")
-        properties[arg] = _parameter_schema(param)
-        if kind == "path" or param.get("required") is True:
+        properties[arg] = schema
+        if needed:
             required.append(arg)
-    body = _request_body(resolver, op, label, where) if method != "get" else None
+
+    params = _parameters(resolver, item, op)
+    in_path = {p.get("name"): p for p in params if p.get("in") == "path"}
+    for raw in _PATH_PLACEHOLDER.findall(template):
+        # A path argument must be a name HttpUpstream's placeholders accept; an undeclared one is a string.
+        arg = _UNSAFE_PARAM.sub("_", raw)
+        arg = arg if re.match(r"[A-Za-z_]", arg) else f"p_{arg}"
+        path = path.replace("{" + raw + "}", "{" + arg + "}")
+        param = in_path.get(raw)
+        add(arg, _parameter_schema(param) if param else {"type": "string"}, True)
+    for param in params:  # header and cookie parameters are the gateway's to set, not the agent's
+        if param.get("in") == "query" and isinstance(param.get("name"), str):
+            query.append(param["name"])
+            add(param["name"], _parameter_schema(param), param.get("required") is True)
+    body = _request_body(resolver, op, name, label, where) if method != "get" else None
+    wraps = False
     if body is not None:
         body_props, body_required, extra = body
         clash = sorted(set(body_props) & set(properties))
@@ -260,23 +269,24 @@ def _operation(document: dict[str, Any], name: str, method: str, template: str, 
             raise _Bad(where, "openapi-name-clash",
                        f"{label}: body field(s) {', '.join(clash)} clash with a path or query parameter",
                        "rename the parameter or the body field in the document, or exclude the operation")
+        wraps = extra is _WRAPPED
         properties.update(body_props)
         required.extend(r for r in body_required if r not in required)
     schema: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         schema["required"] = required
-    if body is not None and body[2] is not None:
+    if body is not None and body[2] is not None and not wraps:
         schema["additionalProperties"] = body[2]
     summary, details = (str(op.get(k) or "").strip() for k in ("summary", "description"))
     description = "\n\n".join(dict.fromkeys(t for t in (summary, details) if t))
-    annotations: dict[str, Any] = {"get": {"readOnlyHint": True}, "delete": {"destructiveHint": True}}.get(
-        method, {})
+    annotations: dict[str, Any] = _METHOD_HINTS.get(method, {})
     extension = op.get("x-mcp-annotations")
     if extension is not None and not isinstance(extension, dict):
         raise _Bad((*where, "x-mcp-annotations"), "openapi-annotations",
-                   f"{label}: x-mcp-annotations must be a mapping", "e.g. x-mcp-annotations: {idempotentHint: true}")
+                   f"{label}: x-mcp-annotations must be a mapping",
+                   "e.g. x-mcp-annotations: {idempotentHint: true}")
     tool = UpstreamTool(name, description, schema, summary or None, {**annotations, **(extension or {})})
-    return HttpOperation.build(tool, method.upper(), path, tuple(query), body=body is not None)
+    return HttpOperation.build(tool, method.upper(), path, tuple(query), body=body is not None), wraps
 
 
 def _parameters(resolver: _Resolver, item: dict[str, Any], op: dict[str, Any]) -> list[dict[str, Any]]:
@@ -293,34 +303,35 @@ def _parameters(resolver: _Resolver, item: dict[str, Any], op: dict[str, Any]) -
 def _parameter_schema(param: dict[str, Any]) -> Any:
     schema = param.get("schema")
     if schema is None:  # `content` instead of `schema`: one media type holds it
-        content = param.get("content")
-        media = next(iter(content.values()), {}) if isinstance(content, dict) and content else {}
-        schema = media.get("schema", {}) if isinstance(media, dict) else {}
+        media = next(iter(_mapping(param.get("content")).values()), None)
+        schema = _mapping(media).get("schema", {})
     if isinstance(schema, dict) and isinstance(param.get("description"), str) and "description" not in schema:
         schema = {**schema, "description": param["description"]}
     return schema
 
 
-def _request_body(resolver: _Resolver, op: dict[str, Any], label: str,
+def _request_body(resolver: _Resolver, op: dict[str, Any], name: str, label: str,
                   where: _Where) -> tuple[dict[str, Any], list[str], Any] | None:
-    """(properties, required, additionalProperties) of the JSON body; None when there is none."""
+    """(properties, required, additionalProperties or _WRAPPED) of the JSON body; None if none."""
     body = resolver.target(op.get("requestBody"))
     if not isinstance(body, dict):
         return None
-    content = body.get("content") if isinstance(body.get("content"), dict) else {}
-    media = next((m for t, m in content.items() if _is_json(t)), None)
+    content = _mapping(body.get("content"))
+    media: Any = next((m for t, m in content.items() if _is_json(t)), None)
     if media is None:
         raise _Bad((*where, "requestBody"), "openapi-body",
                    f"{label}: the request body is not JSON ({', '.join(content) or 'no content'})",
-                   f"the gateway sends JSON bodies only; exclude the operation: exclude: [{label.split()[1]}]")
-    schema = _writable(resolver.schema(media.get("schema", {}) if isinstance(media, dict) else {}))
+                   f"the gateway sends JSON bodies only; leave the operation out with exclude: [{name}]")
+    schema = _writable(resolver.schema(_mapping(media).get("schema", {})))
     shape = _object_shape(schema)
     if shape is None:
-        # Marked so the upstream knows to send this argument itself as the body.
-        wrapped = {**schema, "x-gateway-body": True} if isinstance(schema, dict) else {"x-gateway-body": True}
-        return {_BODY: wrapped}, [_BODY] if body.get("required") is True else [], None
+        return {_BODY: schema}, [_BODY] if body.get("required") is True else [], _WRAPPED
     # An optional body whose schema requires fields still tells the agent what a useful body holds.
     return shape
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _is_json(media_type: str) -> bool:
@@ -332,8 +343,8 @@ def _object_shape(schema: Any) -> tuple[dict[str, Any], list[str], Any] | None:
     """An object schema's properties, required and additionalProperties, ``allOf`` merged; else None."""
     if not isinstance(schema, dict) or any(k in schema for k in ("oneOf", "anyOf", "not")):
         return None
-    if schema.get("type", "object") != "object" or not ("properties" in schema or "allOf" in schema
-                                                         or schema.get("type") == "object"):
+    kind = schema.get("type")
+    if kind not in (None, "object") or (kind is None and "properties" not in schema and "allOf" not in schema):
         return None
     props = dict(schema.get("properties") or {})
     required = [r for r in schema.get("required") or [] if isinstance(r, str)]

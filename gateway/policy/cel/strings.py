@@ -163,7 +163,7 @@ def format_double(value: float) -> str:
         return "nan"
     if value in (float("inf"), float("-inf")):
         return "inf" if value > 0 else "-inf"
-    number = Decimal(repr(value)).normalize()
+    number = Decimal(repr(float(value))).normalize()
     sign, digits, exponent = number.as_tuple()
     assert isinstance(exponent, int)  # finite numbers only, checked above
     scientific = len(digits) - 1 + exponent
