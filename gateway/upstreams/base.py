@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["ToolResult", "Upstream", "UpstreamTool", "text_result"]
+__all__ = ["ToolResult", "Upstream", "UpstreamTool", "resolve_command", "text_result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,12 @@ def text_result(value: Any, *, is_error: bool = False) -> ToolResult:
     text = json.dumps(value, ensure_ascii=False, default=str)
     structured = value if isinstance(value, dict) else {"result": value}
     return ToolResult([{"type": "text", "text": text}], structured, is_error)
+
+
+def resolve_command(command: str) -> str:
+    """A launched program's path: "python" means the gateway's own interpreter, so that example
+    services run inside the gateway's virtualenv whether or not it is activated."""
+    return sys.executable if command in ("python", "python3") else command
 
 
 class Upstream(Protocol):

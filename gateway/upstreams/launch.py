@@ -10,14 +10,13 @@ import asyncio
 import contextlib
 import logging
 import os
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.errors import UpstreamError
-from gateway.upstreams.base import ToolResult, Upstream, UpstreamTool
+from gateway.upstreams.base import ToolResult, Upstream, UpstreamTool, resolve_command
 
 __all__ = ["LaunchedUpstream"]
 
@@ -37,8 +36,7 @@ class LaunchedUpstream:
         parts = urlsplit(base_url)
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
-        # "python" means the gateway's own interpreter, so examples run inside its virtualenv.
-        self._argv = [sys.executable if command in ("python", "python3") else command, *args]
+        self._argv = [resolve_command(command), *args]
         self._env = {**os.environ, **dict(env or {})}
         self._cwd = cwd
         self._process: asyncio.subprocess.Process | None = None

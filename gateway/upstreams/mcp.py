@@ -20,7 +20,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from gateway.errors import UpstreamError
-from gateway.upstreams.base import ToolResult, UpstreamTool
+from gateway.upstreams.base import ToolResult, UpstreamTool, resolve_command
 
 __all__ = ["McpUpstream"]
 
@@ -39,8 +39,8 @@ class McpUpstream:
         self.name = name
         self._url = url
         self._headers = dict(headers or {})
-        self._stdio = StdioServerParameters(command=command, args=list(args or []), env=dict(env or {}),
-                                            cwd=cwd) if command else None
+        self._stdio = StdioServerParameters(command=resolve_command(command), args=list(args or []),
+                                            env=dict(env or {}), cwd=cwd) if command else None
         self._client: Client | None = None
         self._tools: list[UpstreamTool] = []
         self._listeners: list[Callable[[], None]] = []
