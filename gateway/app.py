@@ -6,9 +6,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
-from gateway.approvals.webhooks import WebhookNotifier
-from gateway.frontends.approvals_page import approvals_page_routes
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -17,12 +16,14 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from gateway.approvals.service import ApprovalService
 from gateway.approvals.store import ApprovalStore
+from gateway.approvals.webhooks import WebhookNotifier
 from gateway.auth import Authenticator
 from gateway.config.load import LoadedConfig, resolve_secret
 from gateway.config.model import UpstreamSpec
 from gateway.diagnostics import Diagnostic
 from gateway.errors import ConfigError
 from gateway.frontends.approvals_api import approval_routes
+from gateway.frontends.approvals_page import approvals_page_routes
 from gateway.frontends.identity import RequireIdentity
 from gateway.frontends.mcp import McpFrontend
 from gateway.frontends.rest import rest_routes
@@ -31,7 +32,7 @@ from gateway.pipeline.audit import AuditLog, Redactor
 from gateway.policy.model import parse_duration
 from gateway.reload import PolicyHolder
 from gateway.store.sqlite import SqliteStore
-from gateway.upstreams.base import Upstream
+from gateway.upstreams.base import Upstream, UpstreamTool
 from gateway.upstreams.http import HttpOperation, HttpUpstream
 from gateway.upstreams.launch import LaunchedUpstream
 from gateway.upstreams.mcp import McpUpstream
@@ -72,10 +73,8 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
     )
 
 
-def _upstream_tool(name: str, description: str, schema: dict[str, object], title: str | None,
-                   annotations: dict[str, object]):  # type: ignore[no-untyped-def]
-    from gateway.upstreams.base import UpstreamTool
-
+def _upstream_tool(name: str, description: str, schema: dict[str, Any], title: str | None,
+                   annotations: dict[str, Any]) -> UpstreamTool:
     return UpstreamTool(name, description, dict(schema), title, dict(annotations))
 
 

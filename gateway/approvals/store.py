@@ -94,7 +94,7 @@ class ApprovalStore:
             row = self._db.execute("SELECT data FROM approvals WHERE id = ?", (approval_id,)).fetchone()
         return _load(row[0]) if row else None
 
-    def list(self, state: str | None = None, limit: int = 200) -> list[Approval]:
+    def list_requests(self, state: str | None = None, limit: int = 200) -> list[Approval]:
         """Requests, newest first, optionally in one state."""
         with self._lock:
             if state:

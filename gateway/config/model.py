@@ -214,13 +214,16 @@ class UpstreamSpec(_Strict):
         return f"{prefix}_{tool}" if prefix else tool
 
 
+ApprovalEvent = Literal["approval.created", "approval.decided", "approval.expired"]
+APPROVAL_EVENTS: tuple[ApprovalEvent, ...] = ("approval.created", "approval.decided", "approval.expired")
+
+
 class WebhookSpec(_Strict):
     """Where approval events are POSTed, signed with HMAC-SHA256 of the body."""
 
     url: str = Field(pattern=r"^https?://")
     secret: SecretRef | None = None
-    events: list[Literal["approval.created", "approval.decided", "approval.expired"]] = Field(
-        default_factory=lambda: ["approval.created", "approval.decided", "approval.expired"])
+    events: list[ApprovalEvent] = Field(default_factory=lambda: list(APPROVAL_EVENTS))
 
 
 class ApprovalsSpec(_Strict):

@@ -31,7 +31,7 @@ def approval_routes(service: ApprovalService) -> list[Route]:
         state = request.query_params.get("state")
         if state is not None and state not in _STATES:
             return error_response(400, "invalid-state", f"state must be one of {', '.join(sorted(_STATES))}")
-        return JSONResponse({"approvals": [a.to_dict() for a in service.store.list(state)]})
+        return JSONResponse({"approvals": [a.to_dict() for a in service.store.list_requests(state)]})
 
     async def get_approval(request: Request) -> JSONResponse:
         identity = identity_of(request.scope)

@@ -14,8 +14,9 @@ from typing import Any
 import mcp_types as types
 from mcp import MCPError
 from mcp.server import NotificationOptions, Server, ServerRequestContext
-from mcp.server.lowlevel.server import InitializationOptions
+from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from starlette.requests import Request
 
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
@@ -54,7 +55,7 @@ class McpFrontend:
 
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any],
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        identity = identity_of(ctx.request.scope)
+        identity = identity_of(_http(ctx).scope)
         self._peers.add(ctx.session)
         tools = []
         for tool in self.gateway.visible_tools(identity.principal):
@@ -66,9 +67,10 @@ class McpFrontend:
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:
-        identity = identity_of(ctx.request.scope)
+        http = _http(ctx)
+        identity = identity_of(http.scope)
         self._peers.add(ctx.session)
-        headers = ctx.request.headers
+        headers = http.headers
         meta = dict(params.meta or {})
         session_id = headers.get("mcp-session-id") or headers.get("x-gateway-session") or identity.principal.id
         request = CallRequest(
@@ -77,7 +79,7 @@ class McpFrontend:
             principal=identity.principal,
             session_id=session_id,
             call_id=str(meta.get(CALL_ID_META) or new_call_id()),
-            iteration=int(meta.get(ITERATION_META) or 0),
+            iteration=_int(meta.get(ITERATION_META)),
             progress=_progress(ctx, meta),
             frontend="mcp",
             elicit=_elicitation(ctx),
@@ -103,6 +105,21 @@ class McpFrontend:
             except Exception:  # a closed session; it will be collected
                 continue
             _spawn(task)
+
+
+def _http(ctx: ServerRequestContext[Any, Any]) -> Request:
+    """The HTTP request behind an MCP request; this server is only mounted on HTTP."""
+    if ctx.request is None:
+        raise MCPError(code=types.INTERNAL_ERROR, message="the gateway serves MCP over HTTP only")
+    request: Request = ctx.request
+    return request
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 _tasks: set[Any] = set()

@@ -32,9 +32,9 @@ import operator
 import re
 import sys
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import celpy
 import celpy.celparser
@@ -51,7 +51,7 @@ from celpy.celtypes import (
     TimestampType,
     UintType,
 )
-from celpy.evaluation import CELEvalError, Evaluator, Result
+from celpy.evaluation import Activation, CELEvalError, Evaluator, Result
 from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
 
@@ -155,7 +155,7 @@ def _to_uint(value: float) -> UintType:
 
 def _from_seconds(seconds: int) -> datetime:
     try:
-        return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=seconds)
+        return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=seconds)
     except OverflowError:
         raise ValueError("timestamp overflow") from None
 
@@ -173,7 +173,7 @@ def _duration_part(micros_per_unit: int, modulo: int = 0) -> Callable[[Any], int
     def part(value: Any) -> int:
         micros = _plain(value) // timedelta(microseconds=1)
         units = abs(micros) // micros_per_unit
-        return (-1 if micros < 0 else 1) * (units % modulo if modulo else units)
+        return int((-1 if micros < 0 else 1) * (units % modulo if modulo else units))
 
     return part
 
@@ -214,8 +214,8 @@ def _declare_all() -> None:
     _declare("int", "g", ("duration",), "int")
     _declare("duration", "g", ("int",), "duration")
     _declare("type", "g", ("A",), ("type", "A"), lambda v: _TYPE_VALUES[_kind(v)])
-    for kind in ("string", "bytes", _LIST, _MAP):
-        _declare("size", "gm", (kind,), "int", len)
+    for sized in ("string", "bytes", _LIST, _MAP):
+        _declare("size", "gm", (sized,), "int", len)
     for name, test in (("contains", operator.contains), ("startsWith", str.startswith), ("endsWith", str.endswith)):
         _declare(name, "m", ("string", "string"), "bool", test)
     _declare("matches", "gm", ("string", "string"), "bool", lambda s, p: _regex(str(p)).search(s) is not None)
@@ -225,7 +225,7 @@ def _declare_all() -> None:
         "uint": {"int": _uint64, "uint": UintType, "double": _to_uint,
                  "string": lambda s: UintType(strings.parse_int(s, 0, UINT64_MAX))},
         "double": {"int": float, "uint": float, "double": float, "string": strings.parse_double},
-        "string": {"int": lambda i: str(int(i)), "uint": lambda i: str(int(i)), "double": strings.format_double, "string": str,
+        "string": {"int": str, "uint": str, "double": strings.format_double, "string": str,
                    "bytes": lambda b: bytes(b).decode(), "bool": lambda b: "true" if b else "false",
                    "timestamp": lambda t: strings.format_timestamp(_plain(t)),
                    "duration": lambda d: strings.format_duration(_plain(d))},
@@ -325,7 +325,7 @@ def _to_cel(value: Any) -> Any:
     if isinstance(value, Mapping):
         return MapType({_to_cel(key): _to_cel(item) for key, item in value.items()})
     if isinstance(value, datetime):
-        return TimestampType(value if value.tzinfo else value.replace(tzinfo=timezone.utc))
+        return TimestampType(value if value.tzinfo else value.replace(tzinfo=UTC))
     if isinstance(value, timedelta):
         return DurationType(value)
     raise TypeError(f"unsupported value of type {type(value).__name__}")
@@ -351,8 +351,8 @@ def _plain(value: Any) -> Any:
     if kind == "map":
         return {_plain(key): _plain(item) for key, item in value.items()}
     if kind == "timestamp":
-        v = value.astimezone(timezone.utc)
-        return datetime(v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond, timezone.utc)
+        v = value.astimezone(UTC)
+        return datetime(v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond, UTC)
     if kind == "duration":
         return timedelta(days=value.days, seconds=value.seconds, microseconds=value.microseconds)
     if kind == "type":
@@ -403,7 +403,7 @@ def _accepts(param: Any, kind: str) -> bool:
 
 
 def _dispatcher(name: str, overloads: list[_Overload]) -> Callable[..., Result]:
-    def call(*args: Any) -> Result:
+    def call(*args: Any) -> Any:
         error = _first_error(*args)
         if error is not None:
             return error
@@ -411,7 +411,7 @@ def _dispatcher(name: str, overloads: list[_Overload]) -> Callable[..., Result]:
         for overload in overloads:
             if len(overload.params) == len(kinds) and all(map(_accepts, overload.params, kinds)):
                 try:
-                    return _to_cel(overload.impl(*args))  # type: ignore[misc]
+                    return _to_cel(cast(Callable[..., Any], overload.impl)(*args))
                 except Exception as exc:  # a failing function is an evaluation error, never a crash
                     return CELEvalError(str(exc) or type(exc).__name__)
         return _no_overload(name, *args)
@@ -468,7 +468,7 @@ def _logic(name: str, absorbing: bool) -> Callable[[Any, Any], Result]:
     return run
 
 
-def _conditional(cond: Any, a: Any, b: Any) -> Result:
+def _conditional(cond: Any, a: Any, b: Any) -> Any:
     if isinstance(cond, BoolType):
         return a if cond else b
     return _first_error(cond) or _no_overload("_?_:_", cond, a, b)
@@ -539,7 +539,8 @@ def _parse(source: str) -> Tree[Any]:
             raise error(len(source), "unexpected end of expression") from None
         raise error(exc.token.start_pos or 0, f"unexpected {exc.token.value!r}") from None
     except UnexpectedCharacters as exc:
-        raise error(exc.pos_in_stream, f"unexpected character {source[exc.pos_in_stream]!r}") from None
+        pos = exc.pos_in_stream or 0
+        raise error(pos, f"unexpected character {source[pos:pos + 1]!r}") from None
     except UnexpectedEOF:
         raise error(len(source), "unexpected end of expression") from None
     except LarkError as exc:
@@ -607,12 +608,12 @@ class _Checker:
     def __init__(self, source: str) -> None:
         self.source = source
 
-    def error(self, message: str, pos: int, kind: str = "cel-compile") -> CelCompileError:
-        return CelCompileError(message, *_line_column(self.source, pos), kind=kind)
+    def error(self, message: str, pos: int | None, kind: str = "cel-compile") -> CelCompileError:
+        return CelCompileError(message, *_line_column(self.source, pos or 0), kind=kind)
 
-    def after(self, end: int | Tree[Any]) -> int:
+    def after(self, end: int | Tree[Any] | None) -> int:
         """Position of the first token after ``end`` (an offset or a subtree)."""
-        offset = end if isinstance(end, int) else getattr(end.meta, "end_pos", 0)
+        offset = end if isinstance(end, int) else getattr(getattr(end, "meta", None), "end_pos", 0)
         match = _SKIP.match(self.source, offset)
         return match.end() if match else offset
 
@@ -657,7 +658,7 @@ class _Checker:
         return ("type", _TYPE_NAMES[name]) if name in _TYPE_NAMES else None
 
     def ident(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
-        token = tree.children[0]
+        token = cast(Token, tree.children[0])
         found = self.declared(str(token), scope)
         if found is None:
             raise self.error(f"undeclared reference to '{token}'", token.start_pos, "cel-undeclared")
@@ -674,8 +675,8 @@ class _Checker:
         raise self.error(f"undeclared reference to '{name}'", tree.meta.start_pos, "cel-undeclared")
 
     def literal(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
-        token = tree.children[0]
-        text, kind, pos = str(token), token.type, token.start_pos
+        token = cast(Token, tree.children[0])
+        text, kind, pos = str(token), token.type, token.start_pos or 0
         if kind in ("INT_LIT", "UINT_LIT"):
             digits = text.rstrip("uU").lower()
             value = int(digits.replace("0x", ""), 16 if "0x" in digits else 10)
@@ -702,7 +703,7 @@ class _Checker:
         return ("map", _join(entries[0::2]), _join(entries[1::2]))
 
     def member_dot(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
-        operand, field = tree.children
+        operand, field = cast(tuple[Tree[Any], Token], tree.children)
         dot = self.source.rindex(".", 0, field.start_pos)
         dotted = _dotted(tree)
         if dotted is not None and self.declared(dotted.split(".")[0], scope) is None:
@@ -720,7 +721,7 @@ class _Checker:
         return self.call("_[_]", types, self.after(container))
 
     def ident_arg(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
-        name, args = tree.children[0], (tree.children[1].children if len(tree.children) == 2 else [])
+        name, args = cast(Token, tree.children[0]), (tree.children[1].children if len(tree.children) == 2 else [])
         if name == "has" and len(args) == 1:
             selection = _unwrap(args[0])
             if selection.data != "member_dot":
@@ -730,7 +731,7 @@ class _Checker:
         return self.call(str(name), [self.type_of(arg, scope) for arg in args], self.after(name.end_pos))
 
     def member_dot_arg(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
-        receiver, name = tree.children[:2]
+        receiver, name = cast(tuple[Tree[Any], Token], tree.children[:2])
         args = tree.children[2].children if len(tree.children) == 3 else []
         paren = self.after(name.end_pos)
         if name in _MACROS and (len(args) == 2 or (name == "map" and len(args) == 3)):
@@ -764,7 +765,7 @@ class _Checker:
 
 
 class _Evaluator(Evaluator):
-    def __init__(self, ast: Tree[Any], activation: celpy.Activation, scope: Mapping[str, Any]) -> None:
+    def __init__(self, ast: Tree[Any], activation: Activation, scope: Mapping[str, Any]) -> None:
         super().__init__(ast=ast, activation=activation)
         self.scope = scope
 
@@ -786,15 +787,15 @@ class _Evaluator(Evaluator):
             return BoolType(_lookup(target, str(field)) is not _MISSING)
         return _first_error(target) or CELEvalError(f"has() cannot select a field of {_kind(target)}")
 
-    def member_dot(self, tree: Tree[Any]) -> Result:
+    def member_dot(self, tree: Tree[Any]) -> Any:
         operand, field = tree.children
         target = self.visit(operand)
         if _kind(target) != "map":
             return _first_error(target) or CELEvalError(f"{_kind(target)} has no field '{field}'")
-        return _index(target, StringType(field))
+        return _index(target, StringType(str(field)))
 
-    def mapinits(self, tree: Tree[Any]) -> Result:
-        values = self.visit_children(tree)
+    def mapinits(self, tree: Tree[Any]) -> Any:
+        values: list[Any] = self.visit_children(tree)
         result = MapType()
         for key, value in zip(values[0::2], values[1::2], strict=True):
             if _first_error(key, value):
@@ -806,7 +807,7 @@ class _Evaluator(Evaluator):
             result[key] = value
         return result
 
-    def member_dot_arg(self, tree: Tree[Any]) -> Result:
+    def member_dot_arg(self, tree: Tree[Any]) -> Any:
         name = str(tree.children[1])
         args = tree.children[2].children if len(tree.children) == 3 else []
         if name not in _MACROS or not (len(args) == 2 or (name == "map" and len(args) == 3)):
@@ -817,7 +818,7 @@ class _Evaluator(Evaluator):
         variable = str(_unwrap(args[0]).children[0])
         return self.comprehension(name, list(target), variable, args[1:])
 
-    def comprehension(self, name: str, items: list[Any], variable: str, bodies: list[Any]) -> Result:
+    def comprehension(self, name: str, items: list[Any], variable: str, bodies: list[Any]) -> Any:
         results, error, count = [], None, 0
         for item in items:
             scope = {**self.scope, variable: item}

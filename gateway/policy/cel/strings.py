@@ -13,7 +13,7 @@ time from the same table.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 # Unicode White_Space (what cel-cpp's trim strips); Python's isspace() also counts U+001C..U+001F.
-_WHITE_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+_WHITE_SPACE = "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
 _LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
@@ -133,7 +133,7 @@ _TIMESTAMP = re.compile(
 _DURATION = re.compile(r"([+-]?)((?:(?:\d+\.?\d*|\.\d+)(?:ns|us|ms|s|m|h))+|0)")
 _DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|ms|s|m|h)")
 _NANOS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def parse_int(text: str, low: int = INT64_MIN, high: int = INT64_MAX) -> int:
@@ -184,14 +184,14 @@ def parse_timestamp(text: str) -> datetime:
     try:
         local = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), micros)
         offset = timedelta(hours=int(off_h or 0), minutes=int(off_m or 0)) * (-1 if sign == "-" else 1)
-        return (local - offset).replace(tzinfo=timezone.utc)
+        return (local - offset).replace(tzinfo=UTC)
     except (ValueError, OverflowError):
         raise ValueError(f"cannot parse timestamp {text!r}") from None
 
 
 def format_timestamp(value: datetime) -> str:
     """RFC 3339 in UTC with 0, 3 or 6 fractional digits."""
-    value = value.astimezone(timezone.utc)
+    value = value.astimezone(UTC)
     text = (
         f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
         f"T{value.hour:02d}:{value.minute:02d}:{value.second:02d}"

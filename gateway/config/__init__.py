@@ -1,0 +1,1 @@
+"""Gateway configuration (`gateway.yaml`): model and loader."""

@@ -1,0 +1,1 @@
+"""Upstreams: where tools live (MCP servers, HTTP and OpenAPI services)."""
