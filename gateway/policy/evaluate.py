@@ -98,6 +98,7 @@ def evaluate_call(
     results: list[RuleResult] = []
     approvals: list[ApprovalRequirement] = []
     skip_result: Any = None
+    skip_seen = False  # the first skip rule that fires gives the result, even when it has none
 
     for rule in rules:  # mutate
         if rule.action is Action.REWRITE:
@@ -109,8 +110,8 @@ def evaluate_call(
         results.append(result)
         if result.effect is Verdict.APPROVE and rule.approval is not None:
             approvals.append(_requirement(rule.approval, result.message))
-        if result.effect is Verdict.SKIP and skip_result is None:
-            skip_result = produced
+        if result.effect is Verdict.SKIP and not skip_seen:
+            skip_seen, skip_result = True, produced
 
     verdict, decided_by, message = choose_verdict(
         results, default if stage is Stage.REQUEST else Verdict.ALLOW, tool_name

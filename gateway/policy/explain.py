@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.policy.call import ToolCall
+from gateway.policy.decision import Stage, Verdict
 from gateway.policy.policyset import PolicySet
 
 __all__ = ["explain", "render_text"]
@@ -38,7 +39,8 @@ def explain(policy_set: PolicySet, call: ToolCall) -> dict[str, Any]:
         trace.append(entry)
     out = decision.to_dict()
     out["tool"] = call.tool.name
-    out["default"] = str(policy_set.default)
+    # the set's default applies only at the request stage; responses default to allow
+    out["default"] = str(policy_set.default if call.stage is Stage.REQUEST else Verdict.ALLOW)
     out["engine"] = policy_set.engine.name
     out["trace"] = trace
     return out

@@ -22,6 +22,10 @@ Known differences from the C++ engine:
   found at evaluation time. Error message texts are similar, not identical.
 * ``&&`` and ``||`` evaluate both operands (errors are absorbed the same way; only cost differs).
 * A function call with a leading dot (``.size(x)``) is not supported.
+* Nesting is capped at ``MAX_TREE_DEPTH`` parse levels, about ten nested parentheses, calls or
+  lists (cel-cpp allows 32), so that evaluation fits Python's default recursion limit.
+* Iterating a map (``m.map(k, k)``, ``m.all(...)``) visits keys in insertion order; cel-cpp's order
+  is unspecified and differs, so only order-independent results agree.
 """
 
 from __future__ import annotations
@@ -75,6 +79,10 @@ _TYPE_NAMES: dict[str, Any] = {
     "list": ("list", DYN), "map": ("map", DYN, DYN), "type": ("type", DYN),
 }
 _MACROS = {"all", "exists", "exists_one", "map", "filter"}
+# celpy's interpreter recurses about five Python frames per parse-tree level. 120 levels (about ten
+# nested parentheses, calls or lists) stay near 600 frames, leaving room for the caller under
+# Python's default recursion limit of 1000, which this engine does not raise.
+MAX_TREE_DEPTH = 120
 
 
 class _Overload(NamedTuple):
@@ -875,9 +883,22 @@ class _Program:
             # celpy appends its whole activation to some messages; keep only the first clause.
             raise CelEvaluationError(re.sub(r" \(in (activation|container) .*", "", text, flags=re.S)[:300]) from exc
         except RecursionError:
-            raise CelEvaluationError("expression is nested too deeply") from None
+            raise CelEvaluationError("evaluation is nested too deeply") from None
         except Exception as exc:  # a celpy internal failure is still only this expression's failure
             raise CelEvaluationError(f"evaluation failed ({type(exc).__name__})") from exc
+
+
+def _check_depth(tree: Tree[Any], source: str) -> None:
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_TREE_DEPTH:
+            raise CelCompileError(
+                "expression is nested too deeply for the cel-python engine "
+                "(about ten levels of parentheses, calls or lists at most)",
+                *_line_column(source, getattr(node.meta, "start_pos", 0)),
+            )
+        stack.extend((kid, depth + 1) for kid in node.children if isinstance(kid, Tree))
 
 
 class PureEngine:
@@ -888,15 +909,13 @@ class PureEngine:
     def __init__(self) -> None:
         limit = sys.getrecursionlimit()
         self._env = celpy.Environment(runner_class=_Runner)
-        sys.setrecursionlimit(max(limit, sys.getrecursionlimit()))  # celpy sets 2500; never lower it
+        sys.setrecursionlimit(limit)  # celpy sets a process-wide 2500; MAX_TREE_DEPTH is our bound
         self._functions = _runtime_functions()
 
     def compile(self, source: str, expected: ExprType) -> _Program:
-        try:
-            tree = _parse(source)
-            result = _Checker(source).type_of(tree, {})
-        except RecursionError:
-            raise CelCompileError("expression is nested too deeply") from None
+        tree = _parse(source)
+        _check_depth(tree, source)
+        result = _Checker(source).type_of(tree, {})
         want = {ExprType.BOOL: BOOL, ExprType.STRING: "string"}.get(expected)
         if want is not None and result not in (want, DYN):
             shown = _fmt(result).replace("(", "<").replace(")", ">").replace("null_type", "null")
@@ -912,6 +931,6 @@ class PureEngine:
                 raise CelEvaluationError(f"input cannot be given to CEL: '{name}' must be a map")
             try:
                 bound[name] = _to_cel(data[name])
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, RecursionError) as exc:
                 raise CelEvaluationError(f"input cannot be given to CEL: {name}: {exc}") from exc
         return bound
