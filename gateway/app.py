@@ -36,7 +36,7 @@ from gateway.upstreams.base import Upstream, UpstreamTool
 from gateway.upstreams.http import HttpOperation, HttpUpstream
 from gateway.upstreams.launch import LaunchedUpstream
 from gateway.upstreams.mcp import McpUpstream
-from gateway.upstreams.registry import ToolRegistry
+from gateway.upstreams.registry import Source, ToolRegistry
 
 __all__ = ["build_app", "build_gateway", "build_upstream"]
 
@@ -46,31 +46,37 @@ log = logging.getLogger("gateway")
 def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
     """One upstream from its config."""
     base = config.base
+    if spec.mcp is not None:
+        m = spec.mcp
+        return McpUpstream(
+            spec.name, url=m.url, headers={k: resolve_secret(v, base) for k, v in m.headers.items()},
+            command=m.command, args=m.args, env={k: resolve_secret(v, base) for k, v in m.env.items()},
+            cwd=config.path(m.cwd) if m.cwd else base,
+        )
+    http: HttpUpstream
     if spec.http is not None:
-        http = spec.http
-        headers = {k: resolve_secret(v, base) for k, v in http.headers.items()}
+        headers = {k: resolve_secret(v, base) for k, v in spec.http.headers.items()}
         ops = [HttpOperation.build(
             _upstream_tool(t.name, t.description, t.input_schema, t.title, t.annotations),
-            t.method, t.path, tuple(t.query), None if t.body is None else t.body == "json") for t in http.tools]
-        upstream: Upstream = HttpUpstream(spec.name, http.base_url, ops, headers)
-        if http.launch is not None:
-            launch = http.launch
-            upstream = LaunchedUpstream(upstream, http.base_url, launch.command, launch.args,
-                                        {k: resolve_secret(v, base) for k, v in launch.env.items()},
-                                        config.path(launch.cwd) if launch.cwd else base)
-        return upstream
-    if spec.openapi is not None:
+            t.method, t.path, tuple(t.query), None if t.body is None else t.body == "json") for t in spec.http.tools]
+        http, launch = HttpUpstream(spec.name, spec.http.base_url, ops, headers), spec.http.launch
+    else:
+        assert spec.openapi is not None
         from gateway.upstreams.openapi import openapi_upstream
 
         headers = {k: resolve_secret(v, base) for k, v in spec.openapi.headers.items()}
-        return openapi_upstream(spec.name, spec.openapi, base, headers)
-    assert spec.mcp is not None
-    m = spec.mcp
-    return McpUpstream(
-        spec.name, url=m.url, headers={k: resolve_secret(v, base) for k, v in m.headers.items()},
-        command=m.command, args=m.args, env={k: resolve_secret(v, base) for k, v in m.env.items()},
-        cwd=config.path(m.cwd) if m.cwd else base,
-    )
+        http, launch = openapi_upstream(spec.name, spec.openapi, base, headers), spec.openapi.launch
+    if launch is None:
+        return http
+    return LaunchedUpstream(http, http.base_url, launch.command, launch.args,
+                            {k: resolve_secret(v, base) for k, v in launch.env.items()},
+                            config.path(launch.cwd) if launch.cwd else base)
+
+
+def _own_timeout(spec: UpstreamSpec) -> float:
+    kind = spec.http or spec.openapi or spec.mcp
+    assert kind is not None
+    return parse_duration(kind.timeout)
 
 
 def _upstream_tool(name: str, description: str, schema: dict[str, Any], title: str | None,
@@ -87,8 +93,8 @@ def public_url(config: LoadedConfig) -> str:
 def build_gateway(config: LoadedConfig) -> Gateway:
     """The call pipeline with its policies, store, audit log and approvals (upstreams not started yet)."""
     spec = config.spec
-    upstreams = [(build_upstream(u, config), u.exposed_name) for u in spec.upstreams]
-    registry = ToolRegistry(upstreams)
+    registry = ToolRegistry([Source(build_upstream(u, config), u.exposed_name, _own_timeout(u))
+                             for u in spec.upstreams])
     policies = PolicyHolder(config.policy_paths(), spec.engine)
     store = SqliteStore(config.path(spec.store.sqlite))
     audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout,

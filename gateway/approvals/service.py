@@ -61,12 +61,19 @@ class ApprovalService:
     async def hold(self, held: HeldCall) -> ApprovalResult:
         """Wait for the decision on this call (see the module docstring)."""
         approval = self._find_or_create(held)
-        elicit: Elicit | None = held.request.elicit
-        if approval.state is ApprovalState.PENDING and elicit is not None \
-                and any(r.via == "elicitation" and r.satisfied_by is None for r in approval.requirements):
-            await self._elicit(approval, held, elicit)
         deadline = None if held.request.wait_seconds is None else self._clock() + held.request.wait_seconds
-        return await self._await(approval.id, held, deadline)
+        elicit: Elicit | None = held.request.elicit
+        if approval.state is not ApprovalState.PENDING or elicit is None \
+                or not any(r.via == "elicitation" and r.satisfied_by is None for r in approval.requirements):
+            return await self._await(approval.id, held, deadline)
+        # Ask the end user while waiting, not before: an approver on the page, the timeout or the
+        # caller's deadline must end the wait even if the user never answers.
+        asking = asyncio.create_task(self._elicit(approval, held, elicit))
+        try:
+            return await self._await(approval.id, held, deadline)
+        finally:
+            asking.cancel()
+            await asyncio.gather(asking, return_exceptions=True)
 
     def _find_or_create(self, held: HeldCall) -> Approval:
         request, decision = held.request, held.decision
@@ -95,6 +102,8 @@ class ApprovalService:
     async def _await(self, approval_id: str, held: HeldCall, deadline: float | None) -> ApprovalResult:
         announced = False
         while True:
+            # Taken before the state is read, so a decision made while we look or report progress still wakes us.
+            changed = self._changed.setdefault(approval_id, asyncio.Event())
             approval = self.store.get(approval_id)
             if approval is None:  # only if the database was changed under us
                 return ApprovalResult(False, "The approval request disappeared.", approval_id)
@@ -123,19 +132,8 @@ class ApprovalService:
             limits = [approval.expires_ts - now, APPROVAL_PROGRESS_SECONDS]
             if deadline is not None:
                 limits.append(deadline - now)
-            if not await self._wait_change(approval_id, max(0.01, min(limits))) and held.request.progress:
+            if not await _wait(changed, max(0.01, min(limits))) and held.request.progress:
                 await self._progress(held, approval)
-
-    async def _wait_change(self, approval_id: str, seconds: float) -> bool:
-        event = self._changed.setdefault(approval_id, asyncio.Event())
-        try:
-            await asyncio.wait_for(event.wait(), seconds)
-            return True
-        except TimeoutError:
-            return False
-        finally:
-            if event.is_set():
-                self._changed.pop(approval_id, None)
 
     async def _progress(self, held: HeldCall, approval: Approval) -> None:
         assert held.request.progress is not None
@@ -229,7 +227,12 @@ class ApprovalService:
             await self.notifier.aclose()
 
     def _signal(self, approval_id: str) -> None:
-        event = self._changed.get(approval_id)
+        """Wake every caller waiting on this request; the next wait takes a fresh event.
+
+        Waiters never remove the event themselves: one that woke first would take away the
+        event a slower one is about to wait on, and that one would sleep through the next change.
+        """
+        event = self._changed.pop(approval_id, None)
         if event is not None:
             event.set()
 
@@ -239,6 +242,15 @@ class ApprovalService:
             for approval in self.store.due(self._clock()):
                 self.expire(approval)
             await asyncio.sleep(interval)
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> bool:
+    """Whether ``event`` was set within ``seconds``."""
+    try:
+        await asyncio.wait_for(event.wait(), seconds)
+        return True
+    except TimeoutError:
+        return False
 
 
 def _denial_message(approval: Approval) -> str:

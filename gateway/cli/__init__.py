@@ -1,4 +1,4 @@
-"""The `gateway` command: check, test, explain, schema, serve."""
+"""The `gateway` command: check, test, explain, schema, serve, approvals."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gateway.cli import policy_commands, serve_command
+from gateway.cli import approvals_command, policy_commands, serve_command
 from gateway.policy.cel import ENGINE_NAMES
 
 __all__ = ["main"]
@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="print a JSON Schema (for editors)")
     schema.add_argument("kind", choices=policy_commands.SCHEMAS)
     schema.set_defaults(func=policy_commands.schema)
+
+    approvals_command.register(sub)
     return parser
 
 

@@ -158,6 +158,7 @@ class OpenApiUpstreamSpec(_Strict):
 
     spec: str
     base_url: str | None = Field(None, pattern=r"^https?://")
+    launch: LaunchSpec | None = None
     headers: dict[str, str | SecretRef] = Field(default_factory=dict)
     timeout: str | int | float = "30s"
     include: list[str] = Field(default_factory=lambda: ["*"])

@@ -8,7 +8,7 @@ requested name. Unexpected failures become an ``isError`` result, never a crash 
 from __future__ import annotations
 
 import logging
-import weakref
+from collections import OrderedDict
 from typing import Any
 
 import mcp_types as types
@@ -20,6 +20,7 @@ from starlette.requests import Request
 
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
+from gateway.limits import MAX_CACHED_SESSIONS
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import new_call_id
 
@@ -50,13 +51,16 @@ class McpFrontend:
                                      on_list_tools=self._list_tools, on_call_tool=self._call_tool)
         self.sessions = StreamableHTTPSessionManager(app=self.server)
         self.endpoint = StreamableHTTPASGIApp(self.sessions)
-        self._peers: weakref.WeakSet[Any] = weakref.WeakSet()
+        # MCP session id → its latest request's ServerSession. The SDK builds a ServerSession per
+        # request, so a weak reference dies with the request; a kept one can still notify over the
+        # connection's standalone stream after its request ended.
+        self._peers: OrderedDict[str, Any] = OrderedDict()
         gateway.registry.on_change(self._tools_changed)
 
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any],
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         identity = identity_of(_http(ctx).scope)
-        self._peers.add(ctx.session)
+        self._remember(ctx)
         tools = []
         for tool in self.gateway.visible_tools(identity.principal):
             spec = tool.spec
@@ -69,7 +73,7 @@ class McpFrontend:
                          params: types.CallToolRequestParams) -> types.CallToolResult:
         http = _http(ctx)
         identity = identity_of(http.scope)
-        self._peers.add(ctx.session)
+        self._remember(ctx)
         headers = http.headers
         meta = dict(params.meta or {})
         session_id = headers.get("mcp-session-id") or headers.get("x-gateway-session") or identity.principal.id
@@ -98,13 +102,26 @@ class McpFrontend:
             "_meta": outcome.meta,
         })
 
+    def _remember(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """Keep the caller's session so it can be told when the tool list changes."""
+        session_id = _http(ctx).headers.get("mcp-session-id")
+        if not session_id:  # no handshake-era session: nothing to send list_changed on
+            return
+        self._peers[session_id] = ctx.session
+        self._peers.move_to_end(session_id)
+        while len(self._peers) > MAX_CACHED_SESSIONS:
+            self._peers.popitem(last=False)
+
     def _tools_changed(self) -> None:
-        for session in list(self._peers):
-            try:
-                task = session.send_tool_list_changed()
-            except Exception:  # a closed session; it will be collected
-                continue
-            _spawn(task)
+        for session_id, session in list(self._peers.items()):
+            _spawn(self._notify(session_id, session))
+
+    async def _notify(self, session_id: str, session: Any) -> None:
+        try:
+            await session.send_tool_list_changed()
+        except Exception:  # the client went away; forget it
+            if self._peers.get(session_id) is session:
+                del self._peers[session_id]
 
 
 def _http(ctx: ServerRequestContext[Any, Any]) -> Request:

@@ -7,7 +7,9 @@ A write that fails raises ``AuditWriteError`` so the call can fail closed.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import sys
 import threading
@@ -74,8 +76,8 @@ class AuditLog:
     def write(self, event: dict[str, Any]) -> None:
         """Write one event; raise ``AuditWriteError`` if it cannot be written."""
         line = json.dumps(event, ensure_ascii=False, default=str, separators=(",", ":")) + "\n"
-        try:
-            with self._lock:
+        with self._lock:
+            try:
                 if self.path is not None:
                     if self._file is None or self._file.closed:
                         self._file = self.path.open("a", encoding="utf-8")
@@ -84,9 +86,37 @@ class AuditLog:
                 if self._stdout is not None:
                     self._stdout.write(line)
                     self._stdout.flush()
-        except (OSError, ValueError) as exc:
-            self._file = None
-            raise AuditWriteError(f"audit log write failed: {exc}") from exc
+            except (OSError, ValueError) as exc:
+                self._discard()
+                raise AuditWriteError(f"audit log write failed: {exc}") from exc
+
+    def ensure_writable(self) -> None:
+        """Before a tool runs: the log file is open and is still the file at ``path``.
+
+        A log that cannot take the call's event must stop the call before it has side effects.
+        """
+        if self.path is None:
+            return
+        with self._lock:
+            try:
+                if self._file is None or self._file.closed or \
+                        os.fstat(self._file.fileno()).st_ino != os.stat(self.path).st_ino:
+                    self._discard()
+                    self._file = self.path.open("a", encoding="utf-8")
+            except (OSError, ValueError) as exc:
+                self._discard()
+                raise AuditWriteError(f"audit log is not writable: {exc}") from exc
+
+    def _discard(self) -> None:
+        """Close a file that failed mid-write; the next write reopens it.
+
+        Its unflushed bytes describe a call that is being refused, so they are dropped with it
+        (and a file left to the garbage collector would try to flush them again, and warn).
+        """
+        file, self._file = self._file, None
+        if file is not None:
+            with contextlib.suppress(OSError, ValueError):
+                file.close()
 
     def close(self) -> None:
         """Close the file."""

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import AuditWriteError, UnknownToolError, UpstreamError
+from gateway.errors import AuditWriteError, InvalidArgumentsError, UnknownToolError, UpstreamError
 from gateway.limits import MAX_AUDIT_ERROR_CHARS
 from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
 from gateway.pipeline.audit import AuditLog
@@ -33,7 +33,8 @@ from gateway.upstreams.registry import ExposedTool, ToolRegistry
 __all__ = ["Gateway"]
 
 TOOL_FAILED = "The tool failed. Try again later or use another tool."
-AUDIT_FAILED = "The call could not be recorded, so it was not completed."
+AUDIT_FAILED = "The call could not be recorded, so it was not run."
+AUDIT_FAILED_AFTER_RUN = "The tool ran, but the call could not be recorded, so its result is withheld."
 
 
 @dataclass(slots=True)
@@ -47,6 +48,7 @@ class _Trace:
     decisions: list[Decision] = field(default_factory=list)
     upstream: dict[str, Any] = field(default_factory=lambda: {"status": "not_called"})
     approval: dict[str, Any] | None = None
+    counted: bool = False
 
 
 class Gateway:
@@ -110,6 +112,9 @@ class Gateway:
             call=CallInfo(request.call_id, request.iteration, now_rfc3339()), env=self.env,
         )
         decision = self._decide(trace, policy_set, call)
+        # Count the call now, before any await: concurrent calls in one session must see it.
+        self.store.count_call(session, tool.name)
+        trace.counted = True
         verdict, message = decision.verdict, decision.message or ""
         if verdict is Verdict.REJECT:
             return refusal(request.call_id, "reject", message)
@@ -153,9 +158,17 @@ class Gateway:
     async def _execute(self, trace: _Trace, tool: ExposedTool, policy_set: PolicySet, call: ToolCall,
                        decision: Decision) -> CallOutcome:
         request = trace.request
-        started = time.perf_counter()
         try:
-            result = await tool.upstream.call(tool.spec.name, decision.args, self.call_timeout)
+            self.audit.ensure_writable()
+        except AuditWriteError:
+            return refusal(request.call_id, "audit_failed", AUDIT_FAILED)
+        started = time.perf_counter()
+        timeout = min(self.call_timeout, tool.timeout) if tool.timeout else self.call_timeout
+        try:
+            result = await tool.upstream.call(tool.spec.name, decision.args, timeout)
+        except InvalidArgumentsError as exc:  # arguments the upstream's request cannot carry safely
+            trace.upstream = {"status": "not_called", "error": str(exc)}
+            return refusal(request.call_id, "invalid_arguments", f"The arguments were refused: {exc}")
         except UpstreamError as exc:
             trace.upstream = {"status": "failed", "error": str(exc)[:MAX_AUDIT_ERROR_CHARS]}
             return refusal(request.call_id, "tool_failed", TOOL_FAILED)
@@ -191,11 +204,14 @@ class Gateway:
         try:
             self.audit.write(self._event(trace, tool, session, outcome, policy_set))
         except AuditWriteError:
-            outcome = refusal(outcome.call_id, "audit_failed", AUDIT_FAILED)
-        if count and tool is not None and outcome.pending_approval is None:
+            ran = trace.upstream.get("status") == "ok"
+            outcome = refusal(outcome.call_id, "audit_failed", AUDIT_FAILED_AFTER_RUN if ran else AUDIT_FAILED)
+        if count and tool is not None:
             terminated = outcome.meta.get("gateway/terminated")
-            self.store.record_call(session, tool.name, rejected=outcome.decision in _REFUSED,
-                                   terminate_message=outcome.text if terminated else None)
+            if not trace.counted:
+                self.store.count_call(session, tool.name)
+            self.store.record_outcome(session, rejected=outcome.decision in _REFUSED,
+                                      terminate_message=outcome.text if terminated else None)
         return outcome
 
     def _event(self, trace: _Trace, tool: ExposedTool | None, session: SessionState, outcome: CallOutcome,

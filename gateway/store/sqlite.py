@@ -99,11 +99,13 @@ class SqliteStore:
         self._sessions[session_id] = state
         return state
 
-    def record_call(self, state: SessionState, tool: str, *, rejected: bool,
-                    terminate_message: str | None = None) -> None:
-        """Count one call (and a rejection, and a termination) for the session."""
+    def count_call(self, state: SessionState, tool: str) -> None:
+        """Count one call for the session, in memory at once (concurrent calls see it)."""
         state.calls += 1
         state.calls_by_tool[tool] = state.calls_by_tool.get(tool, 0) + 1
+
+    def record_outcome(self, state: SessionState, *, rejected: bool, terminate_message: str | None = None) -> None:
+        """Count a rejection or a termination, and persist the session."""
         if rejected:
             state.rejected += 1
         if terminate_message is not None and not state.terminated:

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import httpx2
 
-from gateway.errors import UpstreamError
+from gateway.errors import InvalidArgumentsError, UpstreamError
 from gateway.upstreams.base import ToolResult, UpstreamTool, text_result
 
 __all__ = ["HttpOperation", "HttpUpstream"]
@@ -55,6 +55,11 @@ class HttpUpstream:
         self._client = client
         self._own_client = client is None
 
+    @property
+    def base_url(self) -> str:
+        """Where every request of this upstream goes."""
+        return self._base
+
     async def start(self) -> None:
         if self._client is None:
             self._client = httpx2.AsyncClient(follow_redirects=False)
@@ -76,8 +81,8 @@ class HttpUpstream:
         rest = dict(arguments)
         missing = [p for p in op.path_params if p not in rest]
         if missing:
-            raise UpstreamError(f"missing path parameter(s): {', '.join(missing)}")
-        path = _PLACEHOLDER.sub(lambda m: quote(str(rest.pop(m.group(1))), safe=""), op.path)
+            raise InvalidArgumentsError(f"missing path argument(s): {', '.join(missing)}")
+        path = _PLACEHOLDER.sub(lambda m: _segment(m.group(1), rest.pop(m.group(1))), op.path)
         query = {k: _query_value(rest.pop(k)) for k in op.query if k in rest}
         body = rest if op.body else None
         if not op.body:
@@ -99,9 +104,24 @@ class HttpUpstream:
         return _result(response)
 
 
-def _query_value(value: Any) -> str:
+def _segment(name: str, value: Any) -> str:
+    """One path segment from an argument; it can never become a different path.
+
+    Servers decode ``%2F`` before routing and clients collapse ``.``/``..`` segments, so those are
+    refused rather than encoded.
+    """
+    text = _query_value(value) if not isinstance(value, str) else value
+    if text in ("", ".", "..") or "/" in text or "\\" in text:
+        raise InvalidArgumentsError(f"path argument {name!r} must be a single, non-empty path segment")
+    return quote(text, safe="")
+
+
+def _query_value(value: Any) -> Any:
+    """A query value; a list of scalars becomes repeated keys (OpenAPI's default form)."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list) and all(isinstance(v, (str, int, float, bool)) for v in value):
+        return [_query_value(v) for v in value]
     if isinstance(value, (dict, list)):
         return json.dumps(value)
     return str(value)

@@ -69,6 +69,7 @@ class McpUpstream:
                 raise UpstreamError(f"{self.name}: no answer within {CONNECT_TIMEOUT_SECONDS}s") from None
 
     async def _own(self, ready: asyncio.Future[None]) -> None:
+        client: Client | None = None
         try:
             async with contextlib.AsyncExitStack() as stack:
                 transport: Any
@@ -93,7 +94,8 @@ class McpUpstream:
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
-            self._client = None
+            if self._client is client:  # a newer connection may have replaced this one already
+                self._client = None
 
     async def close(self) -> None:
         self._stop.set()
@@ -115,11 +117,24 @@ class McpUpstream:
         except TimeoutError:
             raise UpstreamError(f"{self.name}: {tool} timed out after {timeout}s") from None
         except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                await self._drop(client)
             raise UpstreamError(f"{self.name}: {tool}: MCP error {exc.code}: {exc}") from exc
-        except Exception as exc:
+        except Exception as exc:  # the transport failed: the connection cannot be trusted any more
+            await self._drop(client)
             raise UpstreamError(f"{self.name}: {tool}: {_describe(exc)}") from exc
         content = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
         return ToolResult(content, result.structured_content, bool(result.is_error))
+
+    async def _drop(self, client: Client) -> None:
+        """Close a connection that died (a killed subprocess, say) so the next call opens a new one.
+
+        Without this the owner task would keep holding the dead client and every later call
+        would fail with "Connection closed".
+        """
+        async with self._connect_lock:
+            if self._client is client:
+                await self.close()
 
     async def _fetch_tools(self, client: Client) -> list[UpstreamTool]:
         listed = await client.list_tools(cache_mode="refresh")

@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 import httpx2
@@ -46,11 +46,19 @@ _UNSAFE_NAME = re.compile(r"[^a-zA-Z0-9_-]+")
 _UNSAFE_PARAM = re.compile(r"[^A-Za-z0-9_]+")
 _PATH_PLACEHOLDER = _SERVER_VARIABLE = re.compile(r"\{([^}]+)\}")
 _METHOD_HINTS: dict[str, dict[str, Any]] = {"get": {"readOnlyHint": True}, "delete": {"destructiveHint": True}}
-_WRAPPED = object()  # marks a body that is the ``body`` argument itself
 # Values that are data, not schemas: never read as $refs or rewritten.
 _LITERAL_KEYS = frozenset({"example", "examples", "default", "enum", "const"})
 
 _Where = tuple[str | int, ...]
+
+
+class _Body(NamedTuple):
+    """What a JSON request body adds to the input schema."""
+
+    properties: dict[str, Any]
+    required: list[str]
+    additional: Any = None  # the object's additionalProperties, when it says
+    wrapped: bool = False  # the body is the ``body`` argument itself, not the remaining arguments
 
 
 class _Bad(Exception):
@@ -96,9 +104,10 @@ def openapi_upstream(name: str, spec: OpenApiUpstreamSpec, base_dir: Path, heade
 class _OpenApiUpstream(HttpUpstream):
     """An HTTP upstream where a non-object request body arrives as the ``body`` argument."""
 
-    def __init__(self, *args: Any, wrapped: frozenset[str], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._wrapped = wrapped
+    def __init__(self, name: str, base_url: str, operations: list[HttpOperation], headers: dict[str, str],
+                 client: httpx2.AsyncClient | None, *, wrapped: frozenset[str]) -> None:
+        super().__init__(name, base_url, operations, headers, client)
+        self._wrapped = wrapped  # tool names whose body is the ``body`` argument
 
     def request_for(self, tool: str, arguments: dict[str, Any]) -> tuple[str, str, dict[str, Any], Any]:
         method, url, query, body = super().request_for(tool, arguments)
@@ -261,22 +270,19 @@ def _operation(document: dict[str, Any], name: str, method: str, template: str, 
             query.append(param["name"])
             add(param["name"], _parameter_schema(param), param.get("required") is True)
     body = _request_body(resolver, op, name, label, where) if method != "get" else None
-    wraps = False
     if body is not None:
-        body_props, body_required, extra = body
-        clash = sorted(set(body_props) & set(properties))
+        clash = sorted(set(body.properties) & set(properties))
         if clash:
             raise _Bad(where, "openapi-name-clash",
                        f"{label}: body field(s) {', '.join(clash)} clash with a path or query parameter",
                        "rename the parameter or the body field in the document, or exclude the operation")
-        wraps = extra is _WRAPPED
-        properties.update(body_props)
-        required.extend(r for r in body_required if r not in required)
+        properties.update(body.properties)
+        required.extend(r for r in body.required if r not in required)
     schema: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         schema["required"] = required
-    if body is not None and body[2] is not None and not wraps:
-        schema["additionalProperties"] = body[2]
+    if body is not None and body.additional is not None:
+        schema["additionalProperties"] = body.additional
     summary, details = (str(op.get(k) or "").strip() for k in ("summary", "description"))
     description = "\n\n".join(dict.fromkeys(t for t in (summary, details) if t))
     annotations: dict[str, Any] = _METHOD_HINTS.get(method, {})
@@ -286,7 +292,8 @@ def _operation(document: dict[str, Any], name: str, method: str, template: str, 
                    f"{label}: x-mcp-annotations must be a mapping",
                    "e.g. x-mcp-annotations: {idempotentHint: true}")
     tool = UpstreamTool(name, description, schema, summary or None, {**annotations, **(extension or {})})
-    return HttpOperation.build(tool, method.upper(), path, tuple(query), body=body is not None), wraps
+    operation = HttpOperation.build(tool, method.upper(), path, tuple(query), body=body is not None)
+    return operation, body is not None and body.wrapped
 
 
 def _parameters(resolver: _Resolver, item: dict[str, Any], op: dict[str, Any]) -> list[dict[str, Any]]:
@@ -310,22 +317,21 @@ def _parameter_schema(param: dict[str, Any]) -> Any:
     return schema
 
 
-def _request_body(resolver: _Resolver, op: dict[str, Any], name: str, label: str,
-                  where: _Where) -> tuple[dict[str, Any], list[str], Any] | None:
-    """(properties, required, additionalProperties or _WRAPPED) of the JSON body; None if none."""
+def _request_body(resolver: _Resolver, op: dict[str, Any], name: str, label: str, where: _Where) -> _Body | None:
+    """What the JSON request body adds to the input schema; None when there is no body."""
     body = resolver.target(op.get("requestBody"))
     if not isinstance(body, dict):
         return None
     content = _mapping(body.get("content"))
-    media: Any = next((m for t, m in content.items() if _is_json(t)), None)
-    if media is None:
+    json_type = next((t for t in content if _is_json(t)), None)
+    if json_type is None:
         raise _Bad((*where, "requestBody"), "openapi-body",
                    f"{label}: the request body is not JSON ({', '.join(content) or 'no content'})",
                    f"the gateway sends JSON bodies only; leave the operation out with exclude: [{name}]")
-    schema = _writable(resolver.schema(_mapping(media).get("schema", {})))
+    schema = _writable(resolver.schema(_mapping(content[json_type]).get("schema", {})))
     shape = _object_shape(schema)
     if shape is None:
-        return {_BODY: schema}, [_BODY] if body.get("required") is True else [], _WRAPPED
+        return _Body({_BODY: schema}, [_BODY] if body.get("required") is True else [], wrapped=True)
     # An optional body whose schema requires fields still tells the agent what a useful body holds.
     return shape
 
@@ -339,7 +345,7 @@ def _is_json(media_type: str) -> bool:
     return kind == "application/json" or kind.endswith("+json") or kind == "*/*"
 
 
-def _object_shape(schema: Any) -> tuple[dict[str, Any], list[str], Any] | None:
+def _object_shape(schema: Any) -> _Body | None:
     """An object schema's properties, required and additionalProperties, ``allOf`` merged; else None."""
     if not isinstance(schema, dict) or any(k in schema for k in ("oneOf", "anyOf", "not")):
         return None
@@ -353,10 +359,10 @@ def _object_shape(schema: Any) -> tuple[dict[str, Any], list[str], Any] | None:
         sub = _object_shape(part)
         if sub is None:
             return None
-        props.update(sub[0])
-        required.extend(r for r in sub[1] if r not in required)
-        extra = sub[2] if extra is None else extra
-    return props, required, extra
+        props.update(sub.properties)
+        required.extend(r for r in sub.required if r not in required)
+        extra = sub.additional if extra is None else extra
+    return _Body(props, required, extra)
 
 
 def _writable(schema: Any) -> Any:

@@ -18,12 +18,21 @@ import jsonschema
 from gateway.policy.call import ToolInfo
 from gateway.upstreams.base import Upstream, UpstreamTool
 
-__all__ = ["ExposedTool", "ToolRegistry"]
+__all__ = ["ExposedTool", "Source", "ToolRegistry"]
 
 log = logging.getLogger("gateway.registry")
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 Namer = Callable[[str], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """An upstream, how its tools are named, and its own call timeout."""
+
+    upstream: Upstream
+    namer: Namer
+    timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +44,7 @@ class ExposedTool:
     spec: UpstreamTool
     info: ToolInfo
     validator: Any  # a jsonschema validator, or None when the tool's schema itself is invalid
+    timeout: float | None = None  # the upstream's own timeout, if it set one
 
     def schema_errors(self, arguments: dict[str, Any]) -> list[str]:
         """Why ``arguments`` do not fit the tool's input schema (empty when they do)."""
@@ -51,12 +61,12 @@ def _describe(error: Any) -> str:
 class ToolRegistry:
     """Exposed name → tool, rebuilt when an upstream's tool list changes."""
 
-    def __init__(self, upstreams: Sequence[tuple[Upstream, Namer]]) -> None:
-        self._upstreams = list(upstreams)
+    def __init__(self, sources: Sequence[Source]) -> None:
+        self._sources = list(sources)
         self._tools: dict[str, ExposedTool] = {}
         self._listeners: list[Callable[[], None]] = []
-        for upstream, _ in self._upstreams:
-            upstream.on_tools_changed(self._changed)
+        for source in self._sources:
+            source.upstream.on_tools_changed(self._changed)
 
     def on_change(self, callback: Callable[[], None]) -> None:
         """Be told after the tool set changed (the MCP frontend sends list_changed)."""
@@ -67,9 +77,10 @@ class ToolRegistry:
         tools: dict[str, ExposedTool] = {}
         problems: list[str] = []
         previous = self._tools
-        for upstream, namer in self._upstreams:
+        for source in self._sources:
+            upstream = source.upstream
             for spec in upstream.tools():
-                name = namer(spec.name)
+                name = source.namer(spec.name)
                 if not _NAME.match(name):
                     problems.append(f"upstream {upstream.name}: tool {spec.name!r} would be exposed as {name!r},"
                                     " which is not ^[a-zA-Z0-9_-]{1,64}$; set a shorter prefix")
@@ -80,7 +91,7 @@ class ToolRegistry:
                     continue
                 old = previous.get(name)
                 tools[name] = old if old is not None and old.spec == spec and old.upstream is upstream \
-                    else _expose(name, upstream, spec)
+                    else _expose(name, source, spec)
         self._tools = tools
         return problems
 
@@ -101,10 +112,11 @@ class ToolRegistry:
     @property
     def upstreams(self) -> list[Upstream]:
         """The upstreams behind the tools."""
-        return [u for u, _ in self._upstreams]
+        return [s.upstream for s in self._sources]
 
 
-def _expose(name: str, upstream: Upstream, spec: UpstreamTool) -> ExposedTool:
+def _expose(name: str, source: Source, spec: UpstreamTool) -> ExposedTool:
+    upstream = source.upstream
     validator = None
     try:
         cls = jsonschema.validators.validator_for(spec.input_schema)
@@ -114,4 +126,4 @@ def _expose(name: str, upstream: Upstream, spec: UpstreamTool) -> ExposedTool:
         log.warning("tool %s has an invalid input schema (%s); arguments will not be checked", name, exc.message)
     info = ToolInfo(name=name, upstream=upstream.name, title=spec.title or "", description=spec.description,
                     annotations=dict(spec.annotations))
-    return ExposedTool(name, upstream, spec, info, validator)
+    return ExposedTool(name, upstream, spec, info, validator, source.timeout)

@@ -11,16 +11,14 @@ semantics drift from cel-cpp's in places that matter for policies. This engine t
   types is false and across numeric types compares values, ordering compares numbers across
   int/uint/double, arithmetic needs both operands of one type, ints overflow, ``&&``/``||``
   absorb errors, a missing map key is an error;
-* an evaluator subclass for identifiers, ``has()``, field selection and the macros.
+* an evaluator subclass for identifiers, operators (``&&``/``||`` short-circuit), ``has()``,
+  field selection and the macros, run on a tree without single-child wrapper nodes.
 
 Known differences from the C++ engine:
 
 * ``strings.quote()`` and ``format()`` of the strings extension are not provided (compile error).
 * Timestamps and durations hold microseconds, not nanoseconds: ``duration("1ns")`` is zero.
-* The checker is smaller than cel-cpp's: list and map literals mixing element types are
-  ``list(dyn)``/``map(K, dyn)`` at once, so a few type errors nested inside such literals are only
-  found at evaluation time. Error message texts are similar, not identical.
-* ``&&`` and ``||`` evaluate both operands (errors are absorbed the same way; only cost differs).
+* Error messages are worded like cel-cpp's, not identically; error kinds and positions match.
 * A function call with a leading dot (``.size(x)``) is not supported.
 * Nesting is capped at ``MAX_TREE_DEPTH`` parse levels, about ten nested parentheses, calls or
   lists (cel-cpp allows 32), so that evaluation fits Python's default recursion limit.
@@ -88,7 +86,7 @@ MAX_TREE_DEPTH = 120
 class _Overload(NamedTuple):
     params: tuple[Any, ...]
     result: Any
-    impl: Callable[..., Any] | None  # None: a dedicated run-time operator below handles it
+    impl: Callable[..., Any] | None  # None: a dedicated operator below, or no run-time overload
     member: bool  # callable as receiver.name(...)
     plain: bool  # callable as name(...)
 
@@ -229,20 +227,19 @@ def _declare_all() -> None:
     _declare("matches", "gm", ("string", "string"), "bool", lambda s, p: _regex(str(p)).search(s) is not None)
     conversions: dict[str, dict[str, Callable[[Any], Any]]] = {
         "int": {"int": int, "uint": _int64, "double": _to_int, "string": strings.parse_int,
-                "timestamp": lambda t: strings.timestamp_seconds(_plain(t))},
+                "timestamp": strings.timestamp_seconds},
         "uint": {"int": _uint64, "uint": UintType, "double": _to_uint,
                  "string": lambda s: UintType(strings.parse_int(s, 0, UINT64_MAX))},
         "double": {"int": float, "uint": float, "double": float, "string": strings.parse_double},
         "string": {"int": str, "uint": str, "double": strings.format_double, "string": str,
-                   "bytes": lambda b: bytes(b).decode(), "bool": lambda b: "true" if b else "false",
-                   "timestamp": lambda t: strings.format_timestamp(_plain(t)),
-                   "duration": lambda d: strings.format_duration(_plain(d))},
+                   "bytes": bytes.decode, "bool": lambda b: "true" if b else "false",
+                   "timestamp": strings.format_timestamp, "duration": strings.format_duration},
         "bool": {"bool": bool, "string": strings.parse_bool},
         "bytes": {"bytes": bytes, "string": lambda s: s.encode()},
-        "timestamp": {"string": strings.parse_timestamp, "timestamp": _plain, "int": _from_seconds},
-        "duration": {"string": strings.parse_duration, "duration": _plain},
+        "timestamp": {"string": strings.parse_timestamp, "timestamp": _same, "int": _from_seconds},
+        "duration": {"string": strings.parse_duration, "duration": _same},
     }
-    for target, sources in conversions.items():
+    for target, sources in conversions.items():  # each conversion receives a plain Python value
         for source, convert in sources.items():
             _declare(target, "g", (source,), target, lambda v, c=convert, t=target: _cast(t, c(_plain(v))))
     for name in ("getFullYear", "getMonth", "getDate", "getDayOfMonth", "getDayOfWeek", "getDayOfYear",
@@ -259,6 +256,10 @@ def _declare_all() -> None:
     for name, overloads in strings.STRING_EXTENSION.items():
         for params, result, impl in overloads:
             _declare(name, "m", params, result, lambda *a, f=impl: f(*map(_plain, a)))
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _cast(target: str, value: Any) -> Any:
@@ -300,7 +301,6 @@ _TYPE_VALUES["duration"] = _CelType("google.protobuf.Duration")
 _NUMBERS = {"int", "uint", "double"}
 _ORDERED = {"bool", "string", "bytes", "timestamp", "duration"}
 _MISSING = object()
-TRUE, FALSE = BoolType(True), BoolType(False)
 
 
 def _kind(value: Any) -> str:
@@ -463,25 +463,6 @@ def _index(container: Any, key: Any) -> Result:
     return _no_overload("_[_]", container, key)
 
 
-def _logic(name: str, absorbing: bool) -> Callable[[Any, Any], Result]:
-    # false && x is false and true || x is true even when x is an error or not a bool.
-    def run(a: Any, b: Any) -> Result:
-        values = [v for v in (a, b) if isinstance(v, BoolType)]
-        if any(bool(v) is absorbing for v in values):
-            return BoolType(absorbing)
-        if len(values) == 2:
-            return BoolType(not absorbing)
-        return _first_error(a, b) or _no_overload(name, a, b)
-
-    return run
-
-
-def _conditional(cond: Any, a: Any, b: Any) -> Any:
-    if isinstance(cond, BoolType):
-        return a if cond else b
-    return _first_error(cond) or _no_overload("_?_:_", cond, a, b)
-
-
 def _runtime_functions() -> dict[str, Callable[..., Result]]:
     functions = {
         name: _dispatcher(name, [o for o in overloads if o.impl is not None])
@@ -493,8 +474,7 @@ def _runtime_functions() -> dict[str, Callable[..., Result]]:
         "_!=_": lambda a, b: _first_error(a, b) or BoolType(not _equal(a, b)),
         "_<_": _relation("_<_", operator.lt), "_<=_": _relation("_<=_", operator.le),
         "_>_": _relation("_>_", operator.gt), "_>=_": _relation("_>=_", operator.ge),
-        "_in_": _in, "_[_]": _index, "_?_:_": _conditional,
-        "_&&_": _logic("_&&_", False), "_||_": _logic("_||_", True),
+        "_in_": _in, "_[_]": _index,
     })
     return functions
 
@@ -513,6 +493,9 @@ _OPERATORS = {
     "multiplication_mod": "_%_", "unary_not": "!_", "unary_neg": "-_",
     "conditionalor": "_||_", "conditionaland": "_&&_",
 }
+_RUNTIME_NAMES = {**_OPERATORS, "relation_in": "_in_"}
+# Single-child wrappers the evaluator can skip; celpy inspects ``primary`` and its child, so they stay.
+_COLLAPSIBLE = _PASS_THROUGH - {"primary", "paren_expr"}
 _SKIP = re.compile(r"(?:\s+|//[^\n]*)*")
 _FLOAT = re.compile(r"-?(?:\d+\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\.\d+(?:[eE][+-]?\d+)?)")
 _ESCAPE = re.compile(r"\\(?:[abfnrtv\"'\\]|[0-3][0-7]{2}|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})")
@@ -772,10 +755,56 @@ class _Checker:
 # --- run time: celpy's interpreter with our identifiers, has(), selection and macros ---
 
 
+def _collapse(tree: Tree[Any]) -> Tree[Any]:
+    """The tree without single-child wrappers: a literal is two levels deep instead of ten."""
+    kids = [_collapse(kid) if isinstance(kid, Tree) else kid for kid in tree.children]
+    if tree.data in _COLLAPSIBLE and len(kids) == 1 and isinstance(kids[0], Tree):
+        return kids[0]
+    return Tree(tree.data, kids, tree.meta)
+
+
 class _Evaluator(Evaluator):
+    """celpy's interpreter on a collapsed tree, with operators dispatched directly."""
+
     def __init__(self, ast: Tree[Any], activation: Activation, scope: Mapping[str, Any]) -> None:
         super().__init__(ast=ast, activation=activation)
         self.scope = scope
+
+    def expr(self, tree: Tree[Any]) -> Any:  # after collapsing, only ``c ? a : b`` is left
+        cond = self.visit(tree.children[0])
+        if isinstance(cond, BoolType):
+            return self.visit(tree.children[1] if cond else tree.children[2])
+        return _first_error(cond) or _no_overload("_?_:_", cond)
+
+    def conditionalor(self, tree: Tree[Any]) -> Any:
+        return self.logic(tree, absorbing=True)
+
+    def conditionaland(self, tree: Tree[Any]) -> Any:
+        return self.logic(tree, absorbing=False)
+
+    def logic(self, tree: Tree[Any], absorbing: bool) -> Any:
+        # false && x is false and true || x is true even when x is an error or not a bool.
+        left = self.visit(tree.children[0])
+        if isinstance(left, BoolType) and bool(left) is absorbing:
+            return left
+        right = self.visit(tree.children[1])
+        values = [v for v in (left, right) if isinstance(v, BoolType)]
+        if any(bool(v) is absorbing for v in values):
+            return BoolType(absorbing)
+        if len(values) == 2:
+            return BoolType(not absorbing)
+        return _first_error(left, right) or _no_overload(_OPERATORS[tree.data], left, right)
+
+    def relation(self, tree: Tree[Any]) -> Any:
+        operator_tree, right = tree.children
+        function = self.activation.functions[_RUNTIME_NAMES[operator_tree.data]]
+        return function(self.visit(operator_tree.children[0]), self.visit(right))
+
+    addition = multiplication = relation
+
+    def unary(self, tree: Tree[Any]) -> Any:
+        operator_tree, operand = tree.children
+        return self.activation.functions[_OPERATORS[operator_tree.data]](self.visit(operand))
 
     def ident_value(self, name: str, root_scope: bool = False) -> Any:
         value = self.scope.get(name, _MISSING)
@@ -876,6 +905,7 @@ class _Program:
         self._runner = runner
 
     def evaluate(self, activation: Any) -> Any:
+        """The plain Python result, or ``CelEvaluationError`` with a short message."""
         try:
             return _plain(self._runner.evaluate(activation))
         except CELEvalError as exc:
@@ -910,9 +940,11 @@ class PureEngine:
         limit = sys.getrecursionlimit()
         self._env = celpy.Environment(runner_class=_Runner)
         sys.setrecursionlimit(limit)  # celpy sets a process-wide 2500; MAX_TREE_DEPTH is our bound
+        _parser()  # built once, here, rather than on the first compile
         self._functions = _runtime_functions()
 
     def compile(self, source: str, expected: ExprType) -> _Program:
+        """Parse, bound, type-check and build ``source`` once; ``CelCompileError`` with a position."""
         tree = _parse(source)
         _check_depth(tree, source)
         result = _Checker(source).type_of(tree, {})
@@ -920,9 +952,10 @@ class PureEngine:
         if want is not None and result not in (want, DYN):
             shown = _fmt(result).replace("(", "<").replace(")", ">").replace("null_type", "null")
             raise CelCompileError(f"expression must evaluate to {expected}, but it is {shown}", kind="cel-type")
-        return _Program(self._env.program(tree, functions=self._functions))  # type: ignore[arg-type]
+        return _Program(self._env.program(_collapse(tree), functions=self._functions))  # type: ignore[arg-type]
 
     def activation(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """The declared variables present in ``data``, converted to celpy values once per round."""
         bound = {}
         for name in VARIABLES:
             if name not in data:

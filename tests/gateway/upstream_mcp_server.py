@@ -1,0 +1,87 @@
+"""The upstream MCP server the gateway tests put behind the gateway (stdio, launched by the gateway).
+
+Tools: echo, add, slow, fail, secret, delete_thing (destructive), pid, and register_extra, which adds
+a tool named ``extra`` at runtime and sends ``notifications/tools/list_changed``.
+
+If the file named by ``UPSTREAM_DOWN_FILE`` exists when the process starts, it exits at once: tests
+use that to keep the gateway from relaunching an upstream they killed ("the upstream is down").
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Checked before the SDK is imported (which takes seconds), so "down" is quick to observe.
+_DOWN_FILE = os.environ.get("UPSTREAM_DOWN_FILE")
+if __name__ == "__main__" and _DOWN_FILE and os.path.exists(_DOWN_FILE):
+    sys.exit(3)
+
+import anyio  # noqa: E402
+from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
+from mcp_types import ToolAnnotations  # noqa: E402
+
+# An AWS-style access key id (the documented example) and an email, for redaction tests.
+SECRET_TEXT = "key AKIAIOSFODNN7EXAMPLE belongs to ops@example.com"
+
+server = MCPServer("test-upstream", version="0.1.0")
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Return the text unchanged."""
+    return text
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """The sum of two integers."""
+    return a + b
+
+
+@server.tool()
+async def slow(seconds: float) -> str:
+    """Sleep, then say how long."""
+    await anyio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@server.tool()
+def fail() -> str:
+    """Always raises; the SDK turns that into an isError result."""
+    raise RuntimeError("database exploded at /srv/internal/db.sqlite")
+
+
+@server.tool()
+def secret() -> str:
+    """Text with a credential and an email in it."""
+    return SECRET_TEXT
+
+
+@server.tool(annotations=ToolAnnotations(title="Delete a thing", destructive_hint=True, read_only_hint=False))
+def delete_thing(id: str) -> dict[str, str]:
+    """Pretend to delete something."""
+    return {"deleted": id}
+
+
+@server.tool()
+def pid() -> int:
+    """This process's id, so a test can kill it."""
+    return os.getpid()
+
+
+def extra(text: str = "") -> str:
+    """A tool that exists only after register_extra."""
+    return f"extra:{text}"
+
+
+@server.tool()
+async def register_extra(ctx: Context) -> str:
+    """Add the tool ``extra`` and tell the client the tool list changed."""
+    server.add_tool(extra, name="extra")
+    await ctx.session.send_tool_list_changed()
+    return "registered"
+
+
+if __name__ == "__main__":
+    server.run()
