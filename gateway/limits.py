@@ -51,3 +51,8 @@ MAX_REST_WAIT_SECONDS = 300.0
 WEBHOOK_ATTEMPTS = 4
 WEBHOOK_FIRST_RETRY_SECONDS = 0.5
 WEBHOOK_TIMEOUT_SECONDS = 5.0
+
+# A YAML document may expand to at most this many values (aliases count each time they are
+# used), and nest this deep: both stop "billion laughs" files and runaway recursion.
+MAX_YAML_NODES = 50_000
+MAX_YAML_DEPTH = 64

@@ -14,6 +14,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 
 from gateway.diagnostics import Diagnostic
+from gateway.limits import MAX_YAML_DEPTH, MAX_YAML_NODES
 
 __all__ = ["Located", "Position", "YamlDocument", "load_yaml"]
 
@@ -22,22 +23,13 @@ Path = tuple[str | int, ...]
 
 @dataclass(frozen=True, slots=True)
 class Position:
-    """A 1-based line and column, and how the scalar there was written (for offsets inside it)."""
+    """A 1-based line and column, and the node's span in the file text (for offsets inside it)."""
 
     line: int
     column: int
     style: str | None = None  # None = plain, "'" / '"' = quoted, "|" / ">" = block
-
-    def offset(self, line: int, column: int) -> Position:
-        """Where (line, column) *inside* this scalar's text falls in the file."""
-        if self.style in ("|", ">"):
-            # Block scalars start on the next line; their indent is not knowable from the mark
-            # alone, so we point at the expression's line and keep the in-expression column.
-            return Position(self.line + line, column)
-        if line > 1:
-            return Position(self.line + line - 1, column)
-        quote = 1 if self.style in ("'", '"') else 0
-        return Position(self.line, self.column + quote + column - 1)
+    start: int = 0  # character offsets of the node in the file text
+    end: int = 0
 
 
 @dataclass(slots=True)
@@ -48,6 +40,25 @@ class YamlDocument:
     data: Any
     positions: dict[Path, Position] = field(default_factory=dict)
     key_positions: dict[Path, Position] = field(default_factory=dict)
+
+    text: str = ""
+
+    def locate(self, path: Path, line: int, column: int) -> Position:
+        """Where (line, column) *inside* the scalar at ``path`` is in the file.
+
+        YAML may fold lines, strip indentation and decode escapes, so a column in the value is
+        not a column in the file; the scalar's raw text is walked to find the real spot.
+        """
+        node = self.position(path)
+        raw = self.text[node.start:node.end]
+        index = _value_offsets(raw, node.style)
+        value_lines = _decoded_lengths(index, raw, node.style)
+        wanted = sum(n + 1 for n in value_lines[: line - 1]) + column - 1
+        if not index:
+            return node
+        raw_at = node.start + index[min(max(wanted, 0), len(index) - 1)]
+        before = self.text[:raw_at]
+        return Position(before.count("\n") + 1, raw_at - (before.rfind("\n") + 1) + 1)
 
     def position(self, path: Path, *, key: bool = False) -> Position:
         """The position of the value at ``path`` (or of its key), falling back to the nearest parent."""
@@ -72,12 +83,96 @@ class Located:
 
 def _mark(node: yaml.Node) -> Position:
     style = getattr(node, "style", None)
-    return Position(node.start_mark.line + 1, node.start_mark.column + 1, style or None)
+    return Position(node.start_mark.line + 1, node.start_mark.column + 1, style or None,
+                    node.start_mark.index, node.end_mark.index)
+
+
+_ESCAPE_LENGTH = {"x": 4, "u": 6, "U": 10}
+
+
+def _value_offsets(raw: str, style: str | None) -> list[int]:
+    """For each character of the scalar's value, its offset in ``raw`` (the scalar's file text).
+
+    Line breaks fold to one character that points at the start of the next line's content.
+    """
+    out: list[int] = []
+    i, n = 0, len(raw)
+    indent = None
+    if style in ("|", ">"):
+        i = raw.find("\n") + 1 if "\n" in raw else n  # skip the header line
+    elif style in ("'", '"'):
+        i, n = 1, n - 1  # inside the quotes
+    at_line_start = style in ("|", ">")
+    while i < n:
+        ch = raw[i]
+        if at_line_start:
+            j = i
+            while j < n and raw[j] == " ":
+                j += 1
+            if style in ("|", ">"):
+                indent = (j - i) if indent is None and j < n and raw[j] != "\n" else indent
+                i = i + min(indent or 0, j - i)
+            else:
+                i = j
+            at_line_start = False
+            continue
+        if ch == "\n":
+            while out and style not in ("|", ">") and raw[out[-1]] in " \t":
+                out.pop()  # trailing spaces before a fold are not part of the value
+            out.append(i)
+            i += 1
+            at_line_start = True
+            continue
+        if style == "'" and raw.startswith("''", i):
+            out.append(i)
+            i += 2
+            continue
+        if style == '"' and ch == "\\" and i + 1 < n:
+            if raw[i + 1] == "\n":  # an escaped line break joins the lines
+                i += 2
+                at_line_start = True
+                continue
+            out.append(i)
+            i += _ESCAPE_LENGTH.get(raw[i + 1], 2)
+            continue
+        out.append(i)
+        i += 1
+    return out
+
+
+def _decoded_lengths(index: list[int], raw: str, style: str | None) -> list[int]:
+    """Lengths of the value's lines: only block scalars keep their line breaks as newlines."""
+    if style != "|":
+        return [len(index)]
+    lengths, current = [], 0
+    for offset in index:
+        if raw[offset] == "\n":
+            lengths.append(current)
+            current = 0
+        else:
+            current += 1
+    lengths.append(current)
+    return lengths
+
+
+class _TooBig(Exception):
+    """The document expands past MAX_YAML_NODES, nests past MAX_YAML_DEPTH, or an alias contains itself."""
 
 
 def _construct(
-    doc: YamlDocument, node: yaml.Node, path: Path, errors: list[Diagnostic], scalars: SafeConstructor
+    doc: YamlDocument, node: yaml.Node, path: Path, errors: list[Diagnostic], scalars: SafeConstructor,
+    budget: list[int] | None = None, active: frozenset[int] = frozenset(),
 ) -> Any:
+    budget = budget if budget is not None else [MAX_YAML_NODES]
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _TooBig(f"the document expands to more than {MAX_YAML_NODES} values (aliases?)")
+    if len(path) > MAX_YAML_DEPTH:
+        raise _TooBig(f"values are nested more than {MAX_YAML_DEPTH} levels deep")
+    if id(node) in active:
+        raise _TooBig("an alias refers to a value that contains it")
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        active = active | {id(node)}
     doc.positions[path] = _mark(node)
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
@@ -93,10 +188,11 @@ def _construct(
                     hint="YAML keeps only the last value; remove one of them",
                 ))
             doc.key_positions[child] = _mark(key_node)
-            out[key] = _construct(doc, value_node, child, errors, scalars)
+            out[key] = _construct(doc, value_node, child, errors, scalars, budget, active)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_construct(doc, item, (*path, i), errors, scalars) for i, item in enumerate(node.value)]
+        return [_construct(doc, item, (*path, i), errors, scalars, budget, active)
+                for i, item in enumerate(node.value)]
     return scalars.construct_object(node, deep=True)
 
 
@@ -105,6 +201,9 @@ def load_yaml(text: str, file: str) -> tuple[YamlDocument | None, list[Diagnosti
     errors: list[Diagnostic] = []
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        return None, [Diagnostic("yaml-too-deep", "the YAML is nested too deeply to read", file,
+                                 hint=f"policy files need far fewer than {MAX_YAML_DEPTH} levels")]
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -113,11 +212,14 @@ def load_yaml(text: str, file: str) -> tuple[YamlDocument | None, list[Diagnosti
                                  hint="check indentation and quoting around this spot")]
     except yaml.YAMLError as exc:
         return None, [Diagnostic("yaml-syntax", f"YAML error: {exc}", file)]
-    doc = YamlDocument(file, None)
+    doc = YamlDocument(file, None, text=text)
     if node is None:
         return doc, errors
     try:
         doc.data = _construct(doc, node, (), errors, SafeConstructor())
+    except _TooBig as exc:
+        return None, [Diagnostic("yaml-too-large", str(exc), file,
+                                 hint="write the values out instead of nesting aliases")]
     except yaml.YAMLError as exc:  # e.g. a bad timestamp or an unknown tag
         mark = getattr(exc, "problem_mark", None)
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)

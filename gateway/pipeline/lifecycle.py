@@ -11,6 +11,7 @@ only case that raises (``UnknownToolError``, which frontends turn into a protoco
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -32,7 +33,10 @@ from gateway.upstreams.registry import ExposedTool, ToolRegistry
 
 __all__ = ["Gateway"]
 
+log = logging.getLogger("gateway.pipeline")
+
 TOOL_FAILED = "The tool failed. Try again later or use another tool."
+POLICY_FAILED = "The policies could not be evaluated for this call, so it was refused."
 AUDIT_FAILED = "The call could not be recorded, so it was not run."
 AUDIT_FAILED_AFTER_RUN = "The tool ran, but the call could not be recorded, so its result is withheld."
 
@@ -193,7 +197,12 @@ class Gateway:
                            rewritten=(decision.rewritten or after.rewritten) or None)
 
     def _decide(self, trace: _Trace, policy_set: PolicySet, call: ToolCall) -> Decision:
-        decision = policy_set.decide(call)
+        try:
+            decision = policy_set.decide(call)
+        except Exception:  # the engine should never raise; if it does, fail closed, never crash
+            log.exception("policy evaluation raised for %s", call.tool.name)
+            decision = Decision(Verdict.REJECT, call.stage, call.args, call.original_args or call.args,
+                                policy_set.revision, POLICY_FAILED, "engine-error")
         trace.policy_us += decision.elapsed_us
         trace.decisions.append(decision)
         return decision

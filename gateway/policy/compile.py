@@ -109,7 +109,7 @@ class _Compiler:
         try:
             program = self.engine.compile(source, expected)
         except CelCompileError as exc:
-            pos = self.doc.position(path).offset(exc.line, exc.column)
+            pos = self.doc.locate(path, exc.line, exc.column)
             self.diagnostics.append(Diagnostic(
                 exc.code, f"{exc.message} in {source!r}", self.doc.file, pos.line, pos.column, rule,
                 _CEL_HINTS.get(exc.code),
@@ -237,6 +237,7 @@ def _check_shape(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> None
 
 def _compile_rewrite(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> CompiledRewrite:
     assert rule.rewrite is not None
+    before = len(c.diagnostics)
     sets: list[tuple[PathParts, Expression]] = []
     for target, source in rule.rewrite.set.items():
         here = (*path, "rewrite", "set", target)
@@ -260,7 +261,7 @@ def _compile_rewrite(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> 
         except re.error as exc:
             c.error(here, "invalid-regex", f"invalid regular expression {pattern!r}: {exc}", rule_id,
                     "redact takes Python regular expressions; escape special characters with \\")
-    if not (sets or removes or patterns) and not c.diagnostics:
+    if not (sets or removes or patterns) and len(c.diagnostics) == before:
         c.error((*path, "rewrite"), "invalid-value", "the rewrite block changes nothing", rule_id,
                 "add set, remove or redact")
     return CompiledRewrite(tuple(sets), tuple(removes), tuple(patterns))

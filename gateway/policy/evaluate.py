@@ -124,7 +124,8 @@ def evaluate_call(
         revision=revision,
         message=message,
         decided_by=decided_by,
-        result=skip_result if stage is Stage.REQUEST else bindings.base["result"],
+        result=(skip_result if verdict is Verdict.SKIP else None) if stage is Stage.REQUEST
+        else bindings.base["result"],
         approvals=approvals,
         rules=results,
         elapsed_us=(time.perf_counter() - started) * 1e6,
@@ -149,7 +150,7 @@ def _rewrite(bindings: _Bindings, rule: CompiledRule, target: str) -> RuleResult
             return RuleResult(rule.id, rule.action, Outcome.NOT_FIRED, _since(started), rule.mode)
         assert rule.rewrite is not None
         changed = _apply(bindings, rule, rule.rewrite, bindings.base[target])
-    except (CelEvaluationError, ValueError) as exc:
+    except (CelEvaluationError, ValueError, RecursionError) as exc:  # RecursionError: absurdly deep input
         return _failed(rule, bindings, exc, started)
     if rule.mode is Mode.AUDIT:
         return RuleResult(rule.id, rule.action, Outcome.AUDIT, _since(started), rule.mode)

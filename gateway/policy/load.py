@@ -6,9 +6,11 @@ can print all of them, and a reload can keep the last good set.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from gateway.diagnostics import Diagnostic, Severity
 from gateway.errors import PolicyLoadError
@@ -81,13 +83,15 @@ def check_policies(
     ordinal = 0
     for path in files:
         doc, problems, raw = read_document(path)
-        diagnostics.extend(problems)
         digest.update(path.as_posix().encode() + b"\0" + raw + b"\0")
+        if doc is not None:
+            problems = [_with_rule(doc, d) for d in problems]
+        diagnostics.extend(problems)
         if doc is None or doc.data is None:
             if doc is not None and doc.data is None:
+                # an error, not a warning: a file truncated mid-save must not reload as "no rules"
                 diagnostics.append(Diagnostic("empty-file", "the file is empty", str(path),
-                                              hint="add a policy, or delete the file",
-                                              severity=Severity.WARNING))
+                                              hint="add a policy, or delete the file"))
             continue
         spec, problems = validate_document(PolicyFile, doc, _rule_of(doc))
         diagnostics.extend(problems)
@@ -107,7 +111,7 @@ def check_policies(
         diagnostics.extend(problems)
         ordinal += len(spec.rules)
         policies.append(compiled)
-        if not spec.rules:
+        if not spec.rules and not (isinstance(doc.data, dict) and doc.data.get("rules")):
             diagnostics.append(Diagnostic("empty-policy", f"policy {spec.policy!r} has no rules", str(path),
                                           hint="add rules, or delete the file", severity=Severity.WARNING))
     if ordinal > MAX_RULES:
@@ -131,22 +135,45 @@ def load_policy_set(paths: Sequence[str | Path], engine: str = "auto") -> Policy
 
 
 def _valid_rules_only(doc: YamlDocument, problems: list[Diagnostic]) -> tuple[PolicyFile | None, list[int]]:
-    """When only some rules are invalid, the file without them, so the rest still get compiled
-    and every problem is reported in one run."""
+    """The file without the parts that failed validation, so the rest still gets compiled and
+    every problem is reported in one run: bad rules and variables are left out, a bad top-level
+    key falls back to its default. Nothing of this is ever loaded (the file has errors)."""
     data = doc.data
-    if not isinstance(data, dict) or not isinstance(data.get("rules"), list):
+    if not isinstance(data, dict):
         return None, []
-    bad = set()
+    bad_rules: set[int] = set()
+    bad_vars: set[int] = set()
+    trimmed = dict(data)
     for d in problems:
         path = _path_at(doc, d)
-        if path is None or len(path) < 2 or path[0] != "rules" or not isinstance(path[1], int):
+        if not path:
             return None, []
-        bad.add(path[1])
-    keep = [i for i in range(len(data["rules"])) if i not in bad]
+        head = path[0]
+        if head in ("rules", "variables") and len(path) >= 2 and isinstance(path[1], int):
+            (bad_rules if head == "rules" else bad_vars).add(path[1])
+        elif head == "policy":
+            return None, []
+        else:
+            trimmed.pop(head, None)
+    found = data.get("rules")
+    rules: list[Any] = found if isinstance(found, list) else []
+    keep = [i for i in range(len(rules)) if i not in bad_rules]
+    trimmed["rules"] = [rules[i] for i in keep]
+    if isinstance(data.get("variables"), list):
+        trimmed["variables"] = [v for i, v in enumerate(data["variables"]) if i not in bad_vars]
     try:
-        return PolicyFile.model_validate({**data, "rules": [data["rules"][i] for i in keep]}), keep
+        return PolicyFile.model_validate(trimmed), keep
     except ValueError:
         return None, []
+
+
+def _with_rule(doc: YamlDocument, d: Diagnostic) -> Diagnostic:
+    """A YAML-level diagnostic (a duplicate key) with the rule it sits in, when it sits in one."""
+    if d.rule is not None or not isinstance(doc.data, dict):
+        return d
+    path = _path_at(doc, d)
+    rule = _rule_of(doc)(path) if path else None
+    return dataclasses.replace(d, rule=rule) if rule else d
 
 
 def _path_at(doc: YamlDocument, d: Diagnostic) -> tuple[str | int, ...] | None:

@@ -74,9 +74,9 @@ class PolicySet:
             if not static:
                 might_admit = might_admit or rule.action in _ADMITTING
                 continue
-            if activation is None:
-                activation = self.engine.activation(base)
             try:
+                if activation is None:
+                    activation = self.engine.activation(base)
                 fires = rule.when is None or rule.when.program.evaluate(activation) is True
             except CelEvaluationError:
                 fires = True  # the call itself will fail closed; listing it tells the model why

@@ -116,7 +116,8 @@ def _compare(case: Case, decision: Decision) -> list[str]:
     expect = case.expect
     problems = []
     if decision.verdict is not expect.decision:
-        why = f" ({decision.decided_by}: {decision.message})" if decision.decided_by else ""
+        why = f" (decided by {decision.decided_by}" + (f": {decision.message}" if decision.message else "") + ")" \
+            if decision.decided_by else ""
         problems.append(f"decision: expected {expect.decision}, got {decision.verdict}{why}")
     if expect.message is not None and decision.message != expect.message:
         problems.append(f"message: expected {expect.message!r}, got {decision.message!r}")

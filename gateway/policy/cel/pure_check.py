@@ -1,0 +1,325 @@
+"""The static checker of the cel-python engine: parse, bound the depth, and type the Lark tree.
+
+It reports undeclared names and functions, overload mismatches of statically known types and a
+wrong result type, at positions that match the C++ engine (the operator, the ``(`` of a call, the
+``.`` of a selection).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import Any, cast
+
+import celpy.celparser
+from lark import Lark, Token, Tree
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
+
+from gateway.errors import CelCompileError
+from gateway.policy.cel.base import VARIABLES, ExprType
+from gateway.policy.cel.pure_signatures import BOOL, DYN, SIGNATURES, TYPE_NAMES, TYPE_VARIABLES
+from gateway.policy.cel.strings import INT64_MAX, INT64_MIN, UINT64_MAX
+
+__all__ = ["MACROS", "MAX_TREE_DEPTH", "OPERATORS", "PASS_THROUGH", "check", "parser", "unwrap"]
+
+_VARIABLE_TYPE = ("map", "string", DYN)  # every declared variable
+# Receiver-style calls that the checker and the evaluator treat as comprehensions, not functions.
+MACROS = {"all", "exists", "exists_one", "map", "filter"}
+# celpy's interpreter recurses about five Python frames per parse-tree level. 120 levels (about ten
+# nested parentheses, calls or lists) stay near 600 frames, leaving room for the caller under
+# Python's default recursion limit of 1000, which this engine does not raise.
+MAX_TREE_DEPTH = 120
+
+# Grammar rules that are only a wrapper when they have a single child.
+PASS_THROUGH = {"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication",
+                "unary", "member", "primary", "paren_expr"}
+# Parse-tree operator rules by the CEL function name they stand for.
+OPERATORS = {
+    "relation_lt": "_<_", "relation_le": "_<=_", "relation_gt": "_>_", "relation_ge": "_>=_",
+    "relation_eq": "_==_", "relation_ne": "_!=_", "relation_in": "@in", "addition_add": "_+_",
+    "addition_sub": "_-_", "multiplication_mul": "_*_", "multiplication_div": "_/_",
+    "multiplication_mod": "_%_", "unary_not": "!_", "unary_neg": "-_",
+    "conditionalor": "_||_", "conditionaland": "_&&_",
+}
+_SKIP = re.compile(r"(?:\s+|//[^\n]*)*")
+_FLOAT = re.compile(r"-?(?:\d+\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\.\d+(?:[eE][+-]?\d+)?)")
+_ESCAPE = re.compile(r"\\(?:[abfnrtv\"'\\]|[0-3][0-7]{2}|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})")
+
+
+@functools.cache
+def parser() -> Lark:
+    """celpy's CEL grammar as a Lark parser that keeps a position on every token, built once."""
+    # celpy's own parser turns true/false into tokens without positions; this one keeps them,
+    # so every node has a position for error messages. Same grammar and options, same trees.
+    def keep_position(token: Token) -> Token:
+        if token.value in ("true", "false"):
+            return Token.new_borrow_pos("BOOL_LIT", token.value, token)
+        return token
+
+    grammar = Path(celpy.celparser.__file__).with_name("cel.lark").read_text()
+    return Lark(grammar, parser="lalr", start="expr", g_regex_flags=re.M, propagate_positions=True,
+                maybe_placeholders=False, priority="invert", lexer_callbacks={"IDENT": keep_position})
+
+
+def _line_column(source: str, pos: int) -> tuple[int, int]:
+    return source.count("\n", 0, pos) + 1, pos - source.rfind("\n", 0, pos)
+
+
+def _parse(source: str) -> Tree[Any]:
+    def error(pos: int, what: str) -> CelCompileError:
+        return CelCompileError(f"Syntax error: {what}", *_line_column(source, pos))
+
+    try:
+        return parser().parse(source)
+    except UnexpectedToken as exc:
+        if exc.token.type == "$END":
+            raise error(len(source), "unexpected end of expression") from None
+        raise error(exc.token.start_pos or 0, f"unexpected {exc.token.value!r}") from None
+    except UnexpectedCharacters as exc:
+        pos = exc.pos_in_stream or 0
+        raise error(pos, f"unexpected character {source[pos:pos + 1]!r}") from None
+    except UnexpectedEOF:
+        raise error(len(source), "unexpected end of expression") from None
+    except LarkError as exc:
+        raise CelCompileError(f"Syntax error: {exc}") from None
+
+
+def _check_depth(tree: Tree[Any], source: str) -> None:
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_TREE_DEPTH:
+            raise CelCompileError(
+                "expression is nested too deeply for the cel-python engine "
+                "(about ten levels of parentheses, calls or lists at most)",
+                *_line_column(source, getattr(node.meta, "start_pos", 0)),
+            )
+        stack.extend((kid, depth + 1) for kid in node.children if isinstance(kid, Tree))
+
+
+def unwrap(tree: Tree[Any]) -> Tree[Any]:
+    """The first node under ``tree`` that is not a single-child wrapper."""
+    while tree.data in PASS_THROUGH and len(tree.children) == 1 and isinstance(tree.children[0], Tree):
+        tree = tree.children[0]
+    return tree
+
+
+def _dotted(tree: Tree[Any]) -> str | None:
+    """``a.b.c`` when the tree is a chain of plain field selections on an identifier."""
+    node = unwrap(tree)
+    if node.data == "ident":
+        return str(node.children[0])
+    if node.data == "member_dot":
+        base = _dotted(node.children[0])
+        return None if base is None else f"{base}.{node.children[1]}"
+    return None
+
+
+def _fmt(t: Any) -> str:
+    return f"{t[0]}({', '.join(map(_fmt, t[1:]))})" if isinstance(t, tuple) else str(t)
+
+
+def _compatible(a: Any, b: Any) -> bool:
+    if a == b or DYN in (a, b):
+        return True
+    return (isinstance(a, tuple) and isinstance(b, tuple) and a[0] == b[0] and len(a) == len(b)
+            and all(map(_compatible, a[1:], b[1:])))
+
+
+def _unify(param: Any, arg: Any, bound: dict[str, Any]) -> bool:
+    if param in TYPE_VARIABLES:
+        if param not in bound:
+            bound[param] = arg
+        elif not _compatible(bound[param], arg):
+            return False
+        elif bound[param] != arg:
+            bound[param] = DYN
+        return True
+    if DYN in (param, arg):
+        return True
+    if isinstance(param, tuple):
+        return (isinstance(arg, tuple) and param[0] == arg[0] and len(param) == len(arg)
+                and all(_unify(p, a, bound) for p, a in zip(param[1:], arg[1:], strict=True)))
+    return bool(param == arg)
+
+
+def _substitute(t: Any, bound: dict[str, Any]) -> Any:
+    if isinstance(t, tuple):
+        return tuple(_substitute(part, bound) for part in t)
+    return bound.get(t, DYN) if t in TYPE_VARIABLES else t
+
+
+def _join(types: list[Any]) -> Any:
+    return types[0] if types and all(t == types[0] for t in types) else DYN
+
+
+class _Checker:
+    """Types a parse tree; raises ``CelCompileError`` at the first problem, in source order."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def error(self, message: str, pos: int | None, kind: str = "cel-compile") -> CelCompileError:
+        return CelCompileError(message, *_line_column(self.source, pos or 0), kind=kind)
+
+    def after(self, end: int | Tree[Any] | None) -> int:
+        """Position of the first token after ``end`` (an offset or a subtree)."""
+        offset = end if isinstance(end, int) else getattr(getattr(end, "meta", None), "end_pos", 0)
+        match = _SKIP.match(self.source, offset)
+        return match.end() if match else offset
+
+    def type_of(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
+        kids = tree.children
+        if tree.data in PASS_THROUGH and len(kids) == 1:
+            return self.type_of(kids[0], scope)
+        if tree.data == "expr":  # cond ? a : b
+            types = [self.type_of(kid, scope) for kid in kids]
+            return self.call("_?_:_", types, self.after(kids[0]))
+        if tree.data in ("conditionalor", "conditionaland"):
+            left, right, name = kids[0], kids[1], OPERATORS[tree.data]
+        elif tree.data in ("relation", "addition", "multiplication"):
+            left, right, name = kids[0].children[0], kids[1], OPERATORS[kids[0].data]
+        elif tree.data == "unary":
+            operand = self.type_of(kids[1], scope)
+            return self.call(OPERATORS[kids[0].data], [operand], getattr(kids[0].meta, "start_pos", 0))
+        else:
+            return getattr(self, tree.data)(tree, scope)
+        return self.call(name, [self.type_of(left, scope), self.type_of(right, scope)], self.after(left))
+
+    def call(self, name: str, types: list[Any], pos: int, member: bool = False) -> Any:
+        overloads = [o for o in SIGNATURES.get(name, ())
+                     if (o.member if member else o.plain) and len(o.params) == len(types)]
+        if not overloads:
+            raise self.error(f"undeclared reference to '{name}'", pos, "cel-undeclared")
+        results = []
+        for overload in overloads:
+            bound: dict[str, Any] = {}
+            if all(_unify(p, t, bound) for p, t in zip(overload.params, types, strict=True)):
+                results.append(_substitute(overload.result, bound))
+        if not results:
+            shown = ", ".join(map(_fmt, types))
+            raise self.error(f"found no matching overload for '{name}' applied to '({shown})'", pos)
+        return _join(results)
+
+    def declared(self, name: str, scope: dict[str, Any]) -> Any:
+        if name in scope:
+            return scope[name]
+        if name in VARIABLES:
+            return _VARIABLE_TYPE
+        return ("type", TYPE_NAMES[name]) if name in TYPE_NAMES else None
+
+    def ident(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
+        token = cast(Token, tree.children[0])
+        found = self.declared(str(token), scope)
+        if found is None:
+            raise self.error(f"undeclared reference to '{token}'", token.start_pos, "cel-undeclared")
+        return found
+
+    def dot_ident(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
+        return self.ident(tree, {})
+
+    def dot_ident_arg(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
+        raise self.error("a function call with a leading '.' is not supported", tree.meta.start_pos)
+
+    def member_object(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
+        name = _dotted(tree.children[0]) or "message"
+        raise self.error(f"undeclared reference to '{name}'", tree.meta.start_pos, "cel-undeclared")
+
+    def literal(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
+        token = cast(Token, tree.children[0])
+        text, kind, pos = str(token), token.type, token.start_pos or 0
+        if kind in ("INT_LIT", "UINT_LIT"):
+            digits = text.rstrip("uU").lower()
+            value = int(digits.replace("0x", ""), 16 if "0x" in digits else 10)
+            if not (INT64_MIN <= value <= INT64_MAX if kind == "INT_LIT" else value <= UINT64_MAX):
+                raise self.error(f"invalid {'int' if kind == 'INT_LIT' else 'uint'} literal", pos)
+            return "int" if kind == "INT_LIT" else "uint"
+        if kind == "FLOAT_LIT":
+            if not _FLOAT.fullmatch(text):
+                raise self.error("Syntax error: invalid number", pos + text.find(".") + 1)
+            return "double"
+        if kind in ("STRING_LIT", "MLSTRING_LIT", "BYTES_LIT"):
+            body = text.lstrip("bB")
+            if body[:1] not in ("r", "R") and "\\" in _ESCAPE.sub("", body):
+                raise self.error("Syntax error: invalid escape sequence", pos)
+            return "bytes" if kind == "BYTES_LIT" else "string"
+        return {"BOOL_LIT": "bool", "NULL_LIT": "null_type"}[kind]
+
+    def list_lit(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
+        items = tree.children[0].children if tree.children else []
+        return ("list", _join([self.type_of(item, scope) for item in items]))
+
+    def map_lit(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
+        entries = [self.type_of(e, scope) for e in (tree.children[0].children if tree.children else [])]
+        return ("map", _join(entries[0::2]), _join(entries[1::2]))
+
+    def member_dot(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
+        operand, field = cast(tuple[Tree[Any], Token], tree.children)
+        dot = self.source.rindex(".", 0, field.start_pos)
+        dotted = _dotted(tree)
+        if dotted is not None and self.declared(dotted.split(".")[0], scope) is None:
+            raise self.error(f"undeclared reference to '{dotted}'", dot, "cel-undeclared")
+        target = self.type_of(operand, scope)
+        if isinstance(target, tuple) and target[0] == "map":
+            return target[2]
+        if target == DYN:
+            return DYN
+        raise self.error(f"expression of type '{_fmt(target)}' cannot be the operand of a select operation", dot)
+
+    def member_index(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
+        container, key = tree.children
+        types = [self.type_of(container, scope), self.type_of(key, scope)]
+        return self.call("_[_]", types, self.after(container))
+
+    def ident_arg(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
+        name, args = cast(Token, tree.children[0]), (tree.children[1].children if len(tree.children) == 2 else [])
+        if name == "has" and len(args) == 1:
+            selection = unwrap(args[0])
+            if selection.data != "member_dot":
+                raise self.error("has() argument must be a field selection", args[0].meta.start_pos)
+            self.member_dot(selection, scope)
+            return BOOL
+        return self.call(str(name), [self.type_of(arg, scope) for arg in args], self.after(name.end_pos))
+
+    def member_dot_arg(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
+        receiver, name = cast(tuple[Tree[Any], Token], tree.children[:2])
+        args = tree.children[2].children if len(tree.children) == 3 else []
+        paren = self.after(name.end_pos)
+        if name in MACROS and (len(args) == 2 or (name == "map" and len(args) == 3)):
+            return self.macro(str(name), receiver, args, scope, paren)
+        types = [self.type_of(receiver, scope), *(self.type_of(arg, scope) for arg in args)]
+        return self.call(str(name), types, paren, member=True)
+
+    def macro(self, name: str, receiver: Tree[Any], args: list[Any], scope: dict[str, Any], pos: int) -> Any:
+        variable = unwrap(args[0])
+        if variable.data != "ident":
+            raise self.error(f"{name}() variable name must be a simple identifier", args[0].meta.start_pos)
+        target = self.type_of(receiver, scope)
+        if target != DYN and not (isinstance(target, tuple) and target[0] in ("list", "map")):
+            raise self.error(f"expression of type '{_fmt(target)}' cannot be the range of a comprehension "
+                             "(must be list, map, or dynamic)", receiver.meta.start_pos)
+        element = target[1] if isinstance(target, tuple) else DYN
+        inner = {**scope, str(variable.children[0]): element}
+        bodies = [self.type_of(arg, inner) for arg in args[1:]]
+        if (name != "map" or len(bodies) == 2) and not _compatible(bodies[0], BOOL):
+            step = {"all": ("_&&_", [BOOL, bodies[0]]), "exists": ("_||_", [BOOL, bodies[0]]),
+                    "exists_one": ("_?_:_", [bodies[0], "int", "int"])}
+            op, shown = step.get(name, ("_?_:_", [bodies[0], ("list", element), ("list", element)]))
+            raise self.error(f"found no matching overload for '{op}' applied to "
+                             f"'({', '.join(map(_fmt, shown))})'", pos)
+        if name in ("map", "filter"):
+            return ("list", bodies[-1] if name == "map" else element)
+        return BOOL
+
+
+def check(source: str, expected: ExprType) -> Tree[Any]:
+    """The parse tree of ``source`` once it passes every check; ``CelCompileError`` with a position."""
+    tree = _parse(source)
+    _check_depth(tree, source)
+    result = _Checker(source).type_of(tree, {})
+    want = {ExprType.BOOL: BOOL, ExprType.STRING: "string"}.get(expected)
+    if want is not None and result not in (want, DYN):
+        shown = _fmt(result).replace("(", "<").replace(")", ">").replace("null_type", "null")
+        raise CelCompileError(f"expression must evaluate to {expected}, but it is {shown}", kind="cel-type")
+    return tree

@@ -1,0 +1,239 @@
+"""`gateway check | test | explain | schema`, run as the real command in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+POLICY = """
+    policy: pay
+    default: reject
+    rules:
+      - id: allow-payments
+        tools: ["payments_*"]
+        action: allow
+      - id: big
+        tools: [payments_transfer]
+        when: args.amount > 1000
+        action: approve
+        message: Big transfer.
+        approval: {approvers: ["group:finance"]}
+"""
+
+SUITE = """
+    suite: pay
+    cases:
+      - name: small
+        call: {tool: payments_transfer, args: {amount: 5}}
+        expect: {decision: allow}
+      - name: big
+        call: {tool: payments_transfer, args: {amount: 5000}}
+        expect: {decision: approve}
+      - name: wrong
+        call: {tool: payments_transfer, args: {amount: 5}}
+        expect: {decision: reject}
+"""
+
+BROKEN = """
+    policy: broken
+    rules:
+      - id: typo
+        action: allow
+        whn: 'true'
+      - id: bad-cel
+        when: args.x == )
+        action: allow
+"""
+
+
+def gateway(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `python -m gateway ARGS` in ``cwd``."""
+    return subprocess.run([sys.executable, "-m", "gateway", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+@pytest.fixture
+def project(write, tmp_path) -> Path:
+    write("good/pay.yaml", POLICY)
+    write("good/pay_test.yaml", SUITE)
+    write("bad/broken.yaml", BROKEN)
+    write("calls/big.json", json.dumps({"tool": "payments_transfer", "args": {"amount": 5000}}))
+    return tmp_path
+
+
+# --- check ---------------------------------------------------------------------------------------
+
+
+def test_check_ok(project):
+    out = gateway(project, "check", "good")
+    assert out.returncode == 0, out.stderr
+    assert re.fullmatch(r"ok: 1 policies, 2 rules, revision [0-9a-f]{16} \(cel-expr-python\)\n", out.stdout)
+    assert out.stderr == ""
+
+
+def test_check_uses_the_engine_it_is_given(project, engine):
+    out = gateway(project, "check", "--engine", engine, "good")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.endswith(f" ({engine})\n")
+
+
+def test_check_prints_one_positioned_line_per_error(project):
+    out = gateway(project, "check", "bad")
+    assert out.returncode == 1
+    lines = out.stderr.splitlines()
+    assert lines[-1] == "2 error(s)"
+    assert [re.match(r"^(\S+):(\d+):(\d+): error\[([a-z-]+)\]: ", line).groups() for line in lines[:-1]] == [
+        ("bad/broken.yaml", "5", "5", "unknown-key"),
+        ("bad/broken.yaml", "7", "21", "cel-compile"),
+    ]
+    assert lines[0].endswith("(rule broken/typo); hint: did you mean 'when'?")
+    assert out.stdout == ""
+
+
+def test_check_prints_warnings_on_stdout_and_still_succeeds(project, write):
+    write("warn/empty.yaml", "policy: e\nrules: []\n")
+    write("warn/pay.yaml", POLICY)
+    out = gateway(project, "check", "warn")
+    assert out.returncode == 0
+    first, last = out.stdout.splitlines()
+    assert first == ("warn/empty.yaml:1:1: warning[empty-policy]: policy 'e' has no rules; "
+                     "hint: add rules, or delete the file")
+    assert last.startswith("ok: 2 policies, 2 rules, revision ")
+
+
+def test_check_json(project):
+    out = gateway(project, "check", "--format", "json", "bad")
+    assert out.returncode == 1
+    report = json.loads(out.stdout)
+    assert report["ok"] is False
+    found = [(d["file"], d["line"], d["column"], d["code"], d["rule"], d["severity"]) for d in report["diagnostics"]]
+    assert found == [
+        ("bad/broken.yaml", 5, 5, "unknown-key", "broken/typo", "error"),
+        ("bad/broken.yaml", 7, 21, "cel-compile", "broken/bad-cel", "error"),
+    ]
+    assert set(report["diagnostics"][0]) == {"code", "message", "file", "line", "column", "rule", "hint", "severity"}
+
+    out = gateway(project, "check", "--format", "json", "good")
+    assert out.returncode == 0
+    report = json.loads(out.stdout)
+    assert {k: report[k] for k in ("ok", "engine", "default", "files", "policies", "rules", "diagnostics")} == {
+        "ok": True, "engine": "cel-expr-python", "default": "reject", "files": ["good/pay.yaml"], "policies": 1,
+        "rules": 2, "diagnostics": [],
+    }
+
+
+def test_check_without_policies_fails(tmp_path):
+    out = gateway(tmp_path, "check")
+    assert out.returncode == 1
+    assert out.stderr.splitlines() == [
+        ".:1:1: error[no-policies]: no policy files found in .; "
+        "hint: policy files are *.yaml files that do not end in _test.yaml",
+        "1 error(s)",
+    ]
+
+
+# --- test ----------------------------------------------------------------------------------------
+
+
+def test_test_prints_failures_and_a_summary(project):
+    out = gateway(project, "test", "good")
+    assert out.returncode == 1
+    assert out.stdout.splitlines() == [
+        "FAIL good/pay_test.yaml:9: pay/wrong",
+        "    decision: expected reject, got allow (decided by pay/allow-payments)",
+        "2 passed, 1 failed",
+    ]
+
+
+def test_test_verbose_prints_every_case(project):
+    out = gateway(project, "test", "-v", "good")
+    assert out.stdout.splitlines()[:2] == ["PASS good/pay_test.yaml:3: pay/small", "PASS good/pay_test.yaml:6: pay/big"]
+
+
+def test_test_run_filter_and_exit_codes(project):
+    out = gateway(project, "test", "--run", "pay/(small|big)", "good")
+    assert (out.returncode, out.stdout) == (0, "2 passed, 0 failed\n")
+    out = gateway(project, "test", "--run", "nothing-matches", "good")
+    assert out.returncode == 2
+    assert out.stdout.splitlines() == ["no test ran (nothing matched --run 'nothing-matches')", "0 passed, 0 failed"]
+
+
+def test_test_json(project):
+    out = gateway(project, "test", "--format", "json", "good")
+    assert out.returncode == 1
+    report = json.loads(out.stdout)
+    assert (report["passed"], report["failed"], report["errors"], report["diagnostics"]) == (2, 1, 0, [])
+    assert [(c["name"], c["status"], c["line"]) for c in report["cases"]] == [
+        ("small", "PASS", 3), ("big", "PASS", 6), ("wrong", "FAIL", 9)
+    ]
+    assert report["cases"][1]["decision"]["decision"] == "approve"
+
+
+def test_test_with_broken_policies_reports_errors(project, write):
+    write("bad/broken_test.yaml", "cases:\n  - {name: one, call: {tool: t}, expect: {decision: allow}}\n")
+    out = gateway(project, "test", "bad")
+    assert out.returncode == 1
+    lines = out.stdout.splitlines()
+    assert lines[0] == "ERROR bad/broken_test.yaml:2: broken/one"
+    assert lines[1].startswith("    bad/broken.yaml:5:5: error[unknown-key]: ")
+    assert lines[-2:] == ["1 error(s)", "0 passed, 1 failed"]
+
+
+# --- explain -------------------------------------------------------------------------------------
+
+
+def test_explain_text(project):
+    out = gateway(project, "explain", "--policies", "good", "--call", "calls/big.json")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[:4] == [
+        "decision: approve  (tool payments_transfer, stage request)",
+        "decided by: pay/big",
+        "message: Big transfer.",
+        "approval needed (pay/big): approvers group:finance",
+    ]
+    assert "  + pay/big [approve] fired -> approve" in lines
+    assert "      at good/pay.yaml:7:5  tools ['payments_transfer']" in lines
+
+
+def test_explain_json(project, write):
+    write("calls/other.yaml", "tool: search\nargs: {q: x}\n")
+    out = gateway(project, "explain", "--format", "json", "--policies", "good", "--call", "calls/other.yaml")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert (report["decision"], report["decided_by"], report["tool"], report["default"]) == (
+        "reject", "default", "search", "reject")
+    assert [(t["rule"], t["outcome"]) for t in report["trace"]] == [
+        ("pay/allow-payments", "tool_not_matched"), ("pay/big", "tool_not_matched")
+    ]
+
+
+def test_explain_with_a_bad_call_file(project, write):
+    write("calls/bad.json", '{"tool": "t", "argz": {}}')
+    out = gateway(project, "explain", "--policies", "good", "--call", "calls/bad.json")
+    assert out.returncode == 1
+    assert out.stderr.startswith(
+        "calls/bad.json:1:15: error[unknown-key]: unknown key 'argz'; hint: did you mean 'args'?")
+
+
+# --- schema --------------------------------------------------------------------------------------
+
+
+def test_schema_policy_is_a_json_schema_that_accepts_policies(project):
+    out = gateway(project, "schema", "policy")
+    assert out.returncode == 0
+    schema = json.loads(out.stdout)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    policy = yaml.safe_load((project / "good/pay.yaml").read_text())
+    assert list(validator.iter_errors(policy)) == []
+    wrong = [e.message for e in validator.iter_errors({"policy": "p", "rulez": []})]
+    assert wrong == ["Additional properties are not allowed ('rulez' was unexpected)"]
+    assert [e.message for e in validator.iter_errors({"policy": "p", "rules": [{"id": "r", "action": "permit"}]})]
