@@ -119,6 +119,9 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
         await _start_upstreams(gateway, config)
         tasks = [asyncio.create_task(gateway.policies.watch(interval), name="policy-watcher")]
         if isinstance(gateway.approvals, ApprovalService):
+            interrupted = gateway.approvals.recover()
+            if interrupted:
+                log.warning("%d approved calls were interrupted by the last shutdown; marked as such", interrupted)
             tasks.append(asyncio.create_task(gateway.approvals.sweep(), name="approval-sweeper"))
         try:
             async with mcp.sessions.run():

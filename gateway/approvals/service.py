@@ -29,6 +29,9 @@ __all__ = ["ApprovalService", "Notifier"]
 
 log = logging.getLogger("gateway.approvals")
 
+# Votes cast by the end user through MCP elicitation are recorded under this prefix.
+END_USER = "end-user:"
+
 # An elicitation callback: ask the end user; True accept, False decline, None cannot ask.
 Elicit = Callable[[str], Awaitable[bool | None]]
 
@@ -102,8 +105,6 @@ class ApprovalService:
     async def _await(self, approval_id: str, held: HeldCall, deadline: float | None) -> ApprovalResult:
         announced = False
         while True:
-            # Taken before the state is read, so a decision made while we look or report progress still wakes us.
-            changed = self._changed.setdefault(approval_id, asyncio.Event())
             approval = self.store.get(approval_id)
             if approval is None:  # only if the database was changed under us
                 return ApprovalResult(False, "The approval request disappeared.", approval_id)
@@ -126,6 +127,9 @@ class ApprovalService:
             if deadline is not None and now >= deadline:
                 return ApprovalResult(False, f"Waiting for approval {approval_id}: {self.page_url}/{approval_id}",
                                       approval_id, pending=True)
+            # Taken after reading the state and before anything awaits (the progress report), so no
+            # decision from here on goes unnoticed; a request in a final state never leaves one behind.
+            changed = self._changed.setdefault(approval_id, asyncio.Event())
             if not announced and held.request.progress is not None:
                 announced = True
                 await self._progress(held, approval)
@@ -150,7 +154,7 @@ class ApprovalService:
         answer = await elicit(f"{message}\nTool: {approval.tool}\nArguments: {approval.final_args}")
         if answer is None:
             return  # the client cannot ask; the page remains
-        voter = Principal(f"end-user:{held.request.principal.id}", ())
+        voter = Principal(f"{END_USER}{held.request.principal.id}", ())
         try:
             self._record(approval.id, voter, answer, "via MCP elicitation", elicitation=True)
         except (ApprovalConflict, ApprovalForbidden):
@@ -217,6 +221,41 @@ class ApprovalService:
         self.store.transition(approval, ApprovalState.EXECUTING)
         self._signal(approval_id)
 
+    def orphaned(self, principal_id: str, call_id: str, tool: str) -> dict[str, Any] | None:
+        """A retry of an approved call whose tool is gone: the stored result, or "no longer available".
+
+        A still-pending request is left as it is (the tool may come back before it is decided).
+        """
+        for approval in self.store.for_call(principal_id, call_id):
+            if approval.tool != tool:
+                continue
+            if approval.state is ApprovalState.EXECUTED and approval.result is not None:
+                return approval.result
+            if approval.state is ApprovalState.APPROVED:
+                approval.state = ApprovalState.EXECUTING
+                if self.store.transition(approval, ApprovalState.APPROVED):
+                    result = _refusal(call_id, "tool_unavailable",
+                                      f"The tool {tool} is no longer available, so the approved call was not run.",
+                                      approval.id)
+                    self.executed(approval.id, result)
+                    return result
+            if approval.state is ApprovalState.DENIED:
+                return _refusal(call_id, "reject", _denial_message(approval), approval.id)
+        return None
+
+    def recover(self) -> int:
+        """At start: runs claimed by a process that died never recorded their outcome; say so.
+
+        Returns how many were marked. Their tools may or may not have run, so they are not run again.
+        """
+        stale = self.store.in_state(ApprovalState.EXECUTING)
+        for approval in stale:
+            self.executed(approval.id, _refusal(
+                approval.call_id, "interrupted",
+                "The approved call was interrupted by a gateway restart; it may or may not have taken effect.",
+                approval.id))
+        return len(stale)
+
     def _notify(self, event: str, approval: Approval) -> None:
         if self.notifier is not None:
             self.notifier.notify(event, approval)
@@ -254,8 +293,18 @@ async def _wait(event: asyncio.Event, seconds: float) -> bool:
 
 
 def _denial_message(approval: Approval) -> str:
-    comment = next((v.comment for v in reversed(approval.votes) if not v.approve), "")
+    vote = next((v for v in reversed(approval.votes) if not v.approve), None)
+    if vote is not None and vote.approver.startswith(END_USER):
+        return "The user declined this call."
+    comment = vote.comment if vote else ""
     return f"Denied by an approver: {comment}" if comment else "Denied by an approver."
+
+
+def _refusal(call_id: str, decision: str, message: str, approval_id: str) -> dict[str, Any]:
+    """A refusal in the stored-outcome shape (what CallOutcome.to_rest gives)."""
+    return {"call_id": call_id, "decision": decision, "is_error": True,
+            "content": [{"type": "text", "text": message}], "structured": None,
+            "meta": {"gateway/call_id": call_id, "gateway/decision": decision, "gateway/approval_id": approval_id}}
 
 
 def _rfc3339(ts: float) -> str:

@@ -88,6 +88,20 @@ class ApprovalStore:
                 (principal, call_id, digest)).fetchone()
         return _load(row[0]) if row else None
 
+    def for_call(self, principal: str, call_id: str) -> list[Approval]:
+        """Every request for this principal's call id (one per set of arguments), newest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT data FROM approvals WHERE principal = ? AND call_id = ? ORDER BY created_at DESC",
+                (principal, call_id)).fetchall()
+        return [_load(r[0]) for r in rows]
+
+    def in_state(self, state: ApprovalState) -> list[Approval]:
+        """Every request in one state."""
+        with self._lock:
+            rows = self._db.execute("SELECT data FROM approvals WHERE state = ?", (str(state),)).fetchall()
+        return [_load(r[0]) for r in rows]
+
     def get(self, approval_id: str) -> Approval | None:
         """One request by id."""
         with self._lock:

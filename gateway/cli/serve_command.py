@@ -22,13 +22,17 @@ def serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args.config)
+        # command-line overrides first, so links the gateway hands out use the real address
+        if args.host:
+            config.spec.listen.host = args.host
+        if args.port is not None:
+            config.spec.listen.port = args.port
         app = build_app(config)
     except (ConfigError, PolicyLoadError) as exc:
         for d in exc.diagnostics:
             print(d.format(), file=sys.stderr)
         return 1
-    host = args.host or config.spec.listen.host
-    port = args.port if args.port is not None else config.spec.listen.port
+    host, port = config.spec.listen.host, config.spec.listen.port
     print(f"gateway: listening on http://{host}:{port} (MCP at /mcp, REST at /v1)", file=sys.stderr)
     uvicorn.run(app, host=host, port=port, log_level=args.log_level, lifespan="on")
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from starlette.requests import Request
@@ -26,6 +27,8 @@ from gateway.pipeline.request import new_call_id
 from gateway.policy.model import parse_duration
 
 __all__ = ["error_response", "rest_routes"]
+
+_SECONDS = re.compile(r"^(\d+(?:\.\d+)?)s?$")
 
 log = logging.getLogger("gateway.frontends.rest")
 
@@ -103,8 +106,8 @@ def _wait_seconds(value: str | None) -> float:
     """``?wait=30s`` (or ``30``): how long to hold the request for an approval; 0 when absent."""
     if value is None:
         return 0.0
-    seconds = float(value[:-1]) if value.endswith("s") else float(parse_duration(value)) \
-        if not value.replace(".", "", 1).isdigit() else float(value)
+    plain = _SECONDS.match(value.strip())
+    seconds = float(plain.group(1)) if plain else parse_duration(value)
     if not 0 <= seconds <= MAX_REST_WAIT_SECONDS:
         raise ValueError(f"wait must be between 0 and {MAX_REST_WAIT_SECONDS:.0f} seconds")
     return seconds

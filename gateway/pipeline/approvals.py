@@ -47,6 +47,10 @@ class ApprovalGate(Protocol):
         """Record the result of the one execution an approval allowed."""
         ...
 
+    def orphaned(self, principal_id: str, call_id: str, tool: str) -> dict[str, Any] | None:
+        """For a retry whose tool is gone: the outcome of its approval, if it has one."""
+        ...
+
 
 class NoApprovals:
     """No approval service: every call that needs approval is refused."""
@@ -58,3 +62,8 @@ class NoApprovals:
     def executed(self, approval_id: str, result: dict[str, Any]) -> None:
         """Nothing to record."""
         del approval_id, result
+
+    def orphaned(self, principal_id: str, call_id: str, tool: str) -> dict[str, Any] | None:
+        """No approvals, so nothing is ever orphaned."""
+        del principal_id, call_id, tool
+        return None

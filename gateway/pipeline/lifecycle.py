@@ -10,6 +10,7 @@ only case that raises (``UnknownToolError``, which frontends turn into a protoco
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -37,6 +38,16 @@ log = logging.getLogger("gateway.pipeline")
 
 TOOL_FAILED = "The tool failed. Try again later or use another tool."
 POLICY_FAILED = "The policies could not be evaluated for this call, so it was refused."
+INTERRUPTED = "The approved call was interrupted while it ran; it may or may not have taken effect."
+
+
+def _unavailable(tool: str) -> str:
+    return f"The tool {tool} is no longer available, so the approved call was not run."
+
+
+def _outcome(stored: dict[str, Any]) -> CallOutcome:
+    """An outcome stored with an approval, returned again to a retry."""
+    return CallOutcome(**{k: stored[k] for k in _OUTCOME_FIELDS})
 AUDIT_FAILED = "The call could not be recorded, so it was not run."
 AUDIT_FAILED_AFTER_RUN = "The tool ran, but the call could not be recorded, so its result is withheld."
 
@@ -51,8 +62,10 @@ class _Trace:
     upstream_ms: float | None = None
     decisions: list[Decision] = field(default_factory=list)
     upstream: dict[str, Any] = field(default_factory=lambda: {"status": "not_called"})
+    session: SessionState | None = None
     approval: dict[str, Any] | None = None
-    counted: bool = False
+    counted: bool = False  # the session already counts this call
+    uncounted: bool = False  # a poll of a pending approval or a replay: not a new call
 
 
 class Gateway:
@@ -69,6 +82,7 @@ class Gateway:
         self.call_timeout = call_timeout
         self.max_argument_bytes = max_argument_bytes
         self.approvals: ApprovalGate = approvals or NoApprovals()
+        self._running: set[asyncio.Future[CallOutcome]] = set()
 
     def visible_tools(self, request_principal: Any) -> list[ExposedTool]:
         """Tools this principal may see: those the policies do not refuse whatever the arguments."""
@@ -90,13 +104,17 @@ class Gateway:
         """Carry out one call."""
         trace = _Trace(request)
         policy_set = self.policies.current  # one revision for the whole call
-        session = self.store.session(request.session_id)
+        session = trace.session = self.store.session(request.session_id)
         if session.terminated:
             outcome = refusal(request.call_id, "terminated", session.terminate_message or "Session terminated.",
                               terminated=True)
             return self._finish(trace, None, session, outcome, policy_set, count=False)
         tool = self.registry.get(request.tool)
         if tool is None:
+            # A retry of an approved call whose tool has gone since gets a plain answer, not -32602.
+            orphan = self.approvals.orphaned(request.principal.id, request.call_id, request.tool)
+            if orphan is not None:
+                return self._finish(trace, None, session, _outcome(orphan), policy_set, count=False)
             self._finish(trace, None, session, refusal(request.call_id, "unknown_tool", "unknown tool"),
                          policy_set, count=False)
             raise UnknownToolError(request.tool)
@@ -116,10 +134,12 @@ class Gateway:
             call=CallInfo(request.call_id, request.iteration, now_rfc3339()), env=self.env,
         )
         decision = self._decide(trace, policy_set, call)
-        # Count the call now, before any await: concurrent calls in one session must see it.
-        self.store.count_call(session, tool.name)
-        trace.counted = True
         verdict, message = decision.verdict, decision.message or ""
+        if verdict is not Verdict.APPROVE:
+            # Count the call now, before any await: concurrent calls in one session must see it.
+            # (A held call is counted once it is decided: polling a pending approval is not a call.)
+            self.store.count_call(session, tool.name)
+            trace.counted = True
         if verdict is Verdict.REJECT:
             return refusal(request.call_id, "reject", message)
         if verdict is Verdict.TERMINATE:
@@ -141,23 +161,42 @@ class Gateway:
         approval = await self.approvals.hold(HeldCall(request, tool, decision))
         trace.approval = {"id": approval.approval_id, "approved": approval.approved, "pending": approval.pending,
                           "replayed": approval.replay is not None}
+        if approval.replay is not None or approval.pending:
+            trace.uncounted = True  # a poll or a retry, not a new call
+        else:
+            assert trace.session is not None
+            self.store.count_call(trace.session, tool.name)
+            trace.counted = True
         if approval.replay is not None:
-            return CallOutcome(**{k: approval.replay[k] for k in _OUTCOME_FIELDS})
+            return _outcome(approval.replay)
         if not approval.approved:
             outcome = refusal(request.call_id, "pending" if approval.pending else "reject",
                               approval.message or "The call was not approved.", approval_id=approval.approval_id)
             outcome.pending_approval = approval.approval_id if approval.pending else None
             return outcome
-        assert approval.approval_id is not None
-        current = self.registry.get(request.tool)  # resolved now, at execution, not at approval time
-        if current is None:
-            outcome = refusal(request.call_id, "tool_unavailable",
-                              f"The tool {request.tool} is no longer available, so the approved call was not run.")
-        else:
-            outcome = await self._execute(trace, current, policy_set, call, decision)
-        outcome.meta[f"{META}approval_id"] = approval.approval_id
-        self.approvals.executed(approval.approval_id, outcome.to_rest())
-        return outcome
+        approval_id = approval.approval_id
+        assert approval_id is not None
+
+        async def run_once() -> CallOutcome:
+            # Shielded from the caller: a client that goes away mid-run must not leave the approval
+            # "executing" for ever; the one run always records its outcome.
+            try:
+                current = self.registry.get(request.tool)  # resolved now, at execution, not at approval
+                if current is None:
+                    outcome = refusal(request.call_id, "tool_unavailable", _unavailable(request.tool))
+                else:
+                    outcome = await self._execute(trace, current, policy_set, call, decision)
+            except BaseException:
+                self.approvals.executed(approval_id, refusal(request.call_id, "interrupted", INTERRUPTED).to_rest())
+                raise
+            outcome.meta[f"{META}approval_id"] = approval_id
+            self.approvals.executed(approval_id, outcome.to_rest())
+            return outcome
+
+        task = asyncio.ensure_future(run_once())
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return await asyncio.shield(task)
 
     async def _execute(self, trace: _Trace, tool: ExposedTool, policy_set: PolicySet, call: ToolCall,
                        decision: Decision) -> CallOutcome:
@@ -215,7 +254,7 @@ class Gateway:
         except AuditWriteError:
             ran = trace.upstream.get("status") == "ok"
             outcome = refusal(outcome.call_id, "audit_failed", AUDIT_FAILED_AFTER_RUN if ran else AUDIT_FAILED)
-        if count and tool is not None:
+        if count and tool is not None and not trace.uncounted:
             terminated = outcome.meta.get("gateway/terminated")
             if not trace.counted:
                 self.store.count_call(session, tool.name)
