@@ -137,10 +137,10 @@ class WebhookNotifier:
         return f":white_check_mark: Approved{by}{comment} — {head} — {link}"
 
     async def _deliver(self, webhook: Webhook, event: str, body: bytes, delivery: str) -> None:
-        headers = {"content-type": "application/json", "user-agent": "agent-policy-gateway",
-                   "x-gateway-event": event, "x-gateway-delivery": delivery}
+        headers = {"Content-Type": "application/json", "User-Agent": "agent-policy-gateway",
+                   "X-Gateway-Event": event, "X-Gateway-Delivery": delivery}
         if webhook.secret is not None:
-            headers["x-gateway-signature"] = signature(webhook.secret, body)
+            headers["X-Gateway-Signature"] = signature(webhook.secret, body)
         delay = self._first_retry
         problem = ""
         for attempt in range(1, self._attempts + 1):

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from gateway.config.model import GatewayConfig, SecretRef
 from gateway.diagnostics import Diagnostic
 from gateway.errors import ConfigError
@@ -92,6 +94,23 @@ def load_config(file: str | Path) -> LoadedConfig:
     return loaded
 
 
+def _secrets(value: Any, path: tuple[str | int, ...]) -> list[tuple[tuple[str | int, ...], SecretRef]]:
+    """Every secret reference in the config, with where it is."""
+    if isinstance(value, SecretRef):
+        return [(path, value)]
+    found: list[tuple[tuple[str | int, ...], SecretRef]] = []
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            found.extend(_secrets(getattr(value, name), (*path, name)))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            found.extend(_secrets(item, (*path, key)))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found.extend(_secrets(item, (*path, i)))
+    return found
+
+
 def _semantic_problems(cfg: LoadedConfig) -> list[Diagnostic]:
     doc, spec = cfg.document, cfg.spec
     out: list[Diagnostic] = []
@@ -116,13 +135,18 @@ def _semantic_problems(cfg: LoadedConfig) -> list[Diagnostic]:
         if up.openapi is not None and not cfg.path(up.openapi.spec).is_file():
             err(("upstreams", i, "openapi", "spec"), "not-found", f"OpenAPI spec {up.openapi.spec!r} not found",
                 f"the path is read relative to {cfg.base}")
-    for i, key in enumerate(spec.auth.api_keys):
-        if key.key is not None:
+        elif up.openapi is not None:
+            from gateway.upstreams.openapi import openapi_upstream  # the spec's own errors, before serve
+
             try:
-                resolve_secret(key.key, cfg.base)
-            except ValueError as exc:
-                err(("auth", "api_keys", i, "key"), "secret-missing", str(exc),
-                    "set the variable or create the file before starting the gateway")
+                openapi_upstream(up.name, up.openapi, cfg.base, {})
+            except ConfigError as exc:
+                out.extend(exc.diagnostics)
+    for path, ref in _secrets(spec, ()):
+        try:
+            resolve_secret(ref, cfg.base)
+        except ValueError as exc:
+            err(path, "secret-missing", str(exc), "set the variable or create the file before starting the gateway")
     for i, p in enumerate(spec.policies):
         if not cfg.path(p).exists():
             err(("policies", i), "not-found", f"policy path {p!r} not found", f"paths are relative to {cfg.base}")

@@ -167,6 +167,8 @@ def _elicitation(ctx: ServerRequestContext[Any, Any]) -> Any:
         except Exception as exc:  # e.g. a client in the stateless protocol era: fall back to the page
             log.info("elicitation not possible: %s", exc)
             return None
+        if result.action == "cancel":
+            return None  # dismissed without an answer: the call waits for an approver instead
         if result.action != "accept":
             return False
         return bool((result.content or {}).get("approve", True))

@@ -1,0 +1,128 @@
+"""`gateway approvals ...` run as a real process against the real approver API on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.approvals.model import ApprovalState, Requirement
+
+TIMEOUT = 60.0  # seconds for one CLI run; it normally takes about one (mostly Python start-up)
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+async def gateway(*args: str, env: dict[str, str] | None = None) -> Run:
+    """Run `python -m gateway ARGS` without blocking the server that runs in this event loop."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("GATEWAY_URL", "GATEWAY_API_KEY")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", *args, env={**clean, **(env or {})},
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    assert process.returncode is not None
+    return Run(process.returncode, out.decode(), err.decode())
+
+
+async def test_list_and_show_as_text_and_json(serve: Any, approval_desk: Any) -> None:
+    refund = approval_desk.add(args={"order": "A-1", "amount": 900}, final_args={"order": "A-1", "amount": 100})
+    shell = approval_desk.add(tool="shell_exec", args={"cmd": "ls"}, principal="agent-7", requirements=[
+        Requirement("shell", "Shell needs two people", ["group:managers"], "dave"),
+        Requirement("shell-2", "and security", ["group:security"])])
+    base = await serve(approval_desk.app())
+    auth = ["--url", base, "--key", "bob-key"]
+
+    listed = await gateway("approvals", "list", *auth)
+    assert listed.code == 0, listed.err
+    header, *rows = listed.out.splitlines()
+    assert header.split() == ["ID", "STATE", "TOOL", "REQUESTED", "BY", "CREATED", "TIME", "LEFT", "APPROVALS"]
+    assert sorted(row.split()[:4] for row in rows) == sorted([
+        [refund.id, "pending", "payments_refund", "alice"], [shell.id, "pending", "shell_exec", "agent-7"]])
+    assert next(r for r in rows if r.startswith(shell.id)).endswith("1/2")
+
+    as_json = await gateway("approvals", "list", "--format", "json", *auth)
+    assert {a["id"] for a in json.loads(as_json.out)["approvals"]} == {refund.id, shell.id}
+
+    none = await gateway("approvals", "list", "--state", "denied", *auth)
+    assert (none.code, none.out) == (0, "No denied approval requests.\n")
+
+    shown = await gateway("approvals", "show", refund.id, *auth)
+    assert shown.code == 0, shown.err
+    assert f"Approval {refund.id}: pending" in shown.out
+    assert "Requested by:  alice (groups: support)" in shown.out
+    assert "[ ] big-refund: Refunds over 100 need a manager" in shown.out
+    assert "approvers: group:managers, alice; waiting" in shown.out
+    assert "amount: 900 -> 100   (rewritten by policy)" in shown.out
+    assert '  order: "A-1"' in shown.out
+
+    shown_json = await gateway("approvals", "show", shell.id, "--format", "json", *auth)
+    assert json.loads(shown_json.out) == approval_desk.service.store.get(shell.id).to_dict()
+
+
+async def test_approve_then_conflict_then_deny(serve: Any, approval_desk: Any) -> None:
+    first, second = approval_desk.add(), approval_desk.add(tool="shell_exec", args={"cmd": "ls"})
+    base = await serve(approval_desk.app())
+    env = {"GATEWAY_URL": base, "GATEWAY_API_KEY": "bob-key"}  # the defaults come from the environment
+
+    approved = await gateway("approvals", "approve", first.id, "--comment", "fine by me", env=env)
+    assert approved.code == 0, approved.err
+    assert approved.out == f"Approved {first.id} (payments_refund for alice).\n"
+    stored = approval_desk.service.store.get(first.id)
+    assert stored.state is ApprovalState.APPROVED
+    assert [(v.approver, v.approve, v.comment) for v in stored.votes] == [("bob", True, "fine by me")]
+
+    again = await gateway("approvals", "approve", first.id, env=env)
+    assert again.code == 1
+    assert again.err == f"gateway approvals: approval {first.id} is already approved (HTTP 409 approval-conflict)\n"
+
+    no_reason = await gateway("approvals", "deny", second.id, env=env)
+    assert no_reason.code == 2 and "--comment" in no_reason.err
+    assert approval_desk.service.store.get(second.id).state is ApprovalState.PENDING
+
+    denied = await gateway("approvals", "deny", second.id, "--comment", "not on a Friday", "--format", "json", env=env)
+    assert denied.code == 0, denied.err
+    assert json.loads(denied.out)["state"] == "denied"
+    assert approval_desk.service.store.get(second.id).votes[0].comment == "not on a Friday"
+
+
+async def test_refusals_print_the_apis_message_and_exit_1(serve: Any, approval_desk: Any) -> None:
+    mine = approval_desk.add(principal="alice")
+    base = await serve(approval_desk.app())
+
+    own = await gateway("approvals", "approve", mine.id, "--url", base, "--key", "alice-key")
+    assert (own.code, own.err) == (
+        1, "gateway approvals: you cannot approve your own call (HTTP 403 approval-forbidden)\n")
+
+    not_approver = await gateway("approvals", "list", "--url", base, "--key", "carol-key")
+    assert not_approver.code == 1 and "This key may not see approval requests. (HTTP 403" in not_approver.err
+
+    missing = await gateway("approvals", "show", "nope", "--url", base, "--key", "bob-key")
+    assert missing.code == 1 and "No such approval request. (HTTP 404 approval-not-found)" in missing.err
+
+    no_key = await gateway("approvals", "list", "--url", base)
+    assert no_key.code == 1
+    assert "(HTTP 401 unauthorized)" in no_key.err and "--key or GATEWAY_API_KEY" in no_key.err
+    assert approval_desk.service.store.get(mine.id).state is ApprovalState.PENDING
+
+
+async def test_untrusted_text_cannot_drive_the_terminal(serve: Any, approval_desk: Any) -> None:
+    approval_desk.add(tool="evil\x1b[2J\x1b]0;pwned\x07", principal="mallory\r\nfake line")
+    base = await serve(approval_desk.app())
+    listed = await gateway("approvals", "list", "--url", base, "--key", "bob-key")
+    assert listed.code == 0
+    assert "\x1b" not in listed.out and "\r" not in listed.out
+    assert "evil\\x1b[2J\\x1b]0;pwned\\x07" in listed.out and "mallory\\x0d\\x0afake line" in listed.out
+
+
+async def test_an_unreachable_gateway_exits_2(refused_url: str) -> None:
+    run = await gateway("approvals", "list", "--url", refused_url, "--key", "bob-key")
+    assert run.code == 2
+    assert run.err.startswith(f"gateway approvals: cannot connect to the gateway at {refused_url}")
