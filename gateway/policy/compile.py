@@ -20,10 +20,12 @@ from gateway.policy.model import PolicyFile, RuleSpec, parse_duration
 from gateway.policy.rewrite import PathParts, parse_path
 from gateway.sourcemap import Path, YamlDocument
 
-__all__ = ["CompiledPolicy", "CompiledRewrite", "CompiledRule", "Expression", "compile_policy"]
+__all__ = ["CompiledPolicy", "CompiledRewrite", "CompiledRule", "Expression", "Variable", "compile_policy"]
 
 _RESPONSE_ACTIONS = frozenset({Action.REWRITE, Action.REJECT, Action.TERMINATE})
 _IDENT = re.compile(r"(?<![.\w])([A-Za-z_]\w*)")
+_VARIABLES_WORD = re.compile(r"(?<![.\w])variables\b")
+_VARIABLE_ATTR = re.compile(r"(?<![.\w])variables\s*\.\s*([A-Za-z_]\w*)")
 _STRING = re.compile(r"""(?s)[rRbB]*('''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")""")
 
 
@@ -35,6 +37,16 @@ class Expression:
     program: Program
     expected: ExprType
     references: frozenset[str]
+    variables_read: frozenset[str] | None = frozenset()  # variables.NAME it reads; None: it reads them all
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    """A compiled file variable and the earlier variables it needs (transitively)."""
+
+    name: str
+    expression: Expression
+    needs: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +82,7 @@ class CompiledRule:
     result: Any = None
     result_expression: Expression | None = None
     references: frozenset[str] = frozenset()  # CEL variables the rule reads, variables resolved
+    variables_needed: frozenset[str] = frozenset()  # the file variables its expressions need, transitively
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +93,7 @@ class CompiledPolicy:
     file: str
     description: str
     default: str | None
-    variables: tuple[tuple[str, Expression], ...]
+    variables: tuple[Variable, ...]
     rules: tuple[CompiledRule, ...] = field(default=())
 
 
@@ -88,6 +101,14 @@ def references_of(source: str) -> frozenset[str]:
     """The declared CEL variables ``source`` reads (a conservative, engine-independent scan)."""
     bare = _STRING.sub('""', source)
     return frozenset(name for name in _IDENT.findall(bare) if name in VARIABLES)
+
+
+def variables_read(source: str) -> frozenset[str] | None:
+    """The file variables ``source`` reads as ``variables.NAME``; None when it uses ``variables``
+    any other way (``variables["x"]``, the whole map), so that it must be given all of them."""
+    bare = _STRING.sub('""', source)
+    names = _VARIABLE_ATTR.findall(bare)
+    return frozenset(names) if len(_VARIABLES_WORD.findall(bare)) == len(names) else None
 
 
 class _Compiler:
@@ -115,7 +136,7 @@ class _Compiler:
                 _CEL_HINTS.get(exc.code),
             ))
             return None
-        return Expression(source, program, expected, references_of(source))
+        return Expression(source, program, expected, references_of(source), variables_read(source))
 
 
 _CEL_HINTS = {
@@ -136,7 +157,7 @@ def compile_policy(
     """
     indices = rule_indices if rule_indices is not None else list(range(len(spec.rules)))
     c = _Compiler(doc, engine)
-    variables: list[tuple[str, Expression]] = []
+    variables: list[Variable] = []
     seen_vars: set[str] = set()
     for i, var in enumerate(spec.variables):
         if var.name in seen_vars:
@@ -145,11 +166,13 @@ def compile_policy(
         seen_vars.add(var.name)
         expr = c.expression(var.expression, ExprType.ANY, ("variables", i, "expression"), None)
         if expr is not None:
-            variables.append((var.name, expr))
-    var_refs = frozenset().union(*(e.references for _, e in variables)) if variables else frozenset()
+            earlier = {v.name: v for v in variables}
+            needs = _closure(expr.variables_read, earlier)
+            variables.append(Variable(var.name, expr, needs))
 
     rules: list[CompiledRule] = []
     seen_ids: dict[str, int] = {}
+    by_name = {v.name: v for v in variables}
     for i, rule in zip(indices, spec.rules, strict=True):
         full_id = f"{spec.policy}/{rule.id}"
         if rule.id in seen_ids:
@@ -158,7 +181,7 @@ def compile_policy(
                     full_id, "rule ids must be unique within a policy file")
             continue
         seen_ids[rule.id] = i
-        compiled = _compile_rule(c, spec, rule, ("rules", i), full_id, policy_index, first_ordinal + i, var_refs)
+        compiled = _compile_rule(c, spec, rule, ("rules", i), full_id, policy_index, first_ordinal + i, by_name)
         if compiled is not None:
             rules.append(compiled)
     return CompiledPolicy(spec.policy, doc.file, spec.description, spec.default, tuple(variables),
@@ -167,7 +190,7 @@ def compile_policy(
 
 def _compile_rule(
     c: _Compiler, spec: PolicyFile, rule: RuleSpec, path: Path, full_id: str, policy_index: int,
-    ordinal: int, var_refs: frozenset[str],
+    ordinal: int, variables: dict[str, Variable],
 ) -> CompiledRule | None:
     before = len(c.diagnostics)
     _check_shape(c, rule, path, full_id)
@@ -194,8 +217,10 @@ def _compile_rule(
     if rewrite is not None:
         exprs.extend(e for _, e in rewrite.set)
     refs = frozenset().union(*(e.references for e in exprs)) if exprs else frozenset()
-    if "variables" in refs:
-        refs = refs | var_refs
+    needed: frozenset[str] = frozenset()
+    for e in exprs:
+        needed |= _closure(e.variables_read, variables)
+    refs = refs.union(*(variables[n].expression.references for n in needed))
     pos = c.doc.position(path)
     return CompiledRule(
         id=full_id, policy_index=policy_index, ordinal=ordinal, action=rule.action, stage=rule.stage,
@@ -203,8 +228,14 @@ def _compile_rule(
         message_expression=message_expr, on_error=rule.on_error or spec.defaults.on_error,
         mode=rule.mode or spec.defaults.mode, file=c.doc.file, line=pos.line, column=pos.column,
         description=rule.description, approval=approval, rewrite=rewrite, result=rule.result,
-        result_expression=result_expr, references=refs,
+        result_expression=result_expr, references=refs, variables_needed=needed,
     )
+
+
+def _closure(read: frozenset[str] | None, known: dict[str, Variable]) -> frozenset[str]:
+    """The known variables ``read`` names, with everything they need in turn."""
+    names = frozenset(known) if read is None else read & known.keys()
+    return names.union(*(known[n].needs for n in names))
 
 
 def _check_shape(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> None:

@@ -33,47 +33,71 @@ __all__ = ["evaluate_call"]
 
 
 class _Bindings:
-    """Variable values for the rules of one call; activations are built once per policy file and
-    rebuilt only when the arguments (or the result) change."""
+    """Variable values for the rules of one call.
+
+    Building a CEL activation is the costly part of an evaluation, so there are as few as can be:
+    one shared activation for every rule that reads no file variable, and one per (file, set of
+    variables) for the rest. A variable is evaluated only when a matched rule needs it, once per
+    version of the arguments; a rewrite that changes them starts afresh.
+    """
 
     def __init__(self, engine: Engine, policies: Sequence[CompiledPolicy], base: dict[str, Any]) -> None:
         self.engine = engine
         self.policies = policies
         self.base = base
-        self._activations: dict[int, Any] = {}
+        self._shared: Any = None
+        self._activations: dict[tuple[int, frozenset[str]], Any] = {}
+        self._values: dict[int, dict[str, Any]] = {}
         self.variable_errors: dict[int, dict[str, str]] = {}
 
     def replace(self, name: str, value: Any) -> None:
         self.base[name] = value
+        self._shared = None
         self._activations.clear()
+        self._values.clear()
         self.variable_errors.clear()
 
-    def activation(self, policy_index: int) -> Any:
-        policy = self.policies[policy_index]
-        key = policy_index if policy.variables else -1
+    def shared(self) -> Any:
+        """The activation for expressions that read no file variable."""
+        if self._shared is None:
+            self._shared = self.engine.activation(self.base)
+        return self._shared
+
+    def activation(self, rule: CompiledRule) -> Any:
+        needed = rule.variables_needed
+        if not needed:
+            return self.shared()
+        key = (rule.policy_index, needed)
         found = self._activations.get(key)
         if found is None:
-            found = self._activations[key] = self._build(policy_index, policy)
+            values = self._variables(rule.policy_index, needed)
+            found = self._activations[key] = self.engine.activation({**self.base, "variables": values})
         return found
 
-    def _build(self, policy_index: int, policy: CompiledPolicy) -> Any:
-        values: dict[str, Any] = {}
-        for name, expr in policy.variables:
+    def _variables(self, policy_index: int, needed: frozenset[str]) -> dict[str, Any]:
+        done = self._values.setdefault(policy_index, {})
+        failed = self.variable_errors.setdefault(policy_index, {})
+        for var in self.policies[policy_index].variables:  # in order: a variable's needs come first
+            if var.name not in needed or var.name in done or var.name in failed:
+                continue
+            activation = self.shared() if not var.needs else self.engine.activation(
+                {**self.base, "variables": {n: done[n] for n in var.needs if n in done}})
             try:
-                values[name] = expr.program.evaluate(self.engine.activation({**self.base, "variables": values}))
+                done[var.name] = var.expression.program.evaluate(activation)
             except CelEvaluationError as exc:
-                self.variable_errors.setdefault(policy_index, {})[name] = str(exc)
-        return self.engine.activation({**self.base, "variables": values})
+                failed[var.name] = str(exc)
+        return {n: done[n] for n in needed if n in done}
 
     def evaluate(self, rule: CompiledRule, expr: Expression) -> Any:
-        value = expr.program.evaluate(self.activation(rule.policy_index))
+        value = expr.program.evaluate(self.activation(rule))
         problem = check_result_type(value, expr.expected)
         if problem:
             raise CelEvaluationError(problem)
         return value
 
     def explain_error(self, rule: CompiledRule, error: str) -> str:
-        failed = self.variable_errors.get(rule.policy_index)
+        failed = {k: v for k, v in self.variable_errors.get(rule.policy_index, {}).items()
+                  if k in rule.variables_needed}
         if failed:
             names = ", ".join(f"{k} ({v})" for k, v in failed.items())
             return f"{error}; variables that failed: {names}"

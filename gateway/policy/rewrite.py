@@ -7,7 +7,6 @@ original and the rewritten arguments.
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -30,9 +29,13 @@ def parse_path(path: str) -> PathParts:
 
 
 def set_path(value: Any, path: PathParts, new: Any) -> Any:
-    """A copy of ``value`` with ``new`` at ``path``; missing maps on the way are created."""
-    root = copy.deepcopy(value) if isinstance(value, (dict, list)) else {}
-    node: Any = root
+    """A copy of ``value`` with ``new`` at ``path``; missing maps on the way are created.
+
+    Only the containers along the path are copied; the rest is shared with the input, which is
+    never changed.
+    """
+    root: Any = _copy(value) if isinstance(value, (dict, list)) else {}
+    node = root
     for i, part in enumerate(path):
         last = i == len(path) - 1
         if isinstance(node, list) and isinstance(part, int):
@@ -41,7 +44,7 @@ def set_path(value: Any, path: PathParts, new: Any) -> Any:
             if last:
                 node[part] = new
             else:
-                node = node[part]
+                node[part] = node = _copy(node[part])
             continue
         if not isinstance(node, dict):
             raise ValueError(f"cannot set {'.'.join(map(str, path))!r}: {part!r} is not inside a map")
@@ -49,29 +52,34 @@ def set_path(value: Any, path: PathParts, new: Any) -> Any:
         if last:
             node[key] = new
         else:
-            if not isinstance(node.get(key), (dict, list)):
-                node[key] = {}
-            node = node[key]
+            child = node.get(key)
+            node[key] = node = _copy(child) if isinstance(child, (dict, list)) else {}
     return root
 
 
 def remove_path(value: Any, path: PathParts) -> Any:
     """A copy of ``value`` without ``path``; a path that is not there is not an error."""
-    root = copy.deepcopy(value)
+    root = _copy(value)
     node: Any = root
     for part in path[:-1]:
-        if isinstance(node, dict):
-            node = node.get(str(part))
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-            node = node[part]
+        if isinstance(node, dict) and isinstance(node.get(str(part)), (dict, list)):
+            node[str(part)] = node = _copy(node[str(part)])
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node) \
+                and isinstance(node[part], (dict, list)):
+            node[part] = node = _copy(node[part])
         else:
-            return root
+            return value
     last = path[-1]
     if isinstance(node, dict):
         node.pop(str(last), None)
     elif isinstance(node, list) and isinstance(last, int) and last < len(node):
         del node[last]
     return root
+
+
+def _copy(value: Any) -> Any:
+    """A shallow copy of a container (its children are copied only when a path goes through them)."""
+    return dict(value) if isinstance(value, dict) else list(value) if isinstance(value, list) else value
 
 
 def redact(value: Any, patterns: Sequence[re.Pattern[str]], depth: int = 0) -> Any:

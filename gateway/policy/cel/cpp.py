@@ -22,6 +22,7 @@ __all__ = ["CppEngine"]
 _DYN_MAP = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
 _KINDS = {"string": cel.Type.STRING, "bool": cel.Type.BOOL, "map": _DYN_MAP}
 _EXPECTED = {ExprType.BOOL: cel.Type.BOOL, ExprType.STRING: cel.Type.STRING}
+_ERROR = cel.Type.ERROR
 
 # "ERROR: <input>:1:4: Syntax error: ..." — the checker's position inside the expression.
 _POSITION = re.compile(r"<input>:(\d+):(\d+): (.*)")
@@ -50,9 +51,11 @@ class _Program:
             value = self._expr.eval(activation)
         except Exception as exc:  # the binding raises for values it cannot convert
             raise CelEvaluationError(_STATUS.sub("", str(exc)).strip('"')) from exc
-        if value.type() == cel.Type.ERROR:
-            raise CelEvaluationError(_STATUS.sub("", str(value.value())))
-        return _plain(value.plain_value())
+        plain = value.plain_value()
+        # an error's plain value is its message; asking for the type costs, so only then
+        if isinstance(plain, str) and value.type() == _ERROR:
+            raise CelEvaluationError(_STATUS.sub("", plain))
+        return _plain(plain)
 
 
 def _plain(value: Any) -> Any:
