@@ -22,7 +22,7 @@ from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
 from gateway.limits import MAX_CACHED_SESSIONS
 from gateway.pipeline import CallRequest, Gateway
-from gateway.pipeline.request import new_call_id
+from gateway.pipeline.request import iteration_of, new_call_id
 
 __all__ = ["CALL_ID_META", "McpFrontend"]
 
@@ -83,7 +83,7 @@ class McpFrontend:
             principal=identity.principal,
             session_id=session_id,
             call_id=str(meta.get(CALL_ID_META) or new_call_id()),
-            iteration=_int(meta.get(ITERATION_META)),
+            iteration=iteration_of(meta.get(ITERATION_META)),
             progress=_progress(ctx, meta),
             frontend="mcp",
             elicit=_elicitation(ctx),
@@ -131,12 +131,6 @@ def _http(ctx: ServerRequestContext[Any, Any]) -> Request:
     request: Request = ctx.request
     return request
 
-
-def _int(value: Any) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
 
 
 _tasks: set[Any] = set()

@@ -23,7 +23,7 @@ from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
 from gateway.limits import MAX_REST_WAIT_SECONDS
 from gateway.pipeline import CallRequest, Gateway
-from gateway.pipeline.request import new_call_id
+from gateway.pipeline.request import iteration_of, new_call_id
 from gateway.policy.model import parse_duration
 
 __all__ = ["error_response", "rest_routes"]
@@ -75,7 +75,7 @@ def rest_routes(gateway: Gateway) -> list[Route]:
         call = CallRequest(
             tool=request.path_params["name"], arguments=arguments, principal=identity.principal,
             session_id=str(session_id), call_id=str(body.get("call_id") or new_call_id()),
-            iteration=_int(body.get("iteration")), frontend="rest", wait_seconds=wait,
+            iteration=iteration_of(body.get("iteration")), frontend="rest", wait_seconds=wait,
         )
         try:
             outcome = await gateway.call(call)
@@ -112,9 +112,3 @@ def _wait_seconds(value: str | None) -> float:
         raise ValueError(f"wait must be between 0 and {MAX_REST_WAIT_SECONDS:.0f} seconds")
     return seconds
 
-
-def _int(value: Any) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0

@@ -9,7 +9,7 @@ from typing import Any
 
 from gateway.policy.call import Principal
 
-__all__ = ["CallOutcome", "CallRequest", "Progress", "new_call_id"]
+__all__ = ["CallOutcome", "CallRequest", "Progress", "iteration_of", "new_call_id"]
 
 # A frontend's way to tell a waiting caller what is happening (MCP progress notifications).
 Progress = Callable[[str], Awaitable[None]]
@@ -18,6 +18,14 @@ Progress = Callable[[str], Awaitable[None]]
 def new_call_id() -> str:
     """A fresh call id for callers that did not give one."""
     return uuid.uuid4().hex
+
+
+def iteration_of(value: Any) -> int:
+    """The agent-loop iteration a frontend was given (0 when absent or not a number)."""
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 @dataclass(slots=True)

@@ -36,6 +36,7 @@ import pytest
 import pytest_asyncio
 import uvicorn
 import yaml
+from approval_support import Bench, CountingUpstream
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from starlette.applications import Starlette
@@ -572,3 +573,18 @@ async def invoke(client: httpx2.AsyncClient, tool: str, arguments: Json | None =
 def rest_call() -> Callable[..., Awaitable[Json]]:
     """``await rest_call(client, tool, args, call_id=...)``: the invoke response body, with ``_status``."""
     return invoke
+
+
+# --- approvals: an upstream that counts runs, and gateways on it (see approval_support.py) ---------
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def upstream() -> AsyncIterator[CountingUpstream]:
+    async with CountingUpstream.serving() as running:
+        yield running
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def bench(tmp_path: Path, configs: Any, upstream: CountingUpstream) -> AsyncIterator[Bench]:
+    async with Bench.open(tmp_path, configs, upstream) as opened:
+        yield opened

@@ -7,13 +7,9 @@ records every run); callers use the SDK's MCP client or REST, approvers the REST
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
-import pytest_asyncio
 from approval_support import (
     PAGE_URL,
-    Bench,
-    CountingUpstream,
     Progress,
     approve_rule,
     call_meta,
@@ -26,16 +22,6 @@ from approval_support import (
 OPS_ONLY = policy(approve_rule("deploys-need-ops", approvers=["group:ops"]))
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def upstream() -> AsyncIterator[CountingUpstream]:
-    async with CountingUpstream.serving() as running:
-        yield running
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def bench(tmp_path, configs, upstream) -> AsyncIterator[Bench]:
-    async with Bench.open(tmp_path, configs, upstream) as opened:
-        yield opened
 
 
 async def _held_by_rest(bench, gw, cid: str, service: str = "billing") -> str:

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import mcp_types as types
 import pytest
-import pytest_asyncio
 from approval_support import (
     STEP_SECONDS,
-    Bench,
-    CountingUpstream,
     approve_rule,
     call_meta,
     finished,
@@ -26,16 +22,6 @@ from approval_support import (
 ASK_THE_USER = policy(approve_rule("confirm-deploys", via="elicitation", message="Really deploy?"))
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def upstream() -> AsyncIterator[CountingUpstream]:
-    async with CountingUpstream.serving() as running:
-        yield running
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def bench(tmp_path, configs, upstream) -> AsyncIterator[Bench]:
-    async with Bench.open(tmp_path, configs, upstream) as opened:
-        yield opened
 
 
 class Answers:

@@ -5,26 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
 
-import pytest_asyncio
-from approval_support import STEP_SECONDS, Bench, CountingUpstream, approve_rule, call_meta, in_background, policy
+from approval_support import STEP_SECONDS, approve_rule, call_meta, in_background, policy
 from mcp import MCPError
 
 OPS_ONLY = policy(approve_rule("deploys-need-ops", approvers=["group:ops"]))
 RESULT = {"tool": "deploy", "args": {"service": "billing"}, "run": 1}
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def upstream() -> AsyncIterator[CountingUpstream]:
-    async with CountingUpstream.serving() as running:
-        yield running
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def bench(tmp_path, configs, upstream) -> AsyncIterator[Bench]:
-    async with Bench.open(tmp_path, configs, upstream) as opened:
-        yield opened
 
 
 async def test_a_pending_approval_survives_a_restart_and_its_retry_runs_once(bench, call_id):
