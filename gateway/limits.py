@@ -56,3 +56,11 @@ WEBHOOK_TIMEOUT_SECONDS = 5.0
 # used), and nest this deep: both stop "billion laughs" files and runaway recursion.
 MAX_YAML_NODES = 50_000
 MAX_YAML_DEPTH = 64
+
+# HTTP upstreams: connections per upstream, and how long an idle one is kept. Kept under the 5 s
+# that uvicorn and Node servers keep theirs, so the gateway never writes to a closed connection.
+UPSTREAM_MAX_CONNECTIONS = 100
+UPSTREAM_KEEPALIVE_SECONDS = 2.0
+
+# `GET /v1/approvals` returns at most this many requests a page.
+MAX_APPROVALS_PAGE = 500

@@ -108,16 +108,14 @@ class ApprovalStore:
             row = self._db.execute("SELECT data FROM approvals WHERE id = ?", (approval_id,)).fetchone()
         return _load(row[0]) if row else None
 
-    def list_requests(self, state: str | None = None, limit: int = 200) -> list[Approval]:
-        """Requests, newest first, optionally in one state."""
+    def list_requests(self, state: str | None = None, limit: int = 200, offset: int = 0) -> tuple[list[Approval], int]:
+        """One page of requests, newest first, optionally in one state; and how many there are in all."""
+        where, params = ("WHERE state = ?", (state,)) if state else ("", ())
         with self._lock:
-            if state:
-                rows = self._db.execute("SELECT data FROM approvals WHERE state = ? ORDER BY created_at DESC"
-                                        " LIMIT ?", (state, limit)).fetchall()
-            else:
-                rows = self._db.execute("SELECT data FROM approvals ORDER BY created_at DESC LIMIT ?",
-                                        (limit,)).fetchall()
-        return [_load(r[0]) for r in rows]
+            total = self._db.execute(f"SELECT COUNT(*) FROM approvals {where}", params).fetchone()[0]
+            rows = self._db.execute(f"SELECT data FROM approvals {where} ORDER BY created_at DESC, id"
+                                    " LIMIT ? OFFSET ?", (*params, limit, offset)).fetchall()
+        return [_load(r[0]) for r in rows], int(total)
 
     def due(self, now_ts: float) -> list[Approval]:
         """Pending requests whose time is up."""

@@ -1,6 +1,6 @@
 """The approver API: list, read and decide approval requests.
 
-    GET  /v1/approvals?state=pending
+    GET  /v1/approvals?state=pending&limit=200&offset=0   → {approvals, total, offset, limit}
     GET  /v1/approvals/{id}               (approvers, and the caller who asked)
     POST /v1/approvals/{id}/decision      {approve: bool, comment}  → 200 | 403 | 404 | 409
 """
@@ -16,6 +16,7 @@ from gateway.approvals.service import ApprovalService
 from gateway.errors import ApprovalError
 from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
+from gateway.limits import MAX_APPROVALS_PAGE
 
 __all__ = ["approval_routes"]
 
@@ -31,7 +32,16 @@ def approval_routes(service: ApprovalService) -> list[Route]:
         state = request.query_params.get("state")
         if state is not None and state not in _STATES:
             return error_response(400, "invalid-state", f"state must be one of {', '.join(sorted(_STATES))}")
-        return JSONResponse({"approvals": [a.to_dict() for a in service.store.list_requests(state)]})
+        try:
+            limit = int(request.query_params.get("limit", 200))
+            offset = int(request.query_params.get("offset", 0))
+        except ValueError:
+            return error_response(400, "invalid-page", "limit and offset must be whole numbers")
+        if not (1 <= limit <= MAX_APPROVALS_PAGE and offset >= 0):
+            return error_response(400, "invalid-page", f"limit must be 1..{MAX_APPROVALS_PAGE}, offset 0 or more")
+        page, total = service.store.list_requests(state, limit, offset)
+        return JSONResponse({"approvals": [a.to_dict() for a in page], "total": total, "offset": offset,
+                             "limit": limit})
 
     async def get_approval(request: Request) -> JSONResponse:
         identity = identity_of(request.scope)

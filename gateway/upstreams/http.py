@@ -16,6 +16,7 @@ from urllib.parse import quote
 import httpx2
 
 from gateway.errors import InvalidArgumentsError, UpstreamError
+from gateway.limits import UPSTREAM_KEEPALIVE_SECONDS, UPSTREAM_MAX_CONNECTIONS
 from gateway.upstreams.base import ToolResult, UpstreamTool, text_result
 
 __all__ = ["HttpOperation", "HttpUpstream"]
@@ -62,7 +63,11 @@ class HttpUpstream:
 
     async def start(self) -> None:
         if self._client is None:
-            self._client = httpx2.AsyncClient(follow_redirects=False)
+            # Idle connections are dropped well before common servers close theirs (uvicorn and
+            # Node keep 5 s): a request written to a connection the server just closed never
+            # arrives, and for an approved call that would be its one run.
+            self._client = httpx2.AsyncClient(follow_redirects=False, limits=httpx2.Limits(
+                max_connections=UPSTREAM_MAX_CONNECTIONS, keepalive_expiry=UPSTREAM_KEEPALIVE_SECONDS))
 
     async def close(self) -> None:
         if self._client is not None and self._own_client:

@@ -1,0 +1,494 @@
+"""What the gateway adds to a tool call: the same trivial tool, directly and through the gateway.
+
+Two upstreams run in subprocesses on 127.0.0.1: an MCP server with an ``echo`` tool (streamable
+HTTP) and a Starlette app with ``POST /echo``. The gateway runs as ``gateway serve`` in a third
+subprocess, with both as upstreams, a small policy (four rules evaluated per call), an audit
+file, SQLite and an API key. For each protocol (MCP, REST) and target (direct, gateway) it times
+
+* sequential: one call after another over one long-lived session / connection; p50 and p99,
+* concurrent: a fixed number of calls spread over C workers sharing that session; calls/s,
+
+and prints the gateway / direct ratio per mode, the CPU each process spent per call, and PASS /
+MISS against the goals: an MCP hop ≤ 1.5x a direct MCP call (sequential p50) and more than 400
+calls/s through the gateway (best concurrent mode).
+
+    python bench/gateway.py [--quick] [--json] [--protocol mcp|rest] [--calls N] [--concurrency C]
+                            [--keep DIR] [--profile FILE]
+
+Run it from the repository root with the project's virtualenv active. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import RequestParamsMeta
+
+sys.path.append(str(Path(__file__).resolve().parent))  # `_servers` also under `python -m bench.gateway`
+from _servers import (
+    Process,
+    Processes,
+    describe,
+    exit_on_sigterm,
+    filesystem_of,
+    loadavg,
+    new_api_key,
+    percentile,
+    start_gateway,
+    start_upstream,
+    work_directory,
+    write_gateway_config,
+)
+
+# (warm-up calls per target, sequential calls per target, concurrent calls per target)
+FULL = (100, 1_000, 2_000)
+QUICK = (10, 60, 160)
+WORKERS = 16
+CHUNK = 100  # sequential calls per target per round; rounds alternate direct and gateway
+CALL_TIMEOUT_S = 30.0
+
+# The goals, checked as PASS / MISS lines (not failures).
+GOAL_MCP_HOP_RATIO = 1.5
+GOAL_CALLS_PER_S = 400.0
+
+CALL_ID_META = "gateway/call_id"  # where an MCP client names its call (gateway/frontends/mcp.py)
+MCP_TOOL = "tools_echo"  # upstream "tools", tool "echo"
+REST_TOOL = "api_echo"  # upstream "api", tool "echo"
+
+# A small, realistic policy: the benchmarked tool matches the first rule; every rule is evaluated.
+POLICY: dict[str, Any] = {
+    "policy": "bench",
+    "description": "Guardrails of the kind a team starts with; the echo tools are read-only.",
+    "variables": [{"name": "is_admin", "expression": '"admins" in principal.groups'}],
+    "rules": [
+        {"id": "allow-read-only", "when": "tool.annotations.readOnlyHint == true", "action": "allow"},
+        {"id": "no-secrets-in-echo", "tools": ["*_echo"], "action": "reject",
+         "when": 'args.text.lowerAscii().contains("password")',
+         "message": "Do not send passwords to tools."},
+        {"id": "deletes-need-approval", "action": "approve",
+         "when": "!tool.annotations.readOnlyHint && tool.annotations.destructiveHint && !variables.is_admin",
+         "message": "Deleting needs a person's approval.",
+         "approval": {"approvers": ["group:admins"], "timeout": "10m"}},
+        {"id": "call-budget", "action": "terminate", "when": "session.calls >= env.max_calls_per_session",
+         "message": "This session has used its tool-call budget."},
+    ],
+}
+
+
+class BenchmarkError(Exception):
+    """A call did not return what it should: the benchmark would measure the wrong thing."""
+
+
+# One call of the echo tool, named by its call id (``seq-17``): the gateway writes the id into its
+# audit log, which is how the breakdown below tells the modes apart. The id is also the text echoed.
+Call = Callable[[str], Awaitable[None]]
+
+
+@dataclass
+class Target:
+    """One way of calling the echo tool, and what it cost while measured."""
+
+    protocol: str  # mcp | rest
+    via: str  # direct | gateway
+    call: Call
+    errors: int = 0
+    first_errors: list[str] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=dict)  # process name → CPU seconds while measured
+
+    async def timed(self, call_id: str, samples: list[float]) -> None:
+        """One call, its latency appended to ``samples``; a failure is counted instead."""
+        started = time.perf_counter()
+        try:
+            await asyncio.wait_for(self.call(call_id), CALL_TIMEOUT_S)
+        except Exception as exc:  # counted and reported; the run goes on so the figures still print
+            self.errors += 1
+            if len(self.first_errors) < 3:
+                self.first_errors.append(describe(exc))
+            return
+        samples.append(time.perf_counter() - started)
+
+    def reset(self) -> None:
+        """Forget errors and CPU before the next mode."""
+        self.errors, self.first_errors, self.cpu = 0, [], {}
+
+
+@dataclass
+class Row:
+    """One measured (protocol, target, mode)."""
+
+    protocol: str
+    via: str
+    mode: str  # sequential | concurrent
+    calls: int
+    workers: int
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+    calls_per_s: float
+    errors: int
+    first_errors: list[str]
+    cpu_ms_per_call: dict[str, float]
+
+
+class CpuMeter:
+    """CPU seconds spent by the benchmark itself and each server process, between marks."""
+
+    def __init__(self, processes: Sequence[Process]) -> None:
+        self.processes = processes
+
+    def read(self) -> dict[str, float]:
+        """Current CPU totals by process name ("client" is this process)."""
+        out = {"client": time.process_time()}
+        for p in self.processes:
+            seconds = p.cpu_seconds()
+            if seconds is not None:
+                out[p.name] = seconds
+        return out
+
+    @staticmethod
+    def add(into: dict[str, float], before: dict[str, float], after: dict[str, float]) -> None:
+        """Add the CPU used between two readings."""
+        for name, value in after.items():
+            into[name] = into.get(name, 0.0) + value - before.get(name, value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Clients
+
+
+def mcp_call(client: Client, tool: str) -> Call:
+    """Call ``tool`` over one MCP session and check the echo."""
+
+    async def call(call_id: str) -> None:
+        text = call_id
+        meta = cast(RequestParamsMeta, {CALL_ID_META: call_id})  # a TypedDict open to extra keys
+        result = await client.call_tool(tool, {"text": text}, meta=meta)
+        block = result.content[0] if result.content else None
+        if result.is_error or getattr(block, "text", None) != text:
+            raise BenchmarkError(f"{tool}: expected the echo {text!r}, got {result.model_dump(exclude_none=True)}")
+
+    return call
+
+
+def rest_direct_call(http: httpx2.AsyncClient, url: str) -> Call:
+    """POST the upstream's /echo and check the echo."""
+
+    async def call(call_id: str) -> None:
+        text = call_id
+        response = await http.post(url, json={"text": text})
+        if response.status_code != 200 or response.json() != {"text": text}:
+            raise BenchmarkError(f"{url}: HTTP {response.status_code} {response.text[:300]}")
+
+    return call
+
+
+def rest_gateway_call(http: httpx2.AsyncClient, url: str) -> Call:
+    """Invoke the tool through the gateway's REST API and check the decision and the echo."""
+
+    async def call(call_id: str) -> None:
+        text = call_id
+        response = await http.post(url, json={"arguments": {"text": text}, "call_id": call_id})
+        body = response.json() if response.status_code == 200 else None
+        if body is None or body.get("decision") != "allow" or body.get("structured") != {"text": text}:
+            raise BenchmarkError(f"{url}: HTTP {response.status_code} {response.text[:300]}")
+
+    return call
+
+
+def http_client(workers: int, headers: dict[str, str] | None = None) -> httpx2.AsyncClient:
+    """A client whose pool holds every worker's connection (and the MCP GET stream) open."""
+    size = workers + 4
+    return httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(CALL_TIMEOUT_S),
+                              limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size))
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurement
+
+
+async def measure_sequential(targets: Sequence[Target], warmup: int, calls: int, meter: CpuMeter,
+                             ) -> dict[str, list[float]]:
+    """``calls`` timed calls per target, one at a time, in alternating rounds of ``CHUNK``.
+
+    Alternating spreads any background load over direct and gateway alike, so their ratio
+    stays fair even when the absolute figures are noisy.
+    """
+    samples: dict[str, list[float]] = {}
+    for t in targets:
+        samples[t.via] = []
+        for i in range(warmup):
+            await t.call(f"warm-{i}")  # a failure here is a broken setup: let it raise
+    done = dict.fromkeys(samples, 0)
+    while any(n < calls for n in done.values()):
+        for t in targets:
+            count = min(CHUNK, calls - done[t.via])
+            before = meter.read()
+            for i in range(done[t.via], done[t.via] + count):
+                await t.timed(f"seq-{i}", samples[t.via])
+            CpuMeter.add(t.cpu, before, meter.read())
+            done[t.via] += count
+    return samples
+
+
+async def measure_concurrent(target: Target, calls: int, workers: int, meter: CpuMeter, tag: str = "conc",
+                             ) -> tuple[list[float], float]:
+    """``calls`` calls spread over ``workers`` tasks; (latencies, wall seconds)."""
+    samples: list[float] = []
+    indices = iter(range(calls))  # shared: each worker takes the next index until none are left
+
+    async def worker() -> None:
+        for i in indices:
+            await target.timed(f"{tag}-{i}", samples)
+
+    before = meter.read()
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    wall = time.perf_counter() - started
+    CpuMeter.add(target.cpu, before, meter.read())
+    return samples, wall
+
+
+def summarize(target: Target, mode: str, samples: list[float], workers: int, wall: float | None,
+              calls: int) -> Row:
+    """The row for one target in one mode (CPU per call counts every call attempted)."""
+    ordered = sorted(samples) or [float("nan")]
+    mean = sum(ordered) / len(ordered)
+    rate = len(samples) / wall if wall else (1 / mean if samples else 0.0)
+    cpu = {name: round(seconds * 1e3 / calls, 3) for name, seconds in target.cpu.items()}
+    return Row(target.protocol, target.via, mode, len(samples), workers, round(percentile(ordered, 0.5) * 1e3, 3),
+               round(percentile(ordered, 0.99) * 1e3, 3), round(mean * 1e3, 3), round(rate, 1), target.errors,
+               target.first_errors, cpu)
+
+
+async def run(directory: Path, processes: Processes, warmup: int, calls: int, concurrent_calls: int,
+              workers: int, protocols: Sequence[str] = ("mcp", "rest"), profile: Path | None = None) -> list[Row]:
+    """Start everything, measure every mode, return the rows."""
+    mcp_upstream = start_upstream(processes, "mcp", directory)
+    http_upstream = start_upstream(processes, "http", directory)
+    key, digest = new_api_key()
+    config = write_gateway_config(
+        directory,
+        upstreams=[
+            {"name": "tools", "mcp": {"url": f"{mcp_upstream.url}/mcp"}},
+            {"name": "api", "http": {"base_url": http_upstream.url, "tools": [
+                {"name": "echo", "description": "Return the text unchanged.", "method": "POST", "path": "/echo",
+                 "input_schema": {"type": "object", "properties": {"text": {"type": "string"}},
+                                  "required": ["text"]},
+                 "annotations": {"readOnlyHint": True, "destructiveHint": False}}]}},
+        ],
+        policy=POLICY,
+        api_keys=[{"principal": {"id": "bench-agent", "groups": ["developers"]}, "sha256": digest}],
+        env={"max_calls_per_session": 100_000_000},
+    )
+    gateway = start_gateway(processes, config, profile=profile)
+    meter = CpuMeter([gateway, mcp_upstream, http_upstream])
+    auth = {"Authorization": f"Bearer {key}"}
+    rows: list[Row] = []
+
+    async with contextlib.AsyncExitStack() as stack:
+        direct_http = await stack.enter_async_context(http_client(workers))
+        gateway_http = await stack.enter_async_context(http_client(workers, auth))
+        mcp_direct_http = await stack.enter_async_context(http_client(workers))
+        mcp_gateway_http = await stack.enter_async_context(http_client(workers, auth))
+        direct_mcp = await stack.enter_async_context(
+            Client(streamable_http_client(f"{mcp_upstream.url}/mcp", http_client=mcp_direct_http), mode="legacy"))
+        gateway_mcp = await stack.enter_async_context(
+            Client(streamable_http_client(f"{gateway.url}/mcp", http_client=mcp_gateway_http), mode="legacy"))
+
+        suites = {
+            "mcp": [Target("mcp", "direct", mcp_call(direct_mcp, "echo")),
+                    Target("mcp", "gateway", mcp_call(gateway_mcp, MCP_TOOL))],
+            "rest": [Target("rest", "direct", rest_direct_call(direct_http, f"{http_upstream.url}/echo")),
+                     Target("rest", "gateway", rest_gateway_call(
+                         gateway_http, f"{gateway.url}/v1/tools/{REST_TOOL}/invoke"))],
+        }
+        for targets in (suites[p] for p in protocols):
+            samples = await measure_sequential(targets, warmup, calls, meter)
+            rows.extend(summarize(t, "sequential", samples[t.via], 1, None, calls) for t in targets)
+            for t in targets:
+                await measure_concurrent(t, warmup, workers, meter, "warm")  # open `workers` connections first
+                t.reset()
+                got, wall = await measure_concurrent(t, concurrent_calls, workers, meter)
+                rows.append(summarize(t, "concurrent", got, workers, wall, concurrent_calls))
+    return rows
+
+
+def median(values: list[float]) -> float:
+    """The nearest-rank median."""
+    return percentile(sorted(values), 0.5)
+
+
+def audit_breakdown(audit: Path, rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """Where the gateway's time goes, per (protocol, mode), from its own audit log (medians).
+
+    ``policy_us`` is the policy decision; ``upstream_ms`` the upstream leg (the gateway's client,
+    the wire, the upstream); ``pipeline_ms`` the rest of ``Gateway.call`` (policy, schema check,
+    session, audit); ``total_ms`` all of it. What the client saw through the gateway minus
+    ``total_ms`` is the client's round trip to the gateway (``client_gateway_ms``: the client, the
+    wire, and the gateway's HTTP server and MCP or REST frontend), which compares with a direct call.
+    """
+    groups: dict[tuple[str, str], list[dict[str, float]]] = {}
+    modes = {"seq": "sequential", "conc": "concurrent"}
+    for line in audit.read_text().splitlines() if audit.exists() else []:
+        event = json.loads(line)
+        mode = modes.get(str(event.get("call_id", "")).split("-", 1)[0])
+        if mode is not None and event["latency"]["upstream_ms"] is not None:
+            groups.setdefault((event["frontend"], mode), []).append(event["latency"])
+    seen = {(r.protocol, r.mode): r.p50_ms for r in rows if r.via == "gateway"}
+    out = []
+    for (protocol, mode), latencies in groups.items():
+        total = median([x["total_ms"] for x in latencies])
+        out.append({
+            "protocol": protocol, "mode": mode, "events": len(latencies),
+            "policy_us": round(median([x["policy_us"] for x in latencies]), 1),
+            "pipeline_ms": round(median([x["total_ms"] - x["upstream_ms"] for x in latencies]), 3),
+            "upstream_ms": round(median([x["upstream_ms"] for x in latencies]), 3),
+            "total_ms": round(total, 3),
+            "client_gateway_ms": round(seen[(protocol, mode)] - total, 3) if (protocol, mode) in seen else None,
+        })
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def ratios(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """Gateway over direct for each (protocol, mode)."""
+    by_key = {(r.protocol, r.mode, r.via): r for r in rows}
+    out = []
+    for protocol in ("mcp", "rest"):
+        for mode in ("sequential", "concurrent"):
+            g, d = by_key.get((protocol, mode, "gateway")), by_key.get((protocol, mode, "direct"))
+            if g and d and d.p50_ms and g.calls and d.calls:
+                out.append({"protocol": protocol, "mode": mode, "p50_ratio": round(g.p50_ms / d.p50_ms, 2),
+                            "p99_ratio": round(g.p99_ms / d.p99_ms, 2),
+                            "added_p50_ms": round(g.p50_ms - d.p50_ms, 3),
+                            "throughput_ratio": round(g.calls_per_s / d.calls_per_s, 2)})
+    return out
+
+
+def goals(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The two goals, each PASS or MISS."""
+    out = []
+    hop = next((r for r in ratio_rows if r["protocol"] == "mcp" and r["mode"] == "sequential"), None)
+    if hop is not None:
+        out.append({"goal": "mcp_hop", "value": hop["p50_ratio"], "target": f"<= {GOAL_MCP_HOP_RATIO}",
+                    "result": "PASS" if hop["p50_ratio"] <= GOAL_MCP_HOP_RATIO else "MISS",
+                    "text": f"MCP hop: sequential p50 through the gateway = {hop['p50_ratio']:.2f}x direct"
+                            f" (goal <= {GOAL_MCP_HOP_RATIO}x)"})
+    best = max((r for r in rows if r.via == "gateway" and r.mode == "concurrent" and not r.errors),
+               key=lambda r: r.calls_per_s, default=None)
+    if best is not None:
+        out.append({"goal": "throughput", "value": best.calls_per_s, "target": f"> {GOAL_CALLS_PER_S:.0f}",
+                    "result": "PASS" if best.calls_per_s > GOAL_CALLS_PER_S else "MISS",
+                    "text": f"throughput: best concurrent mode through the gateway ({best.protocol.upper()},"
+                            f" {best.workers} workers) = {best.calls_per_s:,.0f} calls/s"
+                            f" (goal > {GOAL_CALLS_PER_S:.0f})"})
+    return out
+
+
+def print_report(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]], goal_rows: Sequence[dict[str, Any]],
+                 breakdown: Sequence[dict[str, Any]], environment: dict[str, Any]) -> None:
+    """The human-readable report."""
+    print(f"{environment['cpus']} CPUs, Python {environment['python']}, work dir on {environment['filesystem']};"
+          f" gateway log level {environment['gateway_log_level']};"
+          f" load average {environment['loadavg_before']} before, {environment['loadavg_after']} after")
+    print()
+    names = ("client", "gateway", "mcp upstream", "http upstream")
+    print(f"{'protocol':<8} {'via':<8} {'mode':<11} {'calls':>6} {'p50 ms':>8} {'p99 ms':>8} {'calls/s':>8}"
+          f" {'errors':>6}   CPU ms/call: " + " / ".join(names))
+    for r in rows:
+        cpu = " / ".join(f"{r.cpu_ms_per_call.get(n, 0.0):.2f}" for n in names)
+        mode = r.mode if r.mode == "sequential" else f"conc x{r.workers}"
+        print(f"{r.protocol:<8} {r.via:<8} {mode:<11} {r.calls:>6} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f}"
+              f" {r.calls_per_s:>8,.0f} {r.errors:>6}   {cpu}")
+    print()
+    for x in ratio_rows:
+        print(f"{x['protocol'].upper():<4} {x['mode']:<10}: gateway/direct p50 {x['p50_ratio']:.2f}x"
+              f" (+{x['added_p50_ms']:.2f} ms), p99 {x['p99_ratio']:.2f}x, calls/s {x['throughput_ratio']:.2f}x")
+    if breakdown:
+        print()
+        print("inside the gateway, from its audit log (medians; client<->gateway = client-seen p50 - total):")
+        print(f"{'protocol':<8} {'mode':<11} {'policy µs':>9} {'pipeline ms':>11} {'upstream ms':>11}"
+              f" {'total ms':>9} {'client<->gateway ms':>19}")
+        for b in breakdown:
+            rest = "" if b["client_gateway_ms"] is None else f"{b['client_gateway_ms']:.2f}"
+            print(f"{b['protocol']:<8} {b['mode']:<11} {b['policy_us']:>9.0f} {b['pipeline_ms']:>11.2f}"
+                  f" {b['upstream_ms']:>11.2f} {b['total_ms']:>9.2f} {rest:>19}")
+    print()
+    for g in goal_rows:
+        print(f"{g['result']}  {g['text']}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; exit 2 when calls failed or returned the wrong thing."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="few calls, for a smoke run (< 20 s)")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="write the config, logs, audit file and SQLite to DIR and keep them")
+    parser.add_argument("--profile", type=Path, metavar="FILE",
+                        help="run the gateway under cProfile and write its stats to FILE (slows it down)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    parser.add_argument("--calls", type=int, help="sequential calls per target (concurrent: twice this)")
+    parser.add_argument("--concurrency", type=int, default=WORKERS, help=f"concurrent workers (default {WORKERS})")
+    parser.add_argument("--protocol", choices=("both", "mcp", "rest"), default="both", help="measure only one")
+    args = parser.parse_args(argv)
+    warmup, calls, concurrent_calls = QUICK if args.quick else FULL
+    if args.calls:
+        calls, concurrent_calls = args.calls, 2 * args.calls
+    workers = max(1, args.concurrency)
+
+    exit_on_sigterm()
+    processes = Processes()
+    started = time.perf_counter()
+    try:
+        with work_directory(args.keep, "bench-gateway-") as directory:
+            environment: dict[str, Any] = {
+                "python": sys.version.split()[0], "cpus": os.cpu_count(), "filesystem": filesystem_of(directory),
+                "gateway_log_level": "warning", "loadavg_before": loadavg()}
+            try:
+                protocols = ("mcp", "rest") if args.protocol == "both" else (args.protocol,)
+                rows = asyncio.run(run(directory, processes, warmup, calls, concurrent_calls, workers, protocols,
+                                       args.profile))
+            finally:
+                processes.stop_all()
+            breakdown = audit_breakdown(directory / "audit.jsonl", rows)
+            errors = {f"{r.protocol}/{r.via}/{r.mode}": (r.errors, r.first_errors) for r in rows if r.errors}
+            if errors:
+                print(f"error: calls failed: {errors}; gateway log:\n"
+                      f"{(directory / 'gateway.log').read_text(errors='replace')[-2000:]}", file=sys.stderr)
+    except Exception as exc:  # a server that did not start, a broken call in the warm-up (maybe grouped)
+        print(f"error: {describe(exc)}", file=sys.stderr)
+        return 2
+    ratio_rows = ratios(rows)
+    goal_rows = goals(rows, ratio_rows)
+    environment["seconds"] = round(time.perf_counter() - started, 1)
+    environment["loadavg_after"] = loadavg()
+    if args.json:
+        print(json.dumps({"quick": args.quick, "environment": environment,
+                          "settings": {"warmup": warmup, "sequential_calls": calls,
+                                       "concurrent_calls": concurrent_calls, "workers": workers},
+                          "results": [asdict(r) for r in rows], "ratios": ratio_rows, "goals": goal_rows,
+                          "audit_breakdown": breakdown}, indent=2))
+    else:
+        print_report(rows, ratio_rows, goal_rows, breakdown, environment)
+        print(f"\n({environment['seconds']:.0f} s)")
+    return 2 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
