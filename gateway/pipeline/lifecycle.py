@@ -25,7 +25,7 @@ from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
 from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.request import CallOutcome, CallRequest
 from gateway.pipeline.results import META, as_result_info, from_response_stage, refusal, skipped, tool_result
-from gateway.policy.call import CallInfo, SessionInfo, ToolCall
+from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall
 from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet
 from gateway.reload import PolicyHolder
@@ -84,11 +84,11 @@ class Gateway:
         self.approvals: ApprovalGate = approvals or NoApprovals()
         self._running: set[asyncio.Future[CallOutcome]] = set()
 
-    def visible_tools(self, request_principal: Any) -> list[ExposedTool]:
+    def visible_tools(self, principal: Principal) -> list[ExposedTool]:
         """Tools this principal may see: those the policies do not refuse whatever the arguments."""
         policy_set = self.policies.current
         return [t for t in self.registry.all()
-                if policy_set.admits_tool(ToolCall(t.info, principal=request_principal, env=self.env))]
+                if policy_set.admits_tool(ToolCall(t.info, principal=principal, env=self.env))]
 
     async def call_batch(self, requests: Sequence[CallRequest]) -> list[CallOutcome]:
         """A whole model turn: one outcome per call id, in order (a terminate refuses the rest)."""
