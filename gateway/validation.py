@@ -51,9 +51,8 @@ def _diagnostic(model: type[BaseModel], doc: YamlDocument, err: Any, rule_of: Ru
     code = "wrong-type" if kind.endswith("_type") or kind in ("model_type", "dict_type", "list_type") \
         else "invalid-value"
     got = err.get("input")
-    shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
-    return Diagnostic(code, f"{dotted}: {err['msg']} (got {shown})", doc.file, pos.line, pos.column, rule,
-                      _hint(err))
+    shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
+    return Diagnostic(code, f"{dotted}: {err['msg']}{shown}", doc.file, pos.line, pos.column, rule, _hint(err))
 
 
 def _hint(err: Any) -> str | None:
@@ -61,7 +60,12 @@ def _hint(err: Any) -> str | None:
     if expected:
         return f"use one of {expected}"
     if err["type"] == "string_pattern_mismatch":
-        return "use letters, digits, '-', '_' or '.', starting with a letter or digit"
+        pattern = str((err.get("ctx") or {}).get("pattern", ""))
+        if pattern.startswith("^https?://"):
+            return "write an absolute http:// or https:// URL"
+        if pattern.startswith("^[A-Za-z0-9][A-Za-z0-9_.-]"):
+            return "use letters, digits, '-', '_' or '.', starting with a letter or digit"
+        return f"the value must match {pattern}"
     if err["type"] == "string_type":
         return "quote the value so YAML reads it as a string"
     return None
