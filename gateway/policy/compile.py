@@ -26,6 +26,7 @@ _RESPONSE_ACTIONS = frozenset({Action.REWRITE, Action.REJECT, Action.TERMINATE})
 _IDENT = re.compile(r"(?<![.\w])([A-Za-z_]\w*)")
 _VARIABLES_WORD = re.compile(r"(?<![.\w])variables\b")
 _VARIABLE_ATTR = re.compile(r"(?<![.\w])variables\s*\.\s*([A-Za-z_]\w*)")
+_HAS_VARIABLE = re.compile(r"\bhas\s*\(\s*variables\b")
 _STRING = re.compile(r"""(?s)[rRbB]*('''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")""")
 
 
@@ -47,6 +48,7 @@ class Variable:
     name: str
     expression: Expression
     needs: frozenset[str]
+    inline: str | None = None  # its source with earlier variables written in; None: cannot be inlined
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +84,8 @@ class CompiledRule:
     result: Any = None
     result_expression: Expression | None = None
     references: frozenset[str] = frozenset()  # CEL variables the rule reads, variables resolved
-    variables_needed: frozenset[str] = frozenset()  # the file variables its expressions need, transitively
+    variables_needed: frozenset[str] = frozenset()  # file variables to bind when it runs (not inlined)
+    variables_read: frozenset[str] = frozenset()  # every file variable it reads as written, transitively
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,48 @@ def references_of(source: str) -> frozenset[str]:
     return frozenset(name for name in _IDENT.findall(bare) if name in VARIABLES)
 
 
+def inline_variables(source: str, known: dict[str, str | None]) -> str | None:
+    """``source`` with each ``variables.NAME`` replaced by ``(that variable's source)``.
+
+    Rules then evaluate in the one shared activation instead of an activation per set of
+    variables, which is most of a decision's cost. None when that is not a plain rewrite: a
+    variable used any other way (``has(variables.x)``, ``variables["x"]``), one that is unknown or
+    cannot itself be inlined, or a result longer than expressions may be.
+    """
+    bare = _STRING.sub('""', source)
+    if variables_read(source) is None or _HAS_VARIABLE.search(bare):
+        return None
+    pieces: list[str] = []
+    last = 0
+    for literal in _STRING.finditer(source):
+        pieces.append(_replace_variables(source[last:literal.start()], known))
+        pieces.append(literal.group(0))
+        last = literal.end()
+    pieces.append(_replace_variables(source[last:], known))
+    if any(p is _NOT_INLINABLE for p in pieces):
+        return None
+    text = "".join(pieces)
+    return text if len(text) <= MAX_EXPRESSION_CHARS else None
+
+
+_NOT_INLINABLE = "\0"
+
+
+def _replace_variables(code: str, known: dict[str, str | None]) -> str:
+    failed = False
+
+    def one(match: re.Match[str]) -> str:
+        nonlocal failed
+        inline = known.get(match.group(1))
+        if inline is None:
+            failed = True
+            return match.group(0)
+        return f"({inline})"
+
+    out = _VARIABLE_ATTR.sub(one, code)
+    return _NOT_INLINABLE if failed else out
+
+
 def variables_read(source: str) -> frozenset[str] | None:
     """The file variables ``source`` reads as ``variables.NAME``; None when it uses ``variables``
     any other way (``variables["x"]``, the whole map), so that it must be given all of them."""
@@ -112,6 +157,23 @@ def variables_read(source: str) -> frozenset[str] | None:
 
 
 class _Compiler:
+    def inlined(self, expr: Expression | None, inlines: dict[str, str | None]) -> Expression | None:
+        """``expr`` with its variables written in (see ``inline_variables``), or ``expr`` unchanged.
+
+        The expression was already compiled (and reported) as written; the inlined text is only a
+        faster way to run the same thing, so if it does not compile the original is kept.
+        """
+        if expr is None or not expr.variables_read:
+            return expr
+        text = inline_variables(expr.source, inlines)
+        if text is None:
+            return expr
+        try:
+            program = self.engine.compile(text, expr.expected)
+        except CelCompileError:
+            return expr
+        return Expression(expr.source, program, expr.expected, expr.references, frozenset())
+
     def __init__(self, doc: YamlDocument, engine: Engine) -> None:
         self.doc = doc
         self.engine = engine
@@ -168,7 +230,8 @@ def compile_policy(
         if expr is not None:
             earlier = {v.name: v for v in variables}
             needs = _closure(expr.variables_read, earlier)
-            variables.append(Variable(var.name, expr, needs))
+            inline = inline_variables(expr.source, {v.name: v.inline for v in variables})
+            variables.append(Variable(var.name, expr, needs, inline))
 
     rules: list[CompiledRule] = []
     seen_ids: dict[str, int] = {}
@@ -216,11 +279,24 @@ def _compile_rule(
     exprs = [e for e in (when, message_expr, result_expr) if e is not None]
     if rewrite is not None:
         exprs.extend(e for _, e in rewrite.set)
+    # What the rule reads, variables resolved: from the expressions as written.
     refs = frozenset().union(*(e.references for e in exprs)) if exprs else frozenset()
-    needed: frozenset[str] = frozenset()
+    reads: frozenset[str] = frozenset()
     for e in exprs:
+        reads |= _closure(e.variables_read, variables)
+    refs = refs.union(*(variables[n].expression.references for n in reads))
+    # How it runs: with variables written in where possible; the rest need their values bound.
+    inlines = {name: v.inline for name, v in variables.items()}
+    when, message_expr, result_expr = (c.inlined(e, inlines) for e in (when, message_expr, result_expr))
+    if rewrite is not None:
+        rewrite = CompiledRewrite(tuple((p, c.inlined(e, inlines) or e) for p, e in rewrite.set),
+                                  rewrite.remove, rewrite.redact)
+    running = [e for e in (when, message_expr, result_expr) if e is not None]
+    if rewrite is not None:
+        running.extend(e for _, e in rewrite.set)
+    needed: frozenset[str] = frozenset()
+    for e in running:
         needed |= _closure(e.variables_read, variables)
-    refs = refs.union(*(variables[n].expression.references for n in needed))
     pos = c.doc.position(path)
     return CompiledRule(
         id=full_id, policy_index=policy_index, ordinal=ordinal, action=rule.action, stage=rule.stage,
@@ -228,7 +304,7 @@ def _compile_rule(
         message_expression=message_expr, on_error=rule.on_error or spec.defaults.on_error,
         mode=rule.mode or spec.defaults.mode, file=c.doc.file, line=pos.line, column=pos.column,
         description=rule.description, approval=approval, rewrite=rewrite, result=rule.result,
-        result_expression=result_expr, references=refs, variables_needed=needed,
+        result_expression=result_expr, references=refs, variables_needed=needed, variables_read=reads,
     )
 
 

@@ -96,8 +96,10 @@ class _Bindings:
         return value
 
     def explain_error(self, rule: CompiledRule, error: str) -> str:
+        if rule.variables_read:  # inlined variables fail inside the rule: find which (error path only)
+            self._variables(rule.policy_index, rule.variables_read)
         failed = {k: v for k, v in self.variable_errors.get(rule.policy_index, {}).items()
-                  if k in rule.variables_needed}
+                  if k in rule.variables_read}
         if failed:
             names = ", ".join(f"{k} ({v})" for k, v in failed.items())
             return f"{error}; variables that failed: {names}"
