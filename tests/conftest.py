@@ -8,18 +8,17 @@ import ...`` would pick whichever was loaded last.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import textwrap
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
+from loopback import HOST, serve_app
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
@@ -111,32 +110,9 @@ def decide() -> Decide:
 
 Serve = Callable[[ASGIApp], Awaitable[str]]
 
-HOST = "127.0.0.1"
 STARTUP_TIMEOUT = 10.0  # seconds for uvicorn to bind; it normally takes milliseconds
 # Requests still running at shutdown (a deliberately slow handler) are cancelled after this long.
 SHUTDOWN_GRACE = 1
-
-
-@asynccontextmanager
-async def running(app: ASGIApp) -> AsyncIterator[str]:
-    """Serve ``app`` with uvicorn on a free port of 127.0.0.1 in this event loop; yield its base URL."""
-    config = uvicorn.Config(app, host=HOST, port=0, lifespan="off", ws="none", log_config=None,
-                            log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    try:
-        async with asyncio.timeout(STARTUP_TIMEOUT):
-            while not server.started:
-                if task.done():
-                    task.result()  # re-raises why uvicorn stopped
-                    raise RuntimeError("uvicorn stopped before it started serving")
-                await asyncio.sleep(0.005)
-        # port=0 lets the OS pick a free port atomically; read back which one it chose.
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://{HOST}:{port}"
-    finally:
-        server.should_exit = True
-        await task
 
 
 @pytest.fixture
@@ -145,7 +121,8 @@ async def serve() -> AsyncIterator[Serve]:
     async with AsyncExitStack() as stack:
 
         async def start(app: ASGIApp) -> str:
-            return await stack.enter_async_context(running(app))
+            return await stack.enter_async_context(serve_app(app, lifespan="off", startup=STARTUP_TIMEOUT,
+                                                                 grace=SHUTDOWN_GRACE))
 
         yield start
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 
 import httpx2
 import mcp_types as types
-import uvicorn
+from loopback import serve_app
 from mcp import Client, MCPError
 from mcp.client.session import ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
@@ -121,7 +120,7 @@ class CountingUpstream:
     async def serving(cls) -> AsyncIterator[CountingUpstream]:
         """A new upstream, served on loopback until the block ends (one per test module: stopping takes a while)."""
         upstream = cls()
-        async with serve_with_lifespan(upstream.app()) as url:
+        async with serve_app(upstream.app(), startup=STEP_SECONDS, shutdown=STEP_SECONDS) as url:
             upstream.url = url
             yield upstream
 
@@ -164,36 +163,6 @@ class CountingUpstream:
                 yield
 
         return Starlette(routes=[Route("/mcp", StreamableHTTPASGIApp(sessions))], lifespan=lifespan)
-
-
-@contextlib.asynccontextmanager
-async def serve_with_lifespan(app: Any) -> AsyncIterator[str]:
-    """Serve an ASGI app under uvicorn on 127.0.0.1 with its lifespan; yields the base URL.
-
-    conftest.py has the same thing as a module function, but hands out only fixtures, and
-    tests/conftest.py's ``serve`` fixture turns the lifespan off, which the MCP session manager needs.
-    """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", ws="none",
-                                           timeout_graceful_shutdown=2))
-    task = asyncio.create_task(server.serve([sock]))
-    try:
-        deadline = time.monotonic() + STEP_SECONDS
-        while not server.started:
-            if task.done():
-                await task
-                raise RuntimeError("the upstream stopped during startup")
-            if time.monotonic() > deadline:
-                raise RuntimeError("the upstream did not start")
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        try:
-            await asyncio.wait_for(task, STEP_SECONDS)
-        finally:
-            sock.close()
 
 
 # --- the bench -------------------------------------------------------------------------------------

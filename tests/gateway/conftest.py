@@ -34,9 +34,9 @@ import httpx2
 import mcp_types as types
 import pytest
 import pytest_asyncio
-import uvicorn
 import yaml
 from approval_support import Bench, CountingUpstream
+from loopback import serve_app
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from starlette.applications import Starlette
@@ -147,30 +147,9 @@ def _bound_socket() -> socket.socket:
     return sock
 
 
-@contextlib.asynccontextmanager
-async def serve(app: Any) -> AsyncIterator[str]:
-    """Run an ASGI app under uvicorn on 127.0.0.1 in this loop; yields its base URL."""
-    sock = _bound_socket()
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", ws="none",
-                                           timeout_graceful_shutdown=5))
-    task = asyncio.create_task(server.serve([sock]), name=f"uvicorn-{port}")
-    try:
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while not server.started:
-            if task.done():
-                await task  # re-raise what stopped it
-                raise RuntimeError("the server stopped during startup (see the log above)")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start within {STARTUP_SECONDS}s")
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        try:
-            await asyncio.wait_for(task, SHUTDOWN_SECONDS)
-        finally:
-            sock.close()
+def serve(app: Any) -> contextlib.AbstractAsyncContextManager[str]:
+    """Run an ASGI app (with its lifespan) under uvicorn on 127.0.0.1 in this loop; yields its base URL."""
+    return serve_app(app, startup=STARTUP_SECONDS, grace=5, shutdown=SHUTDOWN_SECONDS)
 
 
 async def _hold(cm: contextlib.AbstractAsyncContextManager[Any]) -> tuple[Any, Callable[[], Awaitable[None]]]:

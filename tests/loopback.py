@@ -1,0 +1,44 @@
+"""One way to run an ASGI app for a test: uvicorn on a free port of 127.0.0.1, in this event loop.
+
+Imported by name (``from loopback import serve_app``) by the conftests and test helpers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import uvicorn
+
+__all__ = ["HOST", "serve_app"]
+
+HOST = "127.0.0.1"
+
+
+@contextlib.asynccontextmanager
+async def serve_app(app: Any, *, lifespan: Literal["on", "off"] = "on", startup: float = 30.0,
+                    grace: float = 2.0, shutdown: float = 10.0) -> AsyncIterator[str]:
+    """Serve ``app`` until the block ends; yields its base URL.
+
+    ``startup`` bounds the wait for uvicorn to listen (a lifespan that launches an upstream can take
+    seconds on a busy machine); requests still running at shutdown are cancelled after ``grace``.
+    """
+    config = uvicorn.Config(app, host=HOST, port=0, lifespan=lifespan, ws="none", log_config=None,
+                            log_level="warning", timeout_graceful_shutdown=grace)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(startup):
+            while not server.started:
+                if task.done():
+                    task.result()  # re-raises why uvicorn stopped
+                    raise RuntimeError("uvicorn stopped before it started serving")
+                await asyncio.sleep(0.005)
+        # port=0 lets the OS pick a free port atomically; read back which one it chose.
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://{HOST}:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, shutdown)
