@@ -51,7 +51,7 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
         return McpUpstream(
             spec.name, url=m.url, headers={k: resolve_secret(v, base) for k, v in m.headers.items()},
             command=m.command, args=m.args, env={k: resolve_secret(v, base) for k, v in m.env.items()},
-            cwd=config.path(m.cwd) if m.cwd else base,
+            cwd=config.path(m.cwd) if m.cwd else base, env_passthrough=m.env_passthrough,
         )
     http: HttpUpstream
     if spec.http is not None:
@@ -70,7 +70,7 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
         return http
     return LaunchedUpstream(http, http.base_url, launch.command, launch.args,
                             {k: resolve_secret(v, base) for k, v in launch.env.items()},
-                            config.path(launch.cwd) if launch.cwd else base)
+                            config.path(launch.cwd) if launch.cwd else base, launch.env_passthrough)
 
 
 def _own_timeout(spec: UpstreamSpec) -> float:

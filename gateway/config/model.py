@@ -6,7 +6,7 @@ Secrets never appear as literals: a header value or API key that is secret is wr
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -32,6 +32,9 @@ __all__ = [
 ]
 
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+
+# `env_passthrough` entries: a variable name, or a prefix ending in `*` (e.g. `AWS_*`).
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*\*?$"
 
 
 class _Strict(BaseModel):
@@ -139,6 +142,8 @@ class LaunchSpec(_Strict):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str | SecretRef] = Field(default_factory=dict)
     cwd: str | None = None
+    # The gateway's variables the process also gets (it starts from a minimal environment).
+    env_passthrough: list[Annotated[str, Field(pattern=ENV_NAME_PATTERN)]] = Field(default_factory=list)
 
 
 class HttpUpstreamSpec(_Strict):
@@ -177,6 +182,8 @@ class McpUpstreamSpec(_Strict):
     env: dict[str, str | SecretRef] = Field(default_factory=dict)
     cwd: str | None = None
     timeout: str | int | float = "30s"
+    # The gateway's variables a stdio server also gets (it starts from a minimal environment).
+    env_passthrough: list[Annotated[str, Field(pattern=ENV_NAME_PATTERN)]] = Field(default_factory=list)
 
     _timeout = field_validator("timeout")(_duration)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway.errors import UpstreamError
 from gateway.upstreams.base import ToolResult, UpstreamTool, resolve_command
+from gateway.upstreams.environment import child_environment
 
 __all__ = ["McpUpstream"]
 
@@ -35,12 +36,16 @@ class McpUpstream:
 
     def __init__(self, name: str, *, url: str | None = None, headers: Mapping[str, str] | None = None,
                  command: str | None = None, args: list[str] | None = None,
-                 env: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
+                 env: Mapping[str, str] | None = None, cwd: Path | None = None,
+                 env_passthrough: Iterable[str] = ()) -> None:
         self.name = name
         self._url = url
         self._headers = dict(headers or {})
+        # The SDK merges its own few defaults (PATH, HOME, USER, ...) under ``env``; those are all in
+        # the minimal base, so the server gets exactly ``child_environment``, never the gateway's.
         self._stdio = StdioServerParameters(command=resolve_command(command), args=list(args or []),
-                                            env=dict(env or {}), cwd=cwd) if command else None
+                                            env=child_environment(env or {}, env_passthrough),
+                                            cwd=cwd) if command else None
         self._client: Client | None = None
         self._tools: list[UpstreamTool] = []
         self._listeners: list[Callable[[], None]] = []
