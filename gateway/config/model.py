@@ -227,7 +227,7 @@ APPROVAL_EVENTS: tuple[ApprovalEvent, ...] = ("approval.created", "approval.deci
 
 
 class WebhookSpec(_Strict):
-    """Where approval events are POSTed, signed with HMAC-SHA256 of the body."""
+    """Where approval events are POSTed, signed per Standard Webhooks (`whsec_<base64>` or any text as the key)."""
 
     url: str = Field(pattern=r"^https?://")
     secret: SecretRef | None = None
