@@ -97,12 +97,13 @@ def build_gateway(config: LoadedConfig) -> Gateway:
                              for u in spec.upstreams])
     policies = PolicyHolder(config.policy_paths(), spec.engine)
     store = SqliteStore(config.path(spec.store.sqlite))
-    audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout,
-                     Redactor(spec.audit.redact_keys, spec.audit.redact_patterns))
+    redactor = Redactor(spec.audit.redact_keys, spec.audit.redact_patterns)
+    audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout, redactor)
     page = f"{public_url(config)}/approvals"
     notifier = WebhookNotifier.from_specs(spec.approvals.webhooks, config.base, page) \
         if spec.approvals.webhooks else None
-    approvals = ApprovalService(ApprovalStore(store), notifier, page)
+    approvals = ApprovalService(ApprovalStore(store), notifier, page,
+                                redact=redactor if spec.approvals.redact else None)
     return Gateway(policies, registry, store, audit, env=spec.env, call_timeout=config.call_timeout,
                    max_argument_bytes=spec.limits.max_argument_bytes, approvals=approvals)
 

@@ -239,6 +239,9 @@ class ApprovalsSpec(_Strict):
 
     public_url: str | None = Field(None, pattern=r"^https?://")  # base URL for links; default: listen address
     webhooks: list[WebhookSpec] = Field(default_factory=list)
+    # Apply the audit log's redact_keys / redact_patterns to the arguments approvers see, stored
+    # requests and webhooks. Off only if approvers must see the secrets themselves to decide.
+    redact: bool = True
 
 
 class GatewayConfig(_Strict):
