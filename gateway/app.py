@@ -52,6 +52,7 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
             spec.name, url=m.url, headers={k: resolve_secret(v, base) for k, v in m.headers.items()},
             command=m.command, args=m.args, env={k: resolve_secret(v, base) for k, v in m.env.items()},
             cwd=config.path(m.cwd) if m.cwd else base, env_passthrough=m.env_passthrough,
+            max_response_bytes=config.spec.limits.max_response_bytes,
         )
     http: HttpUpstream
     if spec.http is not None:
@@ -59,13 +60,17 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
         ops = [HttpOperation.build(
             _upstream_tool(t.name, t.description, t.input_schema, t.title, t.annotations),
             t.method, t.path, tuple(t.query), None if t.body is None else t.body == "json") for t in spec.http.tools]
-        http, launch = HttpUpstream(spec.name, spec.http.base_url, ops, headers), spec.http.launch
+        http = HttpUpstream(spec.name, spec.http.base_url, ops, headers,
+                            max_response_bytes=config.spec.limits.max_response_bytes)
+        launch = spec.http.launch
     else:
         assert spec.openapi is not None
         from gateway.upstreams.openapi import openapi_upstream
 
         headers = {k: resolve_secret(v, base) for k, v in spec.openapi.headers.items()}
-        http, launch = openapi_upstream(spec.name, spec.openapi, base, headers), spec.openapi.launch
+        http = openapi_upstream(spec.name, spec.openapi, base, headers,
+                                max_response_bytes=config.spec.limits.max_response_bytes)
+        launch = spec.openapi.launch
     if launch is None:
         return http
     return LaunchedUpstream(http, http.base_url, launch.command, launch.args,

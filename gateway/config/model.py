@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.limits import MAX_RESPONSE_BYTES
 from gateway.policy.model import parse_duration
 
 __all__ = [
@@ -117,6 +118,7 @@ class LimitsSpec(_Strict):
 
     call_timeout: str | int | float = "30s"
     max_argument_bytes: int = Field(1_000_000, gt=0)
+    max_response_bytes: int = Field(MAX_RESPONSE_BYTES, gt=0)  # per upstream response (see gateway/limits.py)
 
     _timeout = field_validator("call_timeout")(_duration)
 

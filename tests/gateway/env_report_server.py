@@ -1,6 +1,7 @@
 """A launched upstream that reports the environment it was started with (for tests/gateway/test_launch_env.py).
 
-    python env_report_server.py mcp          an MCP server over stdio with one tool, ``environment``
+    python env_report_server.py mcp          an MCP server over stdio with tools ``environment`` and
+                                             ``blob`` (a result of ``size`` bytes, for test_upstream_responses.py)
     python env_report_server.py http PORT    an HTTP service on 127.0.0.1:PORT answering ``GET /environment``
 
 Both answer with the process's environment as a JSON object.
@@ -39,6 +40,11 @@ def main() -> None:
     def environment() -> str:
         """This process's environment variables, as a JSON object."""
         return json.dumps(dict(os.environ))
+
+    @server.tool()
+    def blob(size: int) -> str:
+        """A text of ``size`` x's."""
+        return "x" * size
 
     server.run()
 
