@@ -20,9 +20,6 @@ MAX_INDEXED_TOOL_NAMES = 10_000
 # Regexes used by `redact` are compiled at load; a pattern longer than this is refused.
 MAX_REDACT_PATTERN_CHARS = 1_000
 
-# Depth of nested containers walked by rewrite/redact; deeper values are left as they are.
-MAX_VALUE_DEPTH = 64
-
 # The text used in place of a redacted match.
 REDACTED = "[REDACTED]"
 
