@@ -108,13 +108,11 @@ class HttpUpstream:
                 method, url, params=query or None, json=body, headers=self._headers, timeout=timeout
             ) as response:
                 content = await _read_capped(response, self.max_response_bytes)
-        except httpx2.TimeoutException as exc:
-            raise UpstreamError(f"{self.name}: {method} {url} timed out after {timeout}s") from exc
-        except TimeoutError as exc:
+        except (httpx2.TimeoutException, TimeoutError) as exc:  # one read's timeout, or the whole deadline
             raise UpstreamError(f"{self.name}: {method} {url} timed out after {timeout}s") from exc
         except httpx2.HTTPError as exc:
             raise UpstreamError(f"{self.name}: {method} {url} failed: {type(exc).__name__}: {exc}") from exc
-        except ResponseTooLarge as exc:
+        except _ResponseTooLarge as exc:
             raise UpstreamError(f"{self.name}: {method} {url}: {exc}") from exc
         return _result(response, content)
 
@@ -142,7 +140,7 @@ def _query_value(value: Any) -> Any:
     return str(value)
 
 
-class ResponseTooLarge(Exception):
+class _ResponseTooLarge(Exception):
     """An upstream response went past ``max_response_bytes``; reading stopped there."""
 
 
@@ -150,11 +148,11 @@ async def _read_capped(response: httpx2.Response, limit: int) -> bytes:
     """The (decoded) body, read only up to ``limit`` bytes; leaving the stream unread cuts the connection."""
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise ResponseTooLarge(f"response too large: {declared} bytes declared, the limit is {limit}")
+        raise _ResponseTooLarge(f"response too large: {declared} bytes declared, the limit is {limit}")
     body = bytearray()
     async for chunk in response.aiter_bytes():
         if len(body) + len(chunk) > limit:
-            raise ResponseTooLarge(f"response too large: more than {limit} bytes")
+            raise _ResponseTooLarge(f"response too large: more than {limit} bytes")
         body += chunk
     return bytes(body)
 
