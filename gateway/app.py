@@ -51,7 +51,8 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
         return McpUpstream(
             spec.name, url=m.url, headers={k: resolve_secret(v, base) for k, v in m.headers.items()},
             command=m.command, args=m.args, env={k: resolve_secret(v, base) for k, v in m.env.items()},
-            cwd=config.path(m.cwd) if m.cwd else base,
+            cwd=config.path(m.cwd) if m.cwd else base, env_passthrough=m.env_passthrough,
+            max_response_bytes=config.spec.limits.max_response_bytes,
         )
     http: HttpUpstream
     if spec.http is not None:
@@ -59,18 +60,22 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
         ops = [HttpOperation.build(
             _upstream_tool(t.name, t.description, t.input_schema, t.title, t.annotations),
             t.method, t.path, tuple(t.query), None if t.body is None else t.body == "json") for t in spec.http.tools]
-        http, launch = HttpUpstream(spec.name, spec.http.base_url, ops, headers), spec.http.launch
+        http = HttpUpstream(spec.name, spec.http.base_url, ops, headers,
+                            max_response_bytes=config.spec.limits.max_response_bytes)
+        launch = spec.http.launch
     else:
         assert spec.openapi is not None
         from gateway.upstreams.openapi import openapi_upstream
 
         headers = {k: resolve_secret(v, base) for k, v in spec.openapi.headers.items()}
-        http, launch = openapi_upstream(spec.name, spec.openapi, base, headers), spec.openapi.launch
+        http = openapi_upstream(spec.name, spec.openapi, base, headers,
+                                max_response_bytes=config.spec.limits.max_response_bytes)
+        launch = spec.openapi.launch
     if launch is None:
         return http
     return LaunchedUpstream(http, http.base_url, launch.command, launch.args,
                             {k: resolve_secret(v, base) for k, v in launch.env.items()},
-                            config.path(launch.cwd) if launch.cwd else base)
+                            config.path(launch.cwd) if launch.cwd else base, launch.env_passthrough)
 
 
 def _own_timeout(spec: UpstreamSpec) -> float:
@@ -97,12 +102,13 @@ def build_gateway(config: LoadedConfig) -> Gateway:
                              for u in spec.upstreams])
     policies = PolicyHolder(config.policy_paths(), spec.engine)
     store = SqliteStore(config.path(spec.store.sqlite))
-    audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout,
-                     Redactor(spec.audit.redact_keys, spec.audit.redact_patterns))
+    redactor = Redactor(spec.audit.redact_keys, spec.audit.redact_patterns)
+    audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout, redactor)
     page = f"{public_url(config)}/approvals"
     notifier = WebhookNotifier.from_specs(spec.approvals.webhooks, config.base, page) \
         if spec.approvals.webhooks else None
-    approvals = ApprovalService(ApprovalStore(store), notifier, page)
+    approvals = ApprovalService(ApprovalStore(store), notifier, page,
+                                redact=redactor if spec.approvals.redact else None)
     return Gateway(policies, registry, store, audit, env=spec.env, call_timeout=config.call_timeout,
                    max_argument_bytes=spec.limits.max_argument_bytes, approvals=approvals)
 

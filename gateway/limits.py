@@ -20,9 +20,6 @@ MAX_INDEXED_TOOL_NAMES = 10_000
 # Regexes used by `redact` are compiled at load; a pattern longer than this is refused.
 MAX_REDACT_PATTERN_CHARS = 1_000
 
-# Depth of nested containers walked by rewrite/redact; deeper values are left as they are.
-MAX_VALUE_DEPTH = 64
-
 # The text used in place of a redacted match.
 REDACTED = "[REDACTED]"
 
@@ -64,3 +61,8 @@ UPSTREAM_KEEPALIVE_SECONDS = 2.0
 
 # `GET /v1/approvals` returns at most this many requests a page.
 MAX_APPROVALS_PAGE = 500
+
+# Bytes of one upstream response the gateway reads (overridable by `limits.max_response_bytes`).
+# Past it the call fails and the connection is cut: a tool result is for a model to read, and a
+# hostile or broken upstream must not make the gateway buffer hundreds of megabytes.
+MAX_RESPONSE_BYTES = 10 * 1024 * 1024

@@ -10,8 +10,10 @@ other arguments is a different request, so an approval can never be replayed for
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -111,6 +113,15 @@ class Approval:
     votes: list[Vote] = field(default_factory=list)
     result: dict[str, Any] | None = None  # the outcome returned to the caller, once executed or refused
     decided_at: str | None = None
+
+    def redacted(self, redact: Callable[[Any], Any]) -> Approval:
+        """A copy whose arguments went through ``redact``: the copy that is stored, listed and announced.
+
+        The digest stays that of the real final arguments, and the call runs with the arguments its
+        caller sends again (which must match the digest), so the real values are never needed here.
+        """
+        return dataclasses.replace(self, original_args=redact(self.original_args),
+                                   final_args=redact(self.final_args))
 
     def to_dict(self) -> dict[str, Any]:
         """The API's view of an approval."""

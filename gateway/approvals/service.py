@@ -52,8 +52,9 @@ class ApprovalService:
     """The approval gate, the approver API's backend, and the expiry sweeper."""
 
     def __init__(self, store: ApprovalStore, notifier: Notifier | None = None, page_url: str = "/approvals",
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, redact: Callable[[Any], Any] | None = None) -> None:
         self.store = store
+        self._redact = redact  # applied to the arguments before a request is stored, listed or announced
         self.notifier = notifier
         self.page_url = page_url.rstrip("/")
         self._clock = clock
@@ -96,6 +97,8 @@ class ApprovalService:
             created_at=now_rfc3339(), expires_at=_rfc3339(now + timeout), expires_ts=now + timeout,
             on_timeout=on_timeout,
         )
+        if self._redact is not None:
+            approval = approval.redacted(self._redact)
         stored = self.store.insert(approval)
         if stored.id == approval.id:
             log.info("approval %s created for %s (call %s)", approval.id, approval.tool, approval.call_id)

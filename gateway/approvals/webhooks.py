@@ -1,39 +1,50 @@
 """Tell other systems about approval requests: signed JSON POSTs, retried, never in the caller's way.
 
-Each event is one POST per subscribed webhook::
+Each event is one POST per subscribed webhook, signed per the Standard Webhooks spec
+(https://www.standardwebhooks.com)::
 
     POST <url>
     Content-Type: application/json
     X-Gateway-Event: approval.created
-    X-Gateway-Delivery: <uuid, the same on every retry of this delivery>
-    X-Gateway-Signature: sha256=<hex HMAC-SHA256 of the body with the webhook's secret>  (only with a secret)
+    webhook-id: msg_<32 hex>            (the same on every retry of this delivery: receivers dedupe on it)
+    webhook-timestamp: <unix seconds>   (of this attempt)
+    webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">   (only with a secret)
 
     {"type": "approval.created", "approval": {...}, "text": ":hourglass: Approval needed: ..."}
 
-``text`` is one line a Slack incoming webhook shows as is. A receiver checks the signature with
-``verify_signature`` (or the same HMAC) over the exact body bytes it received.
+``text`` is one line a Slack incoming webhook shows as is. A receiver checks a delivery with any
+Standard Webhooks library, e.g. ``standardwebhooks.Webhook(secret).verify(body, headers)``, which
+also refuses a timestamp more than five minutes off: a captured delivery cannot be replayed later,
+and one replayed sooner carries a ``webhook-id`` already seen.
+
+The secret: ``whsec_<base64>`` (the spec's form) is used as the spec says, the key being the
+decoded bytes; any other text is itself the key (its UTF-8 bytes), which a receiver passes to the
+library as bytes, ``Webhook(secret.encode())``, or as ``"whsec_" + base64(secret)``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
+import base64
+import binascii
 import json
 import logging
+import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import httpx2
+import standardwebhooks
 
 from gateway.approvals.model import Approval, ApprovalState
 from gateway.config.load import resolve_secret
 from gateway.config.model import WebhookSpec
 from gateway.limits import WEBHOOK_ATTEMPTS, WEBHOOK_FIRST_RETRY_SECONDS, WEBHOOK_TIMEOUT_SECONDS
 
-__all__ = ["Webhook", "WebhookNotifier", "signature", "verify_signature"]
+__all__ = ["Webhook", "WebhookNotifier", "sign", "signing_key", "verify"]
 
 log = logging.getLogger("gateway.approvals.webhooks")
 
@@ -55,14 +66,35 @@ class Webhook(NamedTuple):
     events: Iterable[str] = EVENTS
 
 
-def signature(secret: str, body: bytes) -> str:
-    """The ``X-Gateway-Signature`` value for ``body``."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+# The spec's prefix for a base64 secret.
+SECRET_PREFIX = "whsec_"
 
 
-def verify_signature(secret: str, body: bytes, header: str) -> bool:
-    """Whether ``header`` is the signature of ``body`` with ``secret`` (compared in constant time)."""
-    return hmac.compare_digest(signature(secret, body).encode(), header.strip().encode())
+def signing_key(secret: str) -> bytes:
+    """The HMAC key of a configured secret (see the module docstring); raises ValueError if unusable."""
+    if secret.startswith(SECRET_PREFIX):
+        encoded = secret[len(SECRET_PREFIX):]
+        try:
+            key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError(f"a secret starting with {SECRET_PREFIX!r} must be base64 after it") from None
+    else:
+        key = secret.encode()
+    if not key:
+        raise ValueError("a webhook secret must not be empty")
+    return key
+
+
+def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
+    """The ``webhook-signature`` value of one attempt."""
+    return standardwebhooks.Webhook(signing_key(secret)).sign(
+        message_id, datetime.fromtimestamp(timestamp, UTC), body.decode())
+
+
+def verify(secret: str, body: bytes, headers: Mapping[str, str]) -> Any:
+    """The parsed body if ``headers`` sign it with ``secret`` within the spec's tolerance; else raises
+    ``standardwebhooks.WebhookVerificationError``."""
+    return standardwebhooks.Webhook(signing_key(secret)).verify(body, dict(headers))
 
 
 class WebhookNotifier:
@@ -73,6 +105,9 @@ class WebhookNotifier:
                  first_retry: float = WEBHOOK_FIRST_RETRY_SECONDS,
                  timeout: float = WEBHOOK_TIMEOUT_SECONDS) -> None:
         self.webhooks = [Webhook(url, secret, frozenset(events)) for url, secret, events in webhooks]
+        for webhook in self.webhooks:
+            if webhook.secret is not None:
+                signing_key(webhook.secret)  # an unusable secret fails now, not at the first delivery
         unknown = {e for w in self.webhooks for e in w.events} - set(EVENTS)
         if unknown:
             raise ValueError(f"unknown webhook events {sorted(unknown)}; known: {', '.join(EVENTS)}")
@@ -92,6 +127,8 @@ class WebhookNotifier:
         for i, spec in enumerate(specs):
             try:
                 secret = None if spec.secret is None else resolve_secret(spec.secret, base)
+                if secret is not None:
+                    signing_key(secret)
             except ValueError as exc:
                 raise ValueError(f"approvals.webhooks[{i}].secret ({spec.url}): {exc}") from None
             webhooks.append(Webhook(spec.url, secret, spec.events))
@@ -111,7 +148,7 @@ class WebhookNotifier:
             body = json.dumps({"type": event, "approval": approval.to_dict(), "text": self.summary(event, approval)},
                               ensure_ascii=False, default=str).encode()
             for webhook in targets:
-                task = loop.create_task(self._deliver(webhook, event, body, str(uuid.uuid4())),
+                task = loop.create_task(self._deliver(webhook, event, body, f"msg_{uuid.uuid4().hex}"),
                                         name=f"webhook {event} {approval.id}")
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -138,12 +175,15 @@ class WebhookNotifier:
 
     async def _deliver(self, webhook: Webhook, event: str, body: bytes, delivery: str) -> None:
         headers = {"Content-Type": "application/json", "User-Agent": "agent-policy-gateway",
-                   "X-Gateway-Event": event, "X-Gateway-Delivery": delivery}
-        if webhook.secret is not None:
-            headers["X-Gateway-Signature"] = signature(webhook.secret, body)
+                   "X-Gateway-Event": event, "webhook-id": delivery}
         delay = self._first_retry
         problem = ""
         for attempt in range(1, self._attempts + 1):
+            # Signed afresh for each attempt: a retry after a long outage must still be "recent".
+            timestamp = int(time.time())
+            headers["webhook-timestamp"] = str(timestamp)
+            if webhook.secret is not None:
+                headers["webhook-signature"] = sign(webhook.secret, delivery, timestamp, body)
             try:
                 response = await self._client.post(webhook.url, content=body, headers=headers)
             except (httpx2.HTTPError, httpx2.InvalidURL) as exc:  # refused, timed out, reset, bad URL

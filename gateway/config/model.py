@@ -6,10 +6,11 @@ Secrets never appear as literals: a header value or API key that is secret is wr
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.limits import MAX_RESPONSE_BYTES
 from gateway.policy.model import parse_duration
 
 __all__ = [
@@ -32,6 +33,9 @@ __all__ = [
 ]
 
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+
+# `env_passthrough` entries: a variable name, or a prefix ending in `*` (e.g. `AWS_*`).
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*\*?$"
 
 
 class _Strict(BaseModel):
@@ -114,6 +118,7 @@ class LimitsSpec(_Strict):
 
     call_timeout: str | int | float = "30s"
     max_argument_bytes: int = Field(1_000_000, gt=0)
+    max_response_bytes: int = Field(MAX_RESPONSE_BYTES, gt=0)  # per upstream response (see gateway/limits.py)
 
     _timeout = field_validator("call_timeout")(_duration)
 
@@ -139,6 +144,8 @@ class LaunchSpec(_Strict):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str | SecretRef] = Field(default_factory=dict)
     cwd: str | None = None
+    # The gateway's variables the process also gets (it starts from a minimal environment).
+    env_passthrough: list[Annotated[str, Field(pattern=ENV_NAME_PATTERN)]] = Field(default_factory=list)
 
 
 class HttpUpstreamSpec(_Strict):
@@ -177,6 +184,8 @@ class McpUpstreamSpec(_Strict):
     env: dict[str, str | SecretRef] = Field(default_factory=dict)
     cwd: str | None = None
     timeout: str | int | float = "30s"
+    # The gateway's variables a stdio server also gets (it starts from a minimal environment).
+    env_passthrough: list[Annotated[str, Field(pattern=ENV_NAME_PATTERN)]] = Field(default_factory=list)
 
     _timeout = field_validator("timeout")(_duration)
 
@@ -220,7 +229,7 @@ APPROVAL_EVENTS: tuple[ApprovalEvent, ...] = ("approval.created", "approval.deci
 
 
 class WebhookSpec(_Strict):
-    """Where approval events are POSTed, signed with HMAC-SHA256 of the body."""
+    """Where approval events are POSTed, signed per Standard Webhooks (`whsec_<base64>` or any text as the key)."""
 
     url: str = Field(pattern=r"^https?://")
     secret: SecretRef | None = None
@@ -232,6 +241,9 @@ class ApprovalsSpec(_Strict):
 
     public_url: str | None = Field(None, pattern=r"^https?://")  # base URL for links; default: listen address
     webhooks: list[WebhookSpec] = Field(default_factory=list)
+    # Apply the audit log's redact_keys / redact_patterns to the arguments approvers see, stored
+    # requests and webhooks. Off only if approvers must see the secrets themselves to decide.
+    redact: bool = True
 
 
 class GatewayConfig(_Strict):

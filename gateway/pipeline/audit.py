@@ -18,42 +18,74 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gateway.errors import AuditWriteError
-from gateway.limits import MAX_VALUE_DEPTH, REDACTED
+from gateway.limits import REDACTED
 
 __all__ = ["AuditLog", "Redactor"]
 
 
 class Redactor:
-    """Replaces secret-looking values and remembers where."""
+    """Replaces secret-looking values and remembers where.
+
+    The walk keeps its own stack instead of recursing, so a secret is found however deep it is
+    nested: there is no depth past which values are left as they are.
+    """
 
     def __init__(self, keys: Sequence[str], patterns: Sequence[str]) -> None:
         self._keys = {k.lower() for k in keys}
         self._patterns = [re.compile(p) for p in patterns]
 
-    def apply(self, value: Any, pointer: str = "", found: list[str] | None = None,
-              depth: int = 0) -> tuple[Any, list[str]]:
-        """A redacted copy of ``value`` and the JSON Pointers that were redacted."""
+    def apply(self, value: Any, pointer: str = "", found: list[str] | None = None) -> tuple[Any, list[str]]:
+        """A redacted copy of ``value`` and the JSON Pointers that were redacted (in document order)."""
         found = [] if found is None else found
-        if isinstance(value, dict) and depth < MAX_VALUE_DEPTH:
-            out = {}
-            for key, item in value.items():
-                here = f"{pointer}/{_escape(str(key))}"
-                if str(key).lower() in self._keys:
-                    out[key] = REDACTED
-                    found.append(here)
-                else:
-                    out[key] = self.apply(item, here, found, depth + 1)[0]
-            return out, found
-        if isinstance(value, list) and depth < MAX_VALUE_DEPTH:
-            return [self.apply(v, f"{pointer}/{i}", found, depth + 1)[0] for i, v in enumerate(value)], found
-        if isinstance(value, str) and self._patterns:
-            text = value
-            for pattern in self._patterns:
-                text = pattern.sub(REDACTED, text)
-            if text != value:
-                found.append(pointer or "/")
-            return text, found
-        return value, found
+        root: list[Any] = [None]
+        # (value, its path, the container the copy goes into, the slot there). Paths are linked
+        # (parent, segment) pairs, rendered only for what is redacted: deep values stay linear.
+        stack: list[tuple[Any, _Path, Any, Any]] = [(value, (None, pointer), root, 0)]
+        while stack:
+            item, path, parent, slot = stack.pop()
+            if item is _SECRET_KEY:
+                parent[slot] = REDACTED
+                found.append(_render(path))
+            elif isinstance(item, dict):
+                out: dict[Any, Any] = dict.fromkeys(item)  # the copy keeps the original's key order
+                parent[slot] = out
+                stack.extend(reversed([
+                    (_SECRET_KEY if str(key).lower() in self._keys else child, (path, "/" + _escape(str(key))),
+                     out, key) for key, child in item.items()]))
+            elif isinstance(item, list):
+                copy: list[Any] = [None] * len(item)
+                parent[slot] = copy
+                stack.extend(reversed([(child, (path, f"/{i}"), copy, i) for i, child in enumerate(item)]))
+            elif isinstance(item, str) and self._patterns:
+                text = item
+                for pattern in self._patterns:
+                    text = pattern.sub(REDACTED, text)
+                if text != item:
+                    found.append(_render(path) or "/")
+                parent[slot] = text
+            else:
+                parent[slot] = item
+        return root[0], found
+
+    def __call__(self, value: Any) -> Any:
+        """Just the redacted copy of ``value`` (for views that do not report what was redacted)."""
+        return self.apply(value)[0]
+
+
+# A path in the walk: (parent path, this segment); the root's parent is None.
+_Path = tuple[Any, str]
+
+# Stands in, on the walk's stack, for a value whose key names a secret.
+_SECRET_KEY = object()
+
+
+def _render(path: _Path) -> str:
+    parts: list[str] = []
+    node: _Path | None = path
+    while node is not None:
+        parts.append(node[1])
+        node = node[0]
+    return "".join(reversed(parts))
 
 
 def _escape(key: str) -> str:

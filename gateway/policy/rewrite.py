@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.limits import MAX_VALUE_DEPTH, REDACTED
+from gateway.limits import REDACTED
 
 __all__ = ["parse_path", "redact", "remove_path", "set_path"]
 
@@ -82,16 +82,27 @@ def _copy(value: Any) -> Any:
     return dict(value) if isinstance(value, dict) else list(value) if isinstance(value, list) else value
 
 
-def redact(value: Any, patterns: Sequence[re.Pattern[str]], depth: int = 0) -> Any:
-    """A copy of ``value`` with every match of ``patterns`` in its strings replaced."""
-    if isinstance(value, str):
-        for pattern in patterns:
-            value = pattern.sub(REDACTED, value)
-        return value
-    if depth >= MAX_VALUE_DEPTH:
-        return value
-    if isinstance(value, dict):
-        return {k: redact(v, patterns, depth + 1) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v, patterns, depth + 1) for v in value]
-    return value
+def redact(value: Any, patterns: Sequence[re.Pattern[str]]) -> Any:
+    """A copy of ``value`` with every match of ``patterns`` in its strings replaced, however deep.
+
+    The walk keeps its own stack rather than recursing, so no nesting depth stops it.
+    """
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]  # (value, where its copy goes, slot there)
+    while stack:
+        item, parent, slot = stack.pop()
+        if isinstance(item, str):
+            for pattern in patterns:
+                item = pattern.sub(REDACTED, item)
+            parent[slot] = item
+        elif isinstance(item, dict):
+            out: dict[Any, Any] = dict.fromkeys(item)
+            parent[slot] = out
+            stack.extend((child, out, key) for key, child in item.items())
+        elif isinstance(item, list):
+            copy: list[Any] = [None] * len(item)
+            parent[slot] = copy
+            stack.extend((child, copy, i) for i, child in enumerate(item))
+        else:
+            parent[slot] = item
+    return root[0]

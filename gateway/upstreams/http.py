@@ -6,6 +6,7 @@ never change the scheme, host or port of the request.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -16,7 +17,7 @@ from urllib.parse import quote
 import httpx2
 
 from gateway.errors import InvalidArgumentsError, UpstreamError
-from gateway.limits import UPSTREAM_KEEPALIVE_SECONDS, UPSTREAM_MAX_CONNECTIONS
+from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_KEEPALIVE_SECONDS, UPSTREAM_MAX_CONNECTIONS
 from gateway.upstreams.base import ToolResult, UpstreamTool, text_result
 
 __all__ = ["HttpOperation", "HttpUpstream"]
@@ -48,8 +49,10 @@ class HttpUpstream:
     """Tools that are HTTP operations on one base URL."""
 
     def __init__(self, name: str, base_url: str, operations: list[HttpOperation],
-                 headers: Mapping[str, str] | None = None, client: httpx2.AsyncClient | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, client: httpx2.AsyncClient | None = None,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
         self.name = name
+        self.max_response_bytes = max_response_bytes
         self._base = base_url.rstrip("/")
         self._operations = {op.tool.name: op for op in operations}
         self._headers = dict(headers or {})
@@ -99,14 +102,19 @@ class HttpUpstream:
             raise UpstreamError(f"upstream {self.name} is not started")
         method, url, query, body = self.request_for(tool, arguments)
         try:
-            response = await self._client.request(
+            # One deadline for the whole exchange: httpx's timeout is per read, so an upstream
+            # dripping a byte at a time would never trip it.
+            async with asyncio.timeout(timeout), self._client.stream(
                 method, url, params=query or None, json=body, headers=self._headers, timeout=timeout
-            )
-        except httpx2.TimeoutException as exc:
+            ) as response:
+                content = await _read_capped(response, self.max_response_bytes)
+        except (httpx2.TimeoutException, TimeoutError) as exc:  # one read's timeout, or the whole deadline
             raise UpstreamError(f"{self.name}: {method} {url} timed out after {timeout}s") from exc
         except httpx2.HTTPError as exc:
             raise UpstreamError(f"{self.name}: {method} {url} failed: {type(exc).__name__}: {exc}") from exc
-        return _result(response)
+        except _ResponseTooLarge as exc:
+            raise UpstreamError(f"{self.name}: {method} {url}: {exc}") from exc
+        return _result(response, content)
 
 
 def _segment(name: str, value: Any) -> str:
@@ -132,17 +140,38 @@ def _query_value(value: Any) -> Any:
     return str(value)
 
 
-def _result(response: httpx2.Response) -> ToolResult:
+class _ResponseTooLarge(Exception):
+    """An upstream response went past ``max_response_bytes``; reading stopped there."""
+
+
+async def _read_capped(response: httpx2.Response, limit: int) -> bytes:
+    """The (decoded) body, read only up to ``limit`` bytes; leaving the stream unread cuts the connection."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _ResponseTooLarge(f"response too large: {declared} bytes declared, the limit is {limit}")
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        if len(body) + len(chunk) > limit:
+            raise _ResponseTooLarge(f"response too large: more than {limit} bytes")
+        body += chunk
+    return bytes(body)
+
+
+def _result(response: httpx2.Response, content: bytes) -> ToolResult:
     """4xx/5xx are the tool's own errors (the model reads them); 2xx is the result."""
     is_error = response.status_code >= 400
     kind = response.headers.get("content-type", "")
+    try:
+        text = content.decode(response.encoding or "utf-8", errors="replace")
+    except LookupError:  # a charset Python does not know
+        text = content.decode("utf-8", errors="replace")
     if "json" in kind:
         try:
-            payload: Any = response.json()
+            payload: Any = json.loads(content)
         except ValueError:
-            payload = response.text
+            payload = text
     else:
-        payload = response.text
+        payload = text
     if is_error:
         text = payload if isinstance(payload, str) else json.dumps(payload)
         return ToolResult([{"type": "text", "text": f"HTTP {response.status_code}: {text[:_MAX_ERROR_TEXT]}"}],

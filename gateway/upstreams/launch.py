@@ -1,7 +1,8 @@
 """An HTTP upstream the gateway starts itself: a subprocess that must answer on its base URL.
 
 For example services and single-box deployments, so one `gateway serve` brings up everything.
-The process is stopped (terminate, then kill) when the gateway stops.
+The process is stopped (terminate, then kill) when the gateway stops. It gets a minimal
+environment, not the gateway's (``child_environment``).
 """
 
 from __future__ import annotations
@@ -9,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.errors import UpstreamError
 from gateway.upstreams.base import ToolResult, Upstream, UpstreamTool, resolve_command
+from gateway.upstreams.environment import child_environment
 
 __all__ = ["LaunchedUpstream"]
 
@@ -30,14 +31,16 @@ class LaunchedUpstream:
     """Wraps an upstream whose server is a subprocess started with the gateway."""
 
     def __init__(self, inner: Upstream, base_url: str, command: str, args: list[str],
-                 env: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
+                 env: Mapping[str, str] | None = None, cwd: Path | None = None,
+                 env_passthrough: Iterable[str] = ()) -> None:
         self.inner = inner
         self.name = inner.name
         parts = urlsplit(base_url)
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._argv = [resolve_command(command), *args]
-        self._env = {**os.environ, **dict(env or {})}
+        # Not the gateway's environment: see gateway/upstreams/environment.py.
+        self._env = child_environment(env or {}, env_passthrough)
         self._cwd = cwd
         self._process: asyncio.subprocess.Process | None = None
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,9 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from gateway.errors import UpstreamError
+from gateway.limits import MAX_RESPONSE_BYTES
 from gateway.upstreams.base import ToolResult, UpstreamTool, resolve_command
+from gateway.upstreams.environment import child_environment
 
 __all__ = ["McpUpstream"]
 
@@ -35,12 +37,17 @@ class McpUpstream:
 
     def __init__(self, name: str, *, url: str | None = None, headers: Mapping[str, str] | None = None,
                  command: str | None = None, args: list[str] | None = None,
-                 env: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
+                 env: Mapping[str, str] | None = None, cwd: Path | None = None,
+                 env_passthrough: Iterable[str] = (), max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
         self.name = name
+        self.max_response_bytes = max_response_bytes
         self._url = url
         self._headers = dict(headers or {})
+        # The SDK merges its own few defaults (PATH, HOME, USER, ...) under ``env``; those are all in
+        # the minimal base, so the server gets exactly ``child_environment``, never the gateway's.
         self._stdio = StdioServerParameters(command=resolve_command(command), args=list(args or []),
-                                            env=dict(env or {}), cwd=cwd) if command else None
+                                            env=child_environment(env or {}, env_passthrough),
+                                            cwd=cwd) if command else None
         self._client: Client | None = None
         self._tools: list[UpstreamTool] = []
         self._listeners: list[Callable[[], None]] = []
@@ -78,8 +85,10 @@ class McpUpstream:
                 else:
                     assert self._url is not None
                     http = await stack.enter_async_context(httpx2.AsyncClient(
-                        headers=self._headers, timeout=httpx2.Timeout(30, read=300)))
-                    transport = streamable_http_client(self._url, http_client=http)
+                        headers=self._headers, timeout=httpx2.Timeout(30, read=300),
+                        transport=_CappedTransport(httpx2.AsyncHTTPTransport(), self.max_response_bytes)))
+                    transport = streamable_http_client(self._url, http_client=http,
+                                                       max_sse_event_size=self.max_response_bytes)
                 client = await stack.enter_async_context(
                     Client(transport, mode="legacy", message_handler=self._on_message))
                 self._client = client
@@ -123,6 +132,12 @@ class McpUpstream:
         except Exception as exc:  # the transport failed: the connection cannot be trusted any more
             await self._drop(client)
             raise UpstreamError(f"{self.name}: {tool}: {_describe(exc)}") from exc
+        # Over stdio the SDK has already read the whole line; still, what is too big is not kept,
+        # audited, stored for approvals or relayed.
+        size = len(result.model_dump_json(by_alias=True, exclude_none=True))
+        if size > self.max_response_bytes:
+            raise UpstreamError(f"{self.name}: {tool}: response too large: {size} bytes, the limit is "
+                                f"{self.max_response_bytes}")
         content = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
         return ToolResult(content, result.structured_content, bool(result.is_error))
 
@@ -157,6 +172,49 @@ class McpUpstream:
             return
         for listener in self._listeners:
             listener()
+
+
+class _CappedTransport(httpx2.AsyncBaseTransport):
+    """Cuts a single JSON response at ``limit`` bytes: the SDK reads those whole (SSE events it caps itself).
+
+    The error is an ``httpx2.StreamError``, which the SDK turns into a JSON-RPC error for that one
+    request, so the session survives and the call fails with "response too large".
+    """
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            assert isinstance(response.stream, httpx2.AsyncByteStream)
+            declared = response.headers.get("content-length", "")
+            response.stream = _CappedStream(response.stream, self._limit, int(declared) if declared.isdigit() else 0)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, declared: int) -> None:
+        self._inner = inner
+        self._limit = limit
+        self._declared = declared
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._declared > self._limit:
+            raise httpx2.StreamError(f"response too large: {self._declared} bytes declared, the limit is {self._limit}")
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._limit:
+                raise httpx2.StreamError(f"response too large: more than {self._limit} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 def _tool(tool: types.Tool) -> UpstreamTool:

@@ -25,6 +25,7 @@ import httpx2
 from gateway.config.model import OpenApiUpstreamSpec
 from gateway.diagnostics import Diagnostic
 from gateway.errors import ConfigError
+from gateway.limits import MAX_RESPONSE_BYTES
 from gateway.policy.cel.functions import glob
 from gateway.sourcemap import YamlDocument, load_yaml
 from gateway.upstreams.base import UpstreamTool
@@ -87,7 +88,8 @@ def operations_from_openapi(document: dict[str, Any], include: list[str], exclud
 
 
 def openapi_upstream(name: str, spec: OpenApiUpstreamSpec, base_dir: Path, headers: dict[str, str],
-                     client: httpx2.AsyncClient | None = None) -> HttpUpstream:
+                     client: httpx2.AsyncClient | None = None, max_response_bytes: int = MAX_RESPONSE_BYTES,
+                     ) -> HttpUpstream:
     """An ``HttpUpstream`` built from the spec file named in the config (read relative to ``base_dir``)."""
     path = Path(os.path.expanduser(spec.spec))
     doc = _read(path if path.is_absolute() else base_dir / path)
@@ -98,15 +100,17 @@ def openapi_upstream(name: str, spec: OpenApiUpstreamSpec, base_dir: Path, heade
             doc.file, hint=f"include {spec.include} and exclude {spec.exclude} match no operationId")])
     base_url = spec.base_url or _server_url(doc)
     wrapped = frozenset(op.tool.name for op, wraps in found if wraps)
-    return _OpenApiUpstream(name, base_url, [op for op, _ in found], headers, client, wrapped=wrapped)
+    return _OpenApiUpstream(name, base_url, [op for op, _ in found], headers, client, wrapped=wrapped,
+                            max_response_bytes=max_response_bytes)
 
 
 class _OpenApiUpstream(HttpUpstream):
     """An HTTP upstream where a non-object request body arrives as the ``body`` argument."""
 
     def __init__(self, name: str, base_url: str, operations: list[HttpOperation], headers: dict[str, str],
-                 client: httpx2.AsyncClient | None, *, wrapped: frozenset[str]) -> None:
-        super().__init__(name, base_url, operations, headers, client)
+                 client: httpx2.AsyncClient | None, *, wrapped: frozenset[str],
+                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+        super().__init__(name, base_url, operations, headers, client, max_response_bytes)
         self._wrapped = wrapped  # tool names whose body is the ``body`` argument
 
     def request_for(self, tool: str, arguments: dict[str, Any]) -> tuple[str, str, dict[str, Any], Any]:

@@ -16,7 +16,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from gateway.approvals.model import Approval, ApprovalState, Vote
-from gateway.approvals.webhooks import Webhook, WebhookNotifier, signature, verify_signature
+from gateway.approvals.webhooks import Webhook, WebhookNotifier, verify
 from gateway.config.model import WebhookSpec
 
 SECRET = "s3cret-for-tests"
@@ -62,8 +62,8 @@ async def test_delivered_with_a_signature_that_verifies(serve: Any, approval: Ap
     assert path == "/hook"
     assert headers["content-type"] == "application/json"
     assert headers["x-gateway-event"] == "approval.created"
-    assert len(headers["x-gateway-delivery"]) == 36
-    assert verify_signature(SECRET, body, headers["x-gateway-signature"])
+    assert headers["webhook-id"].startswith("msg_")
+    assert verify(SECRET, body, headers) == json.loads(body)
     payload = json.loads(body)
     assert payload["type"] == "approval.created"
     assert payload["approval"] == approval.to_dict()
@@ -78,7 +78,8 @@ async def test_a_webhook_without_a_secret_is_sent_unsigned(serve: Any, approval:
     notifier.notify("approval.created", approval)
     _, headers, _, _ = await receiver.next()
     await notifier.aclose()
-    assert "x-gateway-signature" not in headers
+    assert "webhook-signature" not in headers
+    assert headers["webhook-id"].startswith("msg_") and headers["webhook-timestamp"].isdigit()
 
 
 async def test_retried_after_a_500_then_delivered(serve: Any, approval: Approval) -> None:
@@ -90,7 +91,7 @@ async def test_retried_after_a_500_then_delivered(serve: Any, approval: Approval
     await notifier.aclose()
 
     assert [status for *_, status in tries] == [500, 503, 200]
-    deliveries = {headers["x-gateway-delivery"] for _, headers, _, _ in tries}
+    deliveries = {headers["webhook-id"] for _, headers, _, _ in tries}
     assert len(deliveries) == 1, "a retry is the same delivery, so receivers can drop duplicates"
     assert len({body for _, _, body, _ in tries}) == 1
     assert receiver.received.empty()
@@ -163,16 +164,6 @@ def test_summaries_of_decisions_and_timeouts(approval: Approval) -> None:
         f":white_check_mark: Approved by bob — payments_refund requested by alice — {PAGE}/{approval.id}")
     approval.state = ApprovalState.EXPIRED
     assert notifier.summary("approval.expired", approval).startswith(":alarm_clock: Approval timed out (refused)")
-
-
-def test_verify_signature_rejects_tampering() -> None:
-    body = b'{"type":"approval.created"}'
-    header = signature(SECRET, body)
-    assert verify_signature(SECRET, body, header)
-    assert not verify_signature(SECRET, body + b" ", header)
-    assert not verify_signature("other", body, header)
-    assert not verify_signature(SECRET, body, header.removeprefix("sha256="))
-    assert not verify_signature(SECRET, body, "sha256=ünïcode")
 
 
 def test_from_specs_reads_secrets_and_names_a_missing_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
