@@ -1,8 +1,9 @@
 """Hosts and IP addresses as HTTP clients read them, and which of them are not public.
 
 Pure: no I/O, no DNS. A host is read by the WHATWG URL host parser (``ada-url``), exactly as
-browsers, Node and curl read it: percent-decoding, IDNA/Unicode normalisation (``。`` is a dot,
-``１`` is ``1``) and the IPv4 number forms (``0x7f.1``, ``2130706433``, ``0177.0.0.1``).
+browsers, Node and curl read it: percent-decoding, IDNA/Unicode normalisation (U+3002 ``。`` is
+a dot, full-width digits are digits) and the IPv4 number forms (``0x7f.1``, ``2130706433``,
+``0177.0.0.1``).
 
 Which addresses are "private" is an explicit table of the IANA special-purpose registries, so the
 answer never depends on the Python patch version (``ipaddress.is_private`` changed in 3.11.x and

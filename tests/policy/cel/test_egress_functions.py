@@ -6,6 +6,9 @@ docs say. Every hostile string goes through a real engine: bound as an argument 
 does) and, where the engine may not carry it faithfully, as a literal too.
 """
 
+# The look-alike characters below (full-width digits and letters) are the point of these tests.
+# ruff: noqa: RUF001
+
 from __future__ import annotations
 
 import ipaddress
