@@ -22,12 +22,21 @@ from typing import Any
 
 import re2  # google-re2: linear-time matching
 
-__all__ = ["glob_match", "glob_regex"]
+__all__ = ["glob_match", "glob_problem", "glob_regex"]
 
 
 def glob_match(value: str, pattern: str) -> bool:
     """Whether ``pattern`` matches the whole of ``value``; a malformed pattern raises ``ValueError``."""
     return _compiled(pattern).fullmatch(value) is not None
+
+
+def glob_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is not a valid glob, or None; for checks at load time."""
+    try:
+        _compiled(pattern)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 @functools.lru_cache(maxsize=1024)

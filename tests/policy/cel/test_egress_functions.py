@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from gateway.errors import CelEvaluationError
+from gateway.policy import check_policies
 from gateway.policy.cel import ExprType, get_engine
 from gateway.policy.cel.functions import url
 from gateway.policy.cel.netaddr import IPV4_NOT_PUBLIC, IPV6_NOT_PUBLIC
@@ -310,3 +311,22 @@ def test_a_hostile_value_cannot_make_a_glob_backtrack(engine: str) -> None:
     assert evaluate(engine, "glob(args.v, args.p)", v="a" * 200_000, p="*a*a*a*a*a*a*a*a*b") is False
     assert evaluate(engine, "glob(args.v, args.p)", v="a" * 200_000, p="**a**a**a**a**a**a**b") is False
     assert time.perf_counter() - started < 2.0
+
+
+def test_a_malformed_tools_glob_is_a_load_error(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text("policy: a\nrules:\n  - id: r\n    tools: [fs_*, '[z-a]']\n"
+                                     "    action: reject\n", encoding="utf-8")
+    policy_set, diagnostics = check_policies([tmp_path], "cel-python")
+    assert policy_set is None
+    assert [(d.code, d.line, d.rule) for d in diagnostics] == [("invalid-value", 4, "a/r")]
+    assert "invalid glob pattern '[z-a]'" in diagnostics[0].message
+
+
+def test_a_malformed_openapi_include_glob_is_a_config_error() -> None:
+    from pydantic import ValidationError
+
+    from gateway.config.model import OpenApiUpstreamSpec
+
+    assert OpenApiUpstreamSpec(spec="api.yaml", include=["*Pet", "get[!s]*"]).include == ["*Pet", "get[!s]*"]
+    with pytest.raises(ValidationError, match=r"invalid glob pattern '\[z-a\]'"):
+        OpenApiUpstreamSpec(spec="api.yaml", exclude=["[z-a]"])
