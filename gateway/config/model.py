@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.limits import MAX_RESPONSE_BYTES
+from gateway.policy.cel.globbing import glob_problem
 from gateway.policy.model import parse_duration
 
 __all__ = [
@@ -45,6 +46,14 @@ class _Strict(BaseModel):
 def _duration(value: str | int | float) -> str | int | float:
     parse_duration(value)
     return value
+
+
+def _globs(patterns: list[str]) -> list[str]:
+    for pattern in patterns:
+        problem = glob_problem(pattern)
+        if problem is not None:
+            raise ValueError(problem)
+    return patterns
 
 
 class SecretRef(_Strict):
@@ -172,6 +181,7 @@ class OpenApiUpstreamSpec(_Strict):
     exclude: list[str] = Field(default_factory=list)
 
     _timeout = field_validator("timeout")(_duration)
+    _globs = field_validator("include", "exclude")(_globs)
 
 
 class McpUpstreamSpec(_Strict):

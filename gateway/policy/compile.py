@@ -15,6 +15,7 @@ from gateway.diagnostics import Diagnostic
 from gateway.errors import CelCompileError
 from gateway.limits import MAX_EXPRESSION_CHARS, MAX_REDACT_PATTERN_CHARS
 from gateway.policy.cel import VARIABLES, Engine, ExprType, Program
+from gateway.policy.cel.globbing import glob_problem
 from gateway.policy.decision import Action, ApprovalRequirement, Mode, OnError, Stage, Verdict
 from gateway.policy.model import PolicyFile, RuleSpec, parse_duration
 from gateway.policy.rewrite import PathParts, parse_path
@@ -340,6 +341,11 @@ def _check_shape(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> None
     if rule.tools is not None and not rule.tools:
         c.error((*path, "tools"), "invalid-value", "'tools' is empty, so the rule can never match", rule_id,
                 "omit 'tools' to match every tool, or list names or globs")
+    for index, pattern in enumerate(rule.tools or ()):
+        problem = glob_problem(pattern)
+        if problem is not None:
+            c.error((*path, "tools", index), "invalid-value", problem, rule_id,
+                    "fix the [...] set: a range runs from the lower character to the higher")
 
 
 def _compile_rewrite(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> CompiledRewrite:

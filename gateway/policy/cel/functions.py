@@ -1,94 +1,125 @@
 """The gateway's own CEL functions, as plain Python shared by both engines.
 
-    glob(s, pattern)       shell-style match: * ? [abc]; case-sensitive
-    url(s)                 {scheme, host, port, path, query}; port is the explicit or default port
+    glob(s, pattern)       glob match of the whole string: * ** ? [abc] [!abc]; case-sensitive
+    url(s)                 the URL as a WHATWG parser (browsers, Node, curl) reads it
     cidrContains(cidr, ip) whether the IP address lies inside the CIDR block
-    isPrivateIP(host)      loopback, private, link-local, reserved, unspecified or "localhost"
+    isPrivateIP(host)      anything but a public unicast address, or "localhost"
 
 None of them does I/O: isPrivateIP never resolves a name, so a policy that must stop DNS-based
-SSRF should also restrict hosts to an allow-list.
+SSRF should also restrict hosts to an allow-list. Every malformed input is an evaluation error,
+so a rule that meets one fails closed.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import functools
-import ipaddress
-import re
+from ipaddress import IPv4Address, IPv6Address
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl
+
+import ada_url
+
+from gateway.policy.cel.globbing import glob_match
+from gateway.policy.cel.netaddr import (
+    Address,
+    canonical_host,
+    embedded_ipv4,
+    is_private_address,
+    parse_address,
+    parse_cidr,
+    quoted,
+)
 
 __all__ = ["FUNCTIONS", "cidr_contains", "glob", "is_private_ip", "url"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21}
-
-
-@functools.lru_cache(maxsize=1024)
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    return re.compile(fnmatch.translate(pattern))
+_HOST_TYPES = {ada_url.HostType.IPV4: "ipv4", ada_url.HostType.IPV6: "ipv6"}
+_URL_PARTS = ("href", "protocol", "username", "password", "hostname", "host_type", "port", "pathname",
+              "search", "hash")
+# Only short strings are remembered, so a flood of huge values cannot grow memory.
+_CACHED_CHARS = 2048
 
 
 def glob(value: str, pattern: str) -> bool:
-    """Shell-style, case-sensitive match of the whole string."""
-    return _glob_regex(pattern).match(value) is not None
+    """Glob match of the whole string (see ``globbing``); a malformed pattern is an error."""
+    return glob_match(value, pattern)
 
 
 def url(value: str) -> dict[str, Any]:
-    """Split a URL into parts; a string that is not an absolute URL is an evaluation error."""
-    try:
-        parts = urlsplit(value.strip())
-        port = parts.port
-    except ValueError as exc:
-        raise ValueError(f"invalid URL {value!r}: {exc}") from None
-    if not parts.scheme or not parts.netloc:
-        raise ValueError(f"invalid URL {value!r}: an absolute URL needs a scheme and a host")
-    scheme = parts.scheme.lower()
+    """The URL's parts as a WHATWG parser reads them; anything else is an evaluation error."""
+    parts = _parse_url(value) if len(value) <= _CACHED_CHARS else _parse_url.__wrapped__(value)
+    href, scheme, username, password, host, host_type, port, path, query, fragment = parts
     return {
         "scheme": scheme,
-        "host": (parts.hostname or "").lower(),
-        "port": port if port is not None else _DEFAULT_PORTS.get(scheme, 0),
-        "path": parts.path or "/",
-        "query": dict(parse_qsl(parts.query, keep_blank_values=True)),
+        "host": host,
+        "hostType": host_type,
+        "port": port,
+        "path": path,
+        "query": dict(parse_qsl(query, keep_blank_values=True)),
+        "username": username,
+        "password": password,
+        "fragment": fragment,
+        "href": href,
     }
 
 
-def _address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    host = value.strip().strip("[]")
+@functools.lru_cache(maxsize=1024)
+def _parse_url(value: str) -> tuple[Any, ...]:
     try:
-        address = ipaddress.ip_address(host)
+        parts = ada_url.parse_url(value, _URL_PARTS)
     except ValueError:
-        raise ValueError(f"not an IP address: {value!r}") from None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
+        raise ValueError(f"invalid URL {quoted(value)}: not a URL a WHATWG parser accepts") from None
+    host = parts["hostname"]
+    if not host:
+        raise ValueError(f"invalid URL {quoted(value)}: an absolute URL needs a host")
+    scheme = parts["protocol"].removesuffix(":")
+    port = int(parts["port"]) if parts["port"] else _DEFAULT_PORTS.get(scheme, 0)
+    return (
+        parts["href"],
+        scheme,
+        parts["username"],
+        parts["password"],
+        host.removeprefix("[").removesuffix("]").lower(),  # IPv6 without brackets; opaque hosts too
+        _HOST_TYPES.get(parts["host_type"], "name"),
+        port,
+        parts["pathname"] or "/",
+        parts["search"].removeprefix("?"),
+        parts["hash"].removeprefix("#"),
+    )
 
 
 def cidr_contains(cidr: str, ip: str) -> bool:
-    """Whether ``ip`` is inside the ``cidr`` block; malformed input is an evaluation error."""
-    try:
-        network = ipaddress.ip_network(cidr.strip(), strict=False)
-    except ValueError:
-        raise ValueError(f"not a CIDR block: {cidr!r}") from None
-    address = _address(ip)
-    return address.version == network.version and address in network
+    """Whether ``ip`` lies in the ``cidr`` block; a malformed block or a non-IP is an evaluation error.
+
+    Against an IPv4 block, an IPv6 address is judged by the IPv4 address it embeds (mapped,
+    compatible, NAT64, 6to4, Teredo); against an IPv6 block, an IPv4 address by its mapped form.
+    """
+    network = parse_cidr(cidr)
+    address = parse_address(ip)
+    return _within(address, network)
+
+
+def _within(address: Address, network: Any) -> bool:
+    if address.version == network.version:
+        return address in network
+    if isinstance(address, IPv4Address):
+        return IPv6Address(0xFFFF00000000 | int(address)) in network
+    return any(v4 in network for v4 in embedded_ipv4(address) or ())
 
 
 def is_private_ip(host: str) -> bool:
-    """True for loopback, private, link-local, reserved and unspecified addresses and "localhost".
+    """True for "localhost", "*.localhost" and every address that is not public unicast.
 
-    A host name other than localhost is not an IP address and gives false (no DNS lookup).
+    The host is read as a WHATWG parser reads it (``10.0.0.%31``, ``127。0。0。1`` and ``0x7f.1``
+    are addresses); another host name is false (no DNS lookup); a string that is not a host at
+    all is an evaluation error.
     """
-    name = host.strip().strip("[]").rstrip(".").lower()
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        address = _address(name)
-    except ValueError:
-        return False
-    return bool(
-        address.is_private or address.is_loopback or address.is_link_local
-        or address.is_reserved or address.is_unspecified or address.is_multicast
-    )
+    canonical = canonical_host(host)
+    if isinstance(canonical, str):
+        name = canonical.rstrip(".")
+        return name == "localhost" or name.endswith(".localhost")
+    return is_private_address(canonical)
+
 
 
 # name -> (python implementation, parameter kinds, result kind); engines declare these.
