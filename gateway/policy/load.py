@@ -36,7 +36,8 @@ def discover(paths: Iterable[str | Path], *, tests: bool = False) -> tuple[list[
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            candidates = sorted({p for pattern in _YAML for p in path.rglob(pattern)}, key=lambda p: p.as_posix())
+            candidates = sorted({p for pattern in _YAML for p in path.rglob(pattern) if not _hidden(p, path)},
+                                key=lambda p: p.as_posix())
         elif path.is_file():
             candidates = [path]
         else:
@@ -48,6 +49,12 @@ def discover(paths: Iterable[str | Path], *, tests: bool = False) -> tuple[list[
             if is_test == tests and candidate not in found:
                 found.append(candidate)
     return found, problems
+
+
+def _hidden(path: Path, root: Path) -> bool:
+    """Whether a name below ``root`` starts with a dot: Kubernetes' ``..data`` and ``..2026_…`` copies of a
+    ConfigMap, editor lock and swap files, temp files of an atomic write, ``.git``: none is a policy."""
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
 def read_document(path: Path) -> tuple[YamlDocument | None, list[Diagnostic], bytes]:
