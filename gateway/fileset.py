@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gateway.policy.load import discover
 
-__all__ = ["FileStamp", "Fingerprint", "Settler", "display_path", "fingerprint"]
+__all__ = ["FileStamp", "Fingerprint", "Moved", "Settler", "display_path", "fingerprint", "read_stamped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,16 +34,42 @@ class FileStamp:
 
 @dataclass(frozen=True, slots=True)
 class Fingerprint:
-    """The files of a set (in load order) and the configured paths that do not exist."""
+    """The policy files of a set (in load order), other watched files (a manifest), and the
+    configured paths that do not exist."""
 
     files: tuple[FileStamp, ...]
+    extra: tuple[FileStamp, ...] = ()
     missing: tuple[str, ...] = ()
 
 
-def _stamp(path: Path) -> FileStamp:
+class Moved(Exception):
+    """A file is no longer the one its stamp saw: it changed between the look and the read."""
+
+
+_DATA = "..data"  # Kubernetes' symlink to the current version of a mounted ConfigMap or Secret
+
+
+def _real(path: Path, data_links: dict[Path, str | None]) -> str:
+    """Where ``path`` resolves. A file linked through ``..data`` is resolved with the one reading of
+    ``..data`` shared by its whole directory, so every file of a set comes from the same version."""
+    folder = path.parent
+    if folder not in data_links:
+        try:
+            data_links[folder] = os.readlink(folder / _DATA)
+        except OSError:
+            data_links[folder] = None
+    target = data_links[folder]
+    if target is not None and path.is_symlink():
+        link = os.readlink(path)
+        if link.startswith(_DATA + "/"):
+            return os.path.realpath(folder / target / link[len(_DATA) + 1:])
+    return os.path.realpath(path)
+
+
+def _stamp(path: Path, data_links: dict[Path, str | None]) -> FileStamp:
     try:
-        st = os.stat(path)
-        real = os.path.realpath(path)
+        real = _real(path, data_links)
+        st = os.stat(real)
     except OSError:
         return FileStamp(str(path), "", -1, 0, 0, 0, 0)
     return FileStamp(str(path), real, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
@@ -52,7 +78,22 @@ def _stamp(path: Path) -> FileStamp:
 def fingerprint(roots: Sequence[Path], extra: Sequence[Path] = ()) -> Fingerprint:
     """Stamps of the policy files under ``roots`` (as a load would find them) and of ``extra`` files."""
     files, problems = discover(roots)
-    return Fingerprint(tuple(_stamp(f) for f in [*files, *extra]), tuple(d.file for d in problems))
+    links: dict[Path, str | None] = {}
+    return Fingerprint(tuple(_stamp(f, links) for f in files), tuple(_stamp(f, links) for f in extra),
+                       tuple(d.file for d in problems))
+
+
+def read_stamped(stamp: FileStamp, limit: int) -> bytes:
+    """Up to ``limit`` + 1 bytes of exactly the file ``stamp`` saw (same inode, size and time).
+
+    Raises ``Moved`` when the file there now is another one, ``OSError`` when it cannot be read.
+    """
+    with open(stamp.real or stamp.path, "rb") as f:  # no real path: could not stat; open says why
+        st = os.fstat(f.fileno())
+        if (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns) != (stamp.inode, stamp.device, stamp.size,
+                                                                  stamp.mtime_ns):
+            raise Moved(stamp.path)
+        return f.read(limit + 1)
 
 
 class Settler:

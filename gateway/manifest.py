@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,25 +83,19 @@ def _read(path: Path) -> tuple[dict[str, str] | None, str]:
     return files, ""
 
 
-def verify_manifest(path: Path, files: Sequence[Path]) -> list[Diagnostic]:
-    """Why ``files`` do not match the manifest at ``path`` (no diagnostics: they match exactly)."""
+def verify_manifest(path: Path, contents: Mapping[Path, bytes]) -> list[Diagnostic]:
+    """Why the files and bytes in ``contents`` do not match the manifest at ``path`` (none: they match exactly)."""
     listed, why = _read(path)
     if listed is None:
         return [Diagnostic("manifest-invalid", why, str(path), hint=_HINT)]
     problems: list[Diagnostic] = []
     seen: set[str] = set()
-    for file in files:
+    for file, raw in contents.items():
         name = _name(file, path)
         seen.add(name)
         if name not in listed:
             problems.append(Diagnostic("manifest-mismatch", f"{name} is not in the manifest", str(file), hint=_HINT))
-            continue
-        try:
-            digest = _sha256(file)
-        except OSError as exc:
-            problems.append(Diagnostic("unreadable", f"cannot read {name}: {exc.strerror or exc}", str(file)))
-            continue
-        if digest != listed[name]:
+        elif hashlib.sha256(raw).hexdigest() != listed[name]:
             problems.append(Diagnostic("manifest-mismatch", f"{name} does not match its SHA-256 in the manifest",
                                        str(file), hint=_HINT))
     for name in sorted(set(listed) - seen):

@@ -23,10 +23,10 @@ from typing import Any
 
 from gateway.diagnostics import Diagnostic, Severity
 from gateway.errors import PolicyLoadError
-from gateway.fileset import Fingerprint, Settler, display_path, fingerprint
-from gateway.limits import DEFAULT_SETTLE_SECONDS, POLICY_START_ATTEMPTS
+from gateway.fileset import Fingerprint, Moved, Settler, display_path, fingerprint, read_stamped
+from gateway.limits import DEFAULT_SETTLE_SECONDS, MAX_POLICY_FILE_BYTES, POLICY_START_ATTEMPTS
 from gateway.manifest import verify_manifest
-from gateway.policy.load import check_policies, discover
+from gateway.policy.load import check_policies
 from gateway.policy.policyset import PolicySet
 from gateway.reload_diff import diff_sets
 from gateway.store.sqlite import now_rfc3339
@@ -69,27 +69,51 @@ class PolicyHolder:
     def _fingerprint(self) -> Fingerprint:
         return fingerprint(self.paths, [self.manifest] if self.manifest else [])
 
-    def _compile(self) -> tuple[PolicySet | None, list[Diagnostic]]:
-        """The manifest check (when configured), then load and compile; errors only when it failed."""
+    def _snapshot(self, seen: Fingerprint) -> tuple[dict[Path, bytes], list[Diagnostic]] | None:
+        """The bytes of exactly the files ``seen`` stamped, and the ones that cannot be read; None when
+        any of them changed since (the set is still being written, or was swapped mid-read)."""
+        contents: dict[Path, bytes] = {}
+        unreadable: list[Diagnostic] = []
+        for stamp in seen.files:
+            try:
+                contents[Path(stamp.path)] = read_stamped(stamp, MAX_POLICY_FILE_BYTES)
+            except Moved:
+                return None
+            except OSError as exc:
+                unreadable.append(Diagnostic("unreadable", f"cannot read {stamp.path}: {exc.strerror or exc}",
+                                             stamp.path))
+        if self._fingerprint() != seen:  # a file came or went while the others were read
+            return None
+        return contents, unreadable
+
+    def _compile(self, seen: Fingerprint) -> tuple[PolicySet | None, list[Diagnostic]] | None:
+        """Check (the manifest, when configured) and compile one snapshot of the files ``seen`` stamped;
+        errors only when it failed. None when the files changed under the read: try again later."""
+        snapshot = self._snapshot(seen)
+        if snapshot is None:
+            return None
+        contents, unreadable = snapshot
+        if unreadable:
+            return None, unreadable
         if self.manifest is not None:
-            files, problems = discover(self.paths)
-            mismatch = problems or verify_manifest(self.manifest, files)
+            mismatch = verify_manifest(self.manifest, contents)
             if mismatch:
                 return None, mismatch
-        policy_set, diagnostics = check_policies(self.paths, self.engine)
+        policy_set, diagnostics = check_policies(self.paths, self.engine, contents)
         return policy_set, [d for d in diagnostics if d.severity is Severity.ERROR]
 
     def _first_load(self, settle: float) -> tuple[PolicySet, Fingerprint]:
         """Load at start; files that change while being read are read again. Raises ``PolicyLoadError``."""
         for _ in range(POLICY_START_ATTEMPTS):
-            before = self._fingerprint()
-            policy_set, errors = self._compile()
-            if self._fingerprint() != before:
+            seen = self._fingerprint()
+            compiled = self._compile(seen)
+            if compiled is None:
                 time.sleep(settle)
                 continue
+            policy_set, errors = compiled
             if policy_set is None:
                 raise PolicyLoadError(errors)
-            return policy_set, before
+            return policy_set, seen
         raise PolicyLoadError([Diagnostic("policies-changing", "the policy files kept changing while they were loaded",
                                           self._where, hint="start the gateway once the files are written")])
 
@@ -106,12 +130,12 @@ class PolicyHolder:
 
     def _attempt(self, seen: Fingerprint) -> bool:
         self.last_attempt_at = now_rfc3339()
-        policy_set, errors = self._compile()
-        after = self._fingerprint()
-        if after != seen:  # written to while being read (or a symlink swap mid-read): this is no set
-            log.info("policy files changed while they were loaded; waiting for them to settle")
-            self._settler.restart(after, time.monotonic())
+        compiled = self._compile(seen)
+        if compiled is None:  # written to while being read: this is no set
+            log.info("policy files changed while they were read; waiting for them to settle")
+            self._settler.restart(self._fingerprint(), time.monotonic())
             return False
+        policy_set, errors = compiled
         if policy_set is None:
             self._settler.done(seen)  # the same broken files are not tried again; the next change is
             self._refuse(errors)

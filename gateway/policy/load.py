@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +57,10 @@ def _hidden(path: Path, root: Path) -> bool:
     return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
-def read_document(path: Path) -> tuple[YamlDocument | None, list[Diagnostic], bytes]:
-    """Read and parse one file, never raising."""
+def read_document(path: Path, raw: bytes | None = None) -> tuple[YamlDocument | None, list[Diagnostic], bytes]:
+    """Read (unless its bytes are given) and parse one file, never raising."""
     try:
-        raw = path.read_bytes()
+        raw = path.read_bytes() if raw is None else raw
     except OSError as exc:
         return None, [Diagnostic("unreadable", f"cannot read {path}: {exc.strerror}", str(path))], b""
     if len(raw) > MAX_POLICY_FILE_BYTES:
@@ -75,11 +75,17 @@ def read_document(path: Path) -> tuple[YamlDocument | None, list[Diagnostic], by
 
 
 def check_policies(
-    paths: Sequence[str | Path], engine: str = "auto"
+    paths: Sequence[str | Path], engine: str = "auto", contents: Mapping[Path, bytes] | None = None
 ) -> tuple[PolicySet | None, list[Diagnostic]]:
-    """Load and compile; the set is None when any error was found. Warnings come back either way."""
+    """Load and compile; the set is None when any error was found. Warnings come back either way.
+
+    ``contents`` is the set's files and bytes, read by the caller as one snapshot (a reload): then
+    nothing is read from disk here, so the set compiled is exactly the set that was checked.
+    """
     cel = get_engine(engine)
     files, diagnostics = discover(paths)
+    if contents is not None:
+        files = list(contents)
     if not files and not diagnostics:
         where = ", ".join(str(p) for p in paths) or "."
         diagnostics.append(Diagnostic("no-policies", f"no policy files found in {where}", where,
@@ -89,7 +95,7 @@ def check_policies(
     digest = hashlib.sha256()
     ordinal = 0
     for path in files:
-        doc, problems, raw = read_document(path)
+        doc, problems, raw = read_document(path, None if contents is None else contents[path])
         digest.update(path.as_posix().encode() + b"\0" + raw + b"\0")
         if doc is not None:
             problems = [_with_rule(doc, d) for d in problems]
