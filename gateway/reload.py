@@ -165,7 +165,8 @@ class PolicyHolder:
         return True
 
     def _refuse(self, errors: list[Diagnostic]) -> None:
-        self.last_errors = [dataclasses.replace(d, file=self.shown(d.file)) for d in errors]
+        self.last_errors = [dataclasses.replace(d, file=self.shown(d.file), message=self._scrub(d.message),
+                                                hint=d.hint and self._scrub(d.hint)) for d in errors]
         for d in self.last_errors:
             log.error("policy reload refused, keeping revision %s: %s", self.current.revision, d.format())
         self._report({"applied": False, "revision": self.current.revision,
@@ -194,6 +195,14 @@ class PolicyHolder:
     def shown(self, file: str) -> str:
         """A file path as API callers and the audit log see it (never absolute)."""
         return display_path(file, self.base, self.paths)
+
+    def _scrub(self, text: str) -> str:
+        """``text`` with the host paths of the policy roots and the config directory written as shown."""
+        for root in sorted(self.paths, key=lambda p: len(str(p)), reverse=True):
+            text = text.replace(str(root), self.shown(str(root)))
+        if self.base is not None:
+            text = text.replace(f"{self.base}/", "").replace(str(self.base), ".")
+        return text
 
     def status(self) -> dict[str, object]:
         """For `GET /v1/policies`: nothing in it names a path on the host."""

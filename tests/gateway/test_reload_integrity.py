@@ -9,9 +9,9 @@ each gap lasts several polls and stays well inside the settle interval.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import textwrap
 import time
 import uuid
 from pathlib import Path
@@ -332,14 +332,29 @@ def test_the_gateway_refuses_to_start_when_the_manifest_does_not_match(configs, 
         ("manifest-mismatch", "policies/guard.yaml does not match its SHA-256 in the manifest")]
 
     (tmp_path / "policies" / "guard.yaml").write_text(GUARD)  # the reviewed file again: it starts
-    build_gateway(configs.load(config_file)).store.close()
+    started = build_gateway(configs.load(config_file))
+    started.audit.close()
+    started.store.close()
 
 
 def test_policy_status_names_no_host_path(configs, tmp_path):
-    config_file = configs.write(tmp_path, configs.base(), {"guard.yaml": textwrap.dedent(GUARD)})
+    # /v1/policies is open to every agent key: its files and errors must not map the host's folders
+    config_file = configs.write(tmp_path, configs.base(), {"guard.yaml": GUARD})
     gateway = build_gateway(configs.load(config_file))
     try:
-        shown = repr(gateway.policies.status())
-        assert str(tmp_path) not in shown and "policies/guard.yaml" in shown
+        policies = gateway.policies
+        assert policies.status()["files"] == ["policies/guard.yaml"]
+        (tmp_path / "policies" / "unreadable.yaml").symlink_to(tmp_path / "nowhere.yaml")
+        assert not policies.reload()
+        [error] = policies.status()["errors"]
+        assert (error["code"], error["file"], error["message"]) == (
+            "unreadable", "policies/unreadable.yaml", "cannot read policies/unreadable.yaml: No such file or directory")
+        (tmp_path / "policies" / "unreadable.yaml").unlink()
+        (tmp_path / "policies" / "copy.yaml").write_text(GUARD)  # the same policy name twice
+        assert not policies.reload()
+        [error] = policies.status()["errors"]
+        assert error["message"] == "policy name 'guard' is already used in policies/copy.yaml"
+        assert str(tmp_path) not in json.dumps(policies.status())
     finally:
+        gateway.audit.close()
         gateway.store.close()
