@@ -358,3 +358,24 @@ def test_policy_status_names_no_host_path(configs, tmp_path):
     finally:
         gateway.audit.close()
         gateway.store.close()
+
+
+async def test_a_reload_that_cannot_be_audited_is_not_made_until_it_can_be(start_gateway, configs, http_api, rest,
+                                                                            until):
+    gateway = await start_gateway(reload_config(configs, http_api, settle=0.3), {"guard.yaml": GUARD})
+    client = rest(gateway)
+    before = await status(client)
+    gateway.audit_path.mkdir(parents=True)  # a directory where the log file should be: every write fails
+    (gateway.root / "policies" / "guard.yaml").write_text(ALLOWS)
+
+    async def audit_failed() -> bool:
+        return [e["code"] for e in (await status(client))["errors"]] == ["audit-failed"]
+
+    await until(audit_failed, timeout=10)
+    assert (await status(client))["revision"] == before["revision"]  # the approval rule still applies
+
+    gateway.audit_path.rmdir()  # the log is writable again: the reload is tried again and made
+    after = await revision_becomes(client, until, before["revision"])
+    assert after["errors"] == []
+    [event] = reload_events(gateway)
+    assert (event["revision"], event["rules_removed"]) == (after["revision"], ["guard/creating-needs-approval"])
