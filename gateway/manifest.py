@@ -64,7 +64,7 @@ def write_manifest(path: Path, text: str) -> None:
 def _read(path: Path) -> tuple[dict[str, str] | None, str]:
     """The manifest's ``files`` map, or None and why not."""
     try:
-        with path.open("rb") as f:
+        with open(path, "rb") as f:
             raw = f.read(MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
         return None, f"cannot read the manifest: {exc.strerror or exc}"
@@ -83,9 +83,10 @@ def _read(path: Path) -> tuple[dict[str, str] | None, str]:
     return files, ""
 
 
-def verify_manifest(path: Path, contents: Mapping[Path, bytes]) -> list[Diagnostic]:
-    """Why the files and bytes in ``contents`` do not match the manifest at ``path`` (none: they match exactly)."""
-    listed, why = _read(path)
+def verify_manifest(path: Path, contents: Mapping[Path, bytes], source: Path | None = None) -> list[Diagnostic]:
+    """Why the files and bytes in ``contents`` do not match the manifest at ``path`` (none: they match
+    exactly). ``source`` is where to read it, when that differs (the file ``path`` resolved to)."""
+    listed, why = _read(source or path)
     if listed is None:
         return [Diagnostic("manifest-invalid", why, str(path), hint=_HINT)]
     problems: list[Diagnostic] = []

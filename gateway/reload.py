@@ -96,7 +96,9 @@ class PolicyHolder:
         if unreadable:
             return None, unreadable
         if self.manifest is not None:
-            mismatch = verify_manifest(self.manifest, contents)
+            # read where the stamp saw it: with a ConfigMap, the same version directory as the files
+            stamp = seen.extra[0] if seen.extra else None
+            mismatch = verify_manifest(self.manifest, contents, Path(stamp.real) if stamp and stamp.real else None)
             if mismatch:
                 return None, mismatch
         policy_set, diagnostics = check_policies(self.paths, self.engine, contents)
@@ -189,8 +191,11 @@ class PolicyHolder:
         """Look every ``interval`` and load settled changes, until cancelled."""
         while True:
             await asyncio.sleep(interval)
-            # stat and compile are blocking work of a few ms; keep them off the event loop
-            await asyncio.to_thread(self.poll)
+            try:
+                # stat and compile are blocking work of a few ms; keep them off the event loop
+                await asyncio.to_thread(self.poll)
+            except Exception:  # a bug here must not stop watching for good; the last good set stays
+                log.exception("policy watcher failed; keeping revision %s", self.current.revision)
 
     def shown(self, file: str) -> str:
         """A file path as API callers and the audit log see it (never absolute)."""
