@@ -24,7 +24,7 @@ from gateway.cli import main as gateway_cli
 from gateway.errors import PolicyLoadError
 
 POLL = 0.05
-SETTLE = 1.5  # long against the gaps below (~0.4 s), so a busy machine does not let a damaged set settle
+SETTLE = 2.0  # long against the gaps below (~0.4 s), so a busy machine does not let a damaged set settle
 GAP = 0.4  # eight polls: a watcher that does not settle loads the damaged set well within this
 
 ALLOWS = """\
