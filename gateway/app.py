@@ -27,6 +27,7 @@ from gateway.frontends.approvals_page import approvals_page_routes
 from gateway.frontends.identity import RequireIdentity
 from gateway.frontends.mcp import McpFrontend
 from gateway.frontends.rest import rest_routes
+from gateway.limits import DEFAULT_SETTLE_SECONDS, SETTLE_POLLS
 from gateway.pipeline import Gateway
 from gateway.pipeline.audit import AuditLog, Redactor
 from gateway.policy.model import parse_duration
@@ -95,15 +96,24 @@ def public_url(config: LoadedConfig) -> str:
     return (config.spec.approvals.public_url or f"http://{listen.host}:{listen.port}").rstrip("/")
 
 
+def _settle_seconds(config: LoadedConfig) -> float:
+    """How long changed policy files must stay unchanged before they are loaded."""
+    if config.spec.reload.settle is not None:
+        return parse_duration(config.spec.reload.settle)
+    return max(DEFAULT_SETTLE_SECONDS, SETTLE_POLLS * parse_duration(config.spec.reload_interval))
+
+
 def build_gateway(config: LoadedConfig) -> Gateway:
     """The call pipeline with its policies, store, audit log and approvals (upstreams not started yet)."""
     spec = config.spec
     registry = ToolRegistry([Source(build_upstream(u, config), u.exposed_name, _own_timeout(u))
                              for u in spec.upstreams])
-    policies = PolicyHolder(config.policy_paths(), spec.engine)
-    store = SqliteStore(config.path(spec.store.sqlite))
     redactor = Redactor(spec.audit.redact_keys, spec.audit.redact_patterns)
     audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout, redactor)
+    policies = PolicyHolder(config.policy_paths(), spec.engine, settle=_settle_seconds(config),
+                            manifest=config.path(spec.reload.manifest) if spec.reload.manifest else None,
+                            base=config.base, on_reload=audit.write)
+    store = SqliteStore(config.path(spec.store.sqlite))
     page = f"{public_url(config)}/approvals"
     notifier = WebhookNotifier.from_specs(spec.approvals.webhooks, config.base, page) \
         if spec.approvals.webhooks else None

@@ -32,6 +32,19 @@ MAX_AUDIT_ERROR_CHARS = 2_000
 # How often policy files are checked for changes when no interval is configured.
 DEFAULT_RELOAD_SECONDS = 1.0
 
+# A changed policy set is loaded only after its files have stayed unchanged this long (unless
+# `reload.settle` says otherwise): an editor or a deploy writing several files gets time to finish,
+# so a truncated or half-rewritten set is never loaded. The default is this many poll intervals,
+# and never less than DEFAULT_SETTLE_SECONDS.
+SETTLE_POLLS = 2
+DEFAULT_SETTLE_SECONDS = 1.0
+
+# At start, files that change while they are being loaded are loaded again, at most this many times.
+POLICY_START_ATTEMPTS = 5
+
+# A policy manifest lists files and digests; one larger than this is refused as not a manifest.
+MAX_MANIFEST_BYTES = 1_000_000
+
 # Bytes of JSON arguments a call may carry (overridable by `limits.max_argument_bytes`).
 MAX_ARGUMENT_BYTES = 1_000_000
 

@@ -27,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="load and compile policy files (and a gateway config)")
     check.add_argument("paths", nargs="*", help="policy files or directories")
     check.add_argument("--config", help="also check this gateway config file")
+    check.add_argument("--write-manifest", nargs="?", const="", metavar="PATH",
+                       help="when the check passes, write the SHA-256 manifest of the policy files to PATH "
+                            "(default: the config's reload.manifest, else policies.manifest.json)")
     engine(check)
     fmt(check)
     check.set_defaults(func=policy_commands.check)

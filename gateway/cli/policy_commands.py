@@ -12,10 +12,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway.diagnostics import Diagnostic, Severity
+from gateway.manifest import MANIFEST_NAME, build_manifest, render_manifest, write_manifest
 from gateway.policy.callspec import CallSpec
 from gateway.policy.explain import explain as explain_call
 from gateway.policy.explain import render_text
-from gateway.policy.load import check_policies, read_document
+from gateway.policy.load import check_policies, discover, read_document
 from gateway.policy.model import PolicyFile
 from gateway.testing import Status, run_tests
 from gateway.validation import validate_document
@@ -48,6 +49,7 @@ def check(args: argparse.Namespace) -> int:
     diagnostics: list[Diagnostic] = []
     summary: dict[str, Any] = {}
     paths = list(args.paths)
+    manifest = Path(args.write_manifest) if args.write_manifest else None
     if args.config:
         from gateway.config.load import check_config
 
@@ -55,12 +57,21 @@ def check(args: argparse.Namespace) -> int:
         diagnostics.extend(problems)
         if config is not None and not paths:
             paths = [str(p) for p in config.policy_paths()]
+        if config is not None and manifest is None and config.spec.reload.manifest:
+            manifest = config.path(config.spec.reload.manifest)
     if paths or not args.config:
         policy_set, problems = check_policies(paths or ["."], args.engine)
         diagnostics.extend(problems)
         if policy_set is not None:
             summary = policy_set.summary()
     errors = sum(1 for d in diagnostics if d.severity is Severity.ERROR)
+    if args.write_manifest is not None and not errors:
+        problem = _write_manifest(manifest or Path(MANIFEST_NAME), paths or ["."])
+        if problem is None:
+            summary["manifest"] = str(manifest or MANIFEST_NAME)
+        else:
+            diagnostics.append(problem)
+            errors += 1
     _print_diagnostics(diagnostics, args.format == "json", {"ok": errors == 0, **summary})
     if args.format == "text":
         if errors:
@@ -68,9 +79,21 @@ def check(args: argparse.Namespace) -> int:
         elif summary:
             print(f"ok: {summary['policies']} policies, {summary['rules']} rules, revision {summary['revision']}"
                   f" ({summary['engine']})")
+            if "manifest" in summary:
+                print(f"wrote {summary['manifest']} ({len(summary['files'])} files)")
         else:
             print("ok")
     return 1 if errors else 0
+
+
+def _write_manifest(path: Path, paths: list[str]) -> Diagnostic | None:
+    """Write the manifest of the policy files under ``paths``; a diagnostic when it cannot be written."""
+    files, _ = discover(paths)
+    try:
+        write_manifest(path, render_manifest(build_manifest(files, path)))
+    except OSError as exc:
+        return Diagnostic("manifest-write", f"cannot write the manifest: {exc.strerror or exc}", str(path))
+    return None
 
 
 def test(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ __all__ = [
     "ListenSpec",
     "McpUpstreamSpec",
     "OpenApiUpstreamSpec",
+    "ReloadSpec",
     "SecretRef",
     "StoreSpec",
     "UpstreamSpec",
@@ -256,6 +257,18 @@ class ApprovalsSpec(_Strict):
     redact: bool = True
 
 
+class ReloadSpec(_Strict):
+    """How policy changes are taken up while the gateway runs (`reload_interval` is how often it looks)."""
+
+    settle: str | int | float | None = None  # files unchanged this long before a load (default: 2 polls, ≥ 1s)
+    manifest: str | None = None  # from `gateway check --write-manifest`: load only sets that match it
+
+    @field_validator("settle")
+    @classmethod
+    def _settle(cls, value: str | int | float | None) -> str | int | float | None:
+        return None if value is None else _duration(value)
+
+
 class GatewayConfig(_Strict):
     """The whole gateway: where it listens, its policies, upstreams, auth, store and audit."""
 
@@ -270,5 +283,6 @@ class GatewayConfig(_Strict):
     upstreams: list[UpstreamSpec] = Field(default_factory=list)
     approvals: ApprovalsSpec = Field(default_factory=ApprovalsSpec)
     reload_interval: str | int | float = "1s"
+    reload: ReloadSpec = Field(default_factory=ReloadSpec)
 
     _interval = field_validator("reload_interval")(_duration)

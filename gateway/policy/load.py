@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,8 @@ def discover(paths: Iterable[str | Path], *, tests: bool = False) -> tuple[list[
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            candidates = sorted({p for pattern in _YAML for p in path.rglob(pattern)}, key=lambda p: p.as_posix())
+            candidates = sorted({p for pattern in _YAML for p in path.rglob(pattern) if not _hidden(p, path)},
+                                key=lambda p: p.as_posix())
         elif path.is_file():
             candidates = [path]
         else:
@@ -50,10 +51,16 @@ def discover(paths: Iterable[str | Path], *, tests: bool = False) -> tuple[list[
     return found, problems
 
 
-def read_document(path: Path) -> tuple[YamlDocument | None, list[Diagnostic], bytes]:
-    """Read and parse one file, never raising."""
+def _hidden(path: Path, root: Path) -> bool:
+    """Whether a name below ``root`` starts with a dot: Kubernetes' ``..data`` and ``..2026_…`` copies of a
+    ConfigMap, editor lock and swap files, temp files of an atomic write, ``.git``: none is a policy."""
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def read_document(path: Path, raw: bytes | None = None) -> tuple[YamlDocument | None, list[Diagnostic], bytes]:
+    """Read (unless its bytes are given) and parse one file, never raising."""
     try:
-        raw = path.read_bytes()
+        raw = path.read_bytes() if raw is None else raw
     except OSError as exc:
         return None, [Diagnostic("unreadable", f"cannot read {path}: {exc.strerror}", str(path))], b""
     if len(raw) > MAX_POLICY_FILE_BYTES:
@@ -68,11 +75,17 @@ def read_document(path: Path) -> tuple[YamlDocument | None, list[Diagnostic], by
 
 
 def check_policies(
-    paths: Sequence[str | Path], engine: str = "auto"
+    paths: Sequence[str | Path], engine: str = "auto", contents: Mapping[Path, bytes] | None = None
 ) -> tuple[PolicySet | None, list[Diagnostic]]:
-    """Load and compile; the set is None when any error was found. Warnings come back either way."""
+    """Load and compile; the set is None when any error was found. Warnings come back either way.
+
+    ``contents`` is the set's files and bytes, read by the caller as one snapshot (a reload): then
+    nothing is read from disk here, so the set compiled is exactly the set that was checked.
+    """
     cel = get_engine(engine)
     files, diagnostics = discover(paths)
+    if contents is not None:
+        files = list(contents)
     if not files and not diagnostics:
         where = ", ".join(str(p) for p in paths) or "."
         diagnostics.append(Diagnostic("no-policies", f"no policy files found in {where}", where,
@@ -82,7 +95,7 @@ def check_policies(
     digest = hashlib.sha256()
     ordinal = 0
     for path in files:
-        doc, problems, raw = read_document(path)
+        doc, problems, raw = read_document(path, None if contents is None else contents[path])
         digest.update(path.as_posix().encode() + b"\0" + raw + b"\0")
         if doc is not None:
             problems = [_with_rule(doc, d) for d in problems]

@@ -360,7 +360,7 @@ class RunningGateway:
 
     def audit_event(self, call_id: str) -> Json:
         """The one audit event of a call (fails if there is not exactly one)."""
-        found = [e for e in self.audit_events() if e["call_id"] == call_id]
+        found = [e for e in self.audit_events() if e.get("call_id") == call_id]
         assert len(found) == 1, f"expected one audit event for {call_id}, found {len(found)}"
         return found[0]
 

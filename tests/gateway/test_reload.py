@@ -63,7 +63,7 @@ async def test_policy_edits_apply_while_running_and_broken_ones_do_not(start_gat
         return (await policies())["errors"]
 
     [error] = await until(errors, timeout=10)
-    assert (error["file"], error["line"], error["rule"], error["code"]) == (str(policy_file), 6, "p/no-widgets",
+    assert (error["file"], error["line"], error["rule"], error["code"]) == ("policies/p.yaml", 6, "p/no-widgets",
                                                                              "cel-compile")
     assert 11 <= error["column"] <= 32
     assert error["severity"] == "error"

@@ -1,0 +1,65 @@
+"""What a reload changes: rules added, removed and changed (by rule id), and files added and removed.
+
+A rule is "changed" when its id stays and what it does differs: its action, stage, tools, any CEL
+source it runs (with the file variables it reads), its message, approval, rewrite or result. Where
+it sits in the file does not count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from gateway.policy.compile import CompiledPolicy, CompiledRule, Expression
+from gateway.policy.policyset import PolicySet
+
+__all__ = ["diff_sets", "rule_digest"]
+
+
+def _source(expression: Expression | None) -> str | None:
+    return None if expression is None else expression.source
+
+
+def rule_digest(rule: CompiledRule, policy: CompiledPolicy) -> str:
+    """SHA-256 of what the rule does, independent of where it is written."""
+    variables = {v.name: v.expression.source for v in policy.variables if v.name in rule.variables_read}
+    rewrite = None if rule.rewrite is None else {
+        "set": [[list(path), expr.source] for path, expr in rule.rewrite.set],
+        "remove": [list(path) for path in rule.rewrite.remove],
+        "redact": [p.pattern for p in rule.rewrite.redact],
+    }
+    content = {
+        "action": str(rule.action), "stage": str(rule.stage), "mode": str(rule.mode),
+        "on_error": str(rule.on_error), "tools": None if rule.tools is None else list(rule.tools),
+        "when": _source(rule.when), "message": rule.message, "message_expression": _source(rule.message_expression),
+        "description": rule.description, "approval": None if rule.approval is None else rule.approval.to_dict(),
+        "rewrite": rewrite, "result": rule.result, "result_expression": _source(rule.result_expression),
+        "variables": variables,
+    }
+    text = json.dumps(content, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _rules(policy_set: PolicySet) -> dict[str, str]:
+    return {r.id: rule_digest(r, p) for p in policy_set.policies for r in p.rules}
+
+
+def diff_sets(old: PolicySet, new: PolicySet, shown: Callable[[str], str] = str) -> dict[str, Any]:
+    """The difference from ``old`` to ``new``, JSON-ready; ``shown`` turns file paths into what is logged."""
+    before, after = _rules(old), _rules(new)
+    old_files, new_files = {shown(f) for f in old.files}, {shown(f) for f in new.files}
+    out: dict[str, Any] = {
+        "old_revision": old.revision,
+        "revision": new.revision,
+        "rules": len(new.rules),
+        "rules_added": sorted(after.keys() - before.keys()),
+        "rules_removed": sorted(before.keys() - after.keys()),
+        "rules_changed": sorted(k for k in before.keys() & after.keys() if before[k] != after[k]),
+        "files_added": sorted(new_files - old_files),
+        "files_removed": sorted(old_files - new_files),
+    }
+    if old.default != new.default:
+        out["default"] = {"old": str(old.default), "new": str(new.default)}
+    return out
