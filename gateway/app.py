@@ -26,6 +26,7 @@ from gateway.frontends.approvals_api import approval_routes
 from gateway.frontends.approvals_page import approvals_page_routes
 from gateway.frontends.identity import RequireIdentity
 from gateway.frontends.mcp import McpFrontend
+from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.rest import rest_routes
 from gateway.pipeline import Gateway
 from gateway.pipeline.audit import AuditLog, Redactor
@@ -143,7 +144,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                              "tools": len(gateway.registry.all())})
 
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway)]
-    open_routes: list[BaseRoute] = [Route("/healthz", healthz)]
+    open_routes: list[BaseRoute] = [Route("/healthz", healthz), *openapi_routes()]
     if isinstance(gateway.approvals, ApprovalService):
         api.extend(approval_routes(gateway.approvals))
         open_routes.extend(approvals_page_routes())
