@@ -167,9 +167,9 @@ def _operations() -> Json:
     approval_id = {"name": "approval_id", "in": "path", "required": True,
                    "schema": {"type": "string", "pattern": _ID_PATTERN}}
     wait = {"name": "wait", "in": "query", "required": False,
-            "description": f"Hold the request up to this long for an approval (0..{MAX_REST_WAIT_SECONDS:.0f} s), "
-                           "as '30', '30s' or a duration such as '2m'.",
-            "schema": {"type": "string"}}
+            "description": "Hold the request this many seconds for an approval (0, the default, answers 202 at "
+                           "once). A duration such as '30s' or '2m' is accepted too.",
+            "schema": {"type": "integer", "minimum": 0, "maximum": int(MAX_REST_WAIT_SECONDS), "default": 0}}
     return {
         "/healthz": {"get": {
             "operationId": "health", "summary": "Liveness, the policy revision and the number of tools.",
