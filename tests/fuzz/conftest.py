@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import httpx2
@@ -9,14 +10,27 @@ import pytest
 from fuzz_support import KEYS, REQUEST_SECONDS, TOOL_NAMES, FuzzGateway, gateway_in_thread
 
 
-@pytest.fixture(scope="module")
-def fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzGateway]:
-    """A real gateway on loopback for one test module, checked healthy at the end."""
+@contextlib.contextmanager
+def running_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzGateway]:
+    """A real gateway on loopback (each example checks its health, so the end needs no check)."""
     root = tmp_path_factory.mktemp("fuzz-gateway")
     with gateway_in_thread(root) as url, httpx2.Client(base_url=url, timeout=REQUEST_SECONDS) as client:
-        running = FuzzGateway(url, root, client)
+        yield FuzzGateway(url, root, client)
+
+
+@pytest.fixture
+def fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzGateway]:
+    """A gateway for one test (all its hypothesis examples): a family of inputs that poisons the
+    gateway, such as a known bug's, cannot fail the next family's health checks."""
+    with running_gateway(tmp_path_factory) as running:
         yield running
-        running.assert_healthy()
+
+
+@pytest.fixture(scope="module")
+def module_fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzGateway]:
+    """One gateway for a whole module (schemathesis makes a test per operation)."""
+    with running_gateway(tmp_path_factory) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")

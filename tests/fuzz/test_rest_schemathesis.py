@@ -73,19 +73,19 @@ def flatmap_path_parameters(context: Any, path_parameters: dict[str, Any] | None
 
 
 @pytest.fixture(scope="module")
-def pending_approvals(fuzz_gateway: Any) -> None:
+def pending_approvals(module_fuzz_gateway: Any) -> None:
     """Three pending approval requests on the fuzzed gateway, their ids in ``REAL``."""
     REAL["approval_id"] = []
     for n in range(3):
-        response = fuzz_gateway.client.post("/v1/tools/fz_held/invoke", json={"arguments": {"n": n}},
-                                            headers=fuzz_gateway.headers("asker"))
+        response = module_fuzz_gateway.client.post("/v1/tools/fz_held/invoke", json={"arguments": {"n": n}},
+                                            headers=module_fuzz_gateway.headers("asker"))
         assert response.status_code == 202, response.text
         REAL["approval_id"].append(response.json()["approval_id"])
 
 
-def test_served_document_is_the_fuzzed_one(fuzz_gateway: Any) -> None:
+def test_served_document_is_the_fuzzed_one(module_fuzz_gateway: Any) -> None:
     """What the gateway serves at /openapi.json, without a key, is the document fuzzed here."""
-    response = httpx2.get(f"{fuzz_gateway.url}/openapi.json")
+    response = httpx2.get(f"{module_fuzz_gateway.url}/openapi.json")
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
     assert response.json() == schema.raw_schema
@@ -95,7 +95,7 @@ def test_served_document_is_the_fuzzed_one(fuzz_gateway: Any) -> None:
 @settings(max_examples=25, deadline=timedelta(seconds=5), derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                  HealthCheck.function_scoped_fixture])
-def test_gateway_conforms_to_its_openapi(case: Any, fuzz_gateway: Any, pending_approvals: None) -> None:
+def test_gateway_conforms_to_its_openapi(case: Any, module_fuzz_gateway: Any, pending_approvals: None) -> None:
     """Generated requests to each operation: no 5xx, every answer as documented, auth enforced."""
-    case.call_and_validate(base_url=fuzz_gateway.url, checks=CHECKS, timeout=10)
-    fuzz_gateway.assert_healthy()
+    case.call_and_validate(base_url=module_fuzz_gateway.url, checks=CHECKS, timeout=10)
+    module_fuzz_gateway.assert_healthy()
