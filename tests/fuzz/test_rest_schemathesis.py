@@ -9,10 +9,9 @@ negative mode) invalid ones, and each answer must:
   ``negative_data_rejection``);
 - refuse the same request without a key or with a wrong one (``ignored_auth``).
 
-``unsupported_method`` is left out: an undeclared method (TRACE /healthz) falls through to the
-authenticated mount and gets its 401/404 rather than a 405 (see the module docstring of
-gateway/frontends/http_errors.py); that costs nothing in security and changing the routing for it
-is not worth the churn.
+``unsupported_method`` is left out: an undeclared method on an open route (TRACE /healthz) falls
+through to the authenticated mount, which answers 401 or 404 rather than 405. That refuses the
+request all the same; a 405 there would need the routing rebuilt.
 
 The schema is the document object itself (``openapi_document()``); test_served_document_is_the_fuzzed_one
 proves that is exactly what the gateway serves at /openapi.json. (schemathesis's lazy
