@@ -1,4 +1,4 @@
-"""Fixtures for the fuzzers: one real gateway per test module (see fuzz_support.py)."""
+"""Fixtures for the fuzzers: a real gateway per test, or per module (see fuzz_support.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import httpx2
 import pytest
-from fuzz_support import KEYS, REQUEST_SECONDS, TOOL_NAMES, FuzzGateway, gateway_in_thread
+from fuzz_support import REQUEST_SECONDS, FuzzGateway, gateway_in_thread
 
 
 @contextlib.contextmanager
@@ -32,14 +32,3 @@ def module_fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fu
     with running_gateway(tmp_path_factory) as running:
         yield running
 
-
-@pytest.fixture(scope="session")
-def fuzz_keys() -> dict[str, str]:
-    """The fuzz gateway's API keys by principal."""
-    return dict(KEYS)
-
-
-@pytest.fixture(scope="session")
-def fuzz_tools() -> list[str]:
-    """The exposed names of the fuzz gateway's tools."""
-    return list(TOOL_NAMES)

@@ -6,9 +6,9 @@
 
 The gateway runs in its own thread and event loop because the fuzzers are synchronous: hypothesis
 drives plain functions and schemathesis sends with ``requests``. A synchronous request from the
-test thread would block a server living in the test's own loop. One gateway serves a whole test
-module (``fuzz_gateway`` is module-scoped), so a crash one example causes shows up in the next
-example's health check.
+test thread would block a server living in the test's own loop. One gateway serves all the
+examples of a test (``fuzz_gateway``) or a whole module (``module_fuzz_gateway``), and each example
+ends with a health check, so a crash or poisoned state one example causes fails that example.
 
 conftest.py hands the running gateway out as a fixture; this module is imported by name
 (``from fuzz_support import ...``), which is unambiguous: there is one ``fuzz_support``.
