@@ -24,8 +24,10 @@ from gateway.diagnostics import Diagnostic
 from gateway.errors import ConfigError
 from gateway.frontends.approvals_api import approval_routes
 from gateway.frontends.approvals_page import approvals_page_routes
+from gateway.frontends.http_errors import json_http_errors
 from gateway.frontends.identity import RequireIdentity
 from gateway.frontends.mcp import McpFrontend
+from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.rest import rest_routes
 from gateway.limits import DEFAULT_SETTLE_SECONDS, SETTLE_POLLS
 from gateway.pipeline import Gateway
@@ -159,12 +161,14 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                              "tools": len(gateway.registry.all())})
 
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway)]
-    open_routes: list[BaseRoute] = [Route("/healthz", healthz)]
+    open_routes: list[BaseRoute] = [Route("/healthz", healthz), *openapi_routes()]
     if isinstance(gateway.approvals, ApprovalService):
         api.extend(approval_routes(gateway.approvals))
         open_routes.extend(approvals_page_routes())
-    protected = Starlette(routes=api, middleware=[Middleware(RequireIdentity, auth=auth)])
-    app = Starlette(routes=[*open_routes, Mount("/", app=protected)], lifespan=lifespan)
+    protected = Starlette(routes=api, middleware=[Middleware(RequireIdentity, auth=auth)],
+                          exception_handlers=json_http_errors())
+    app = Starlette(routes=[*open_routes, Mount("/", app=protected)], lifespan=lifespan,
+                    exception_handlers=json_http_errors())
     app.state.gateway = gateway
     return app
 

@@ -1,0 +1,245 @@
+"""The OpenAPI 3.1 description of the gateway's own REST API, served at ``GET /openapi.json``.
+
+    GET /openapi.json   (no authentication, like /healthz)
+
+It describes this gateway's API (the tool API, the approver API and /healthz), not the tools behind
+it: every gateway serves the same document, so it holds no secret, no tool name and no policy, and
+it is served without a key so clients and fuzzers (schemathesis in tests/fuzz) can read it before
+they have one. Tool names and their input schemas stay behind authentication at ``GET /v1/tools``.
+
+Not described here: ``/mcp`` (JSON-RPC over streamable HTTP, specified by MCP itself) and the
+approvals page (HTML). tests/frontends/test_openapi_doc.py compares this document with the app's
+routes, so a REST route added without a description here fails the suite.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from gateway import __version__
+from gateway.approvals.model import ApprovalState
+from gateway.limits import MAX_APPROVALS_PAGE, MAX_REST_WAIT_SECONDS
+
+__all__ = ["OPENAPI_PATH", "UNDESCRIBED_PATHS", "openapi_document", "openapi_routes"]
+
+OPENAPI_PATH = "/openapi.json"
+
+# Routes of the app that are not REST and so not in this document, with the reason.
+UNDESCRIBED_PATHS = {
+    "/mcp": "MCP's JSON-RPC over streamable HTTP, described by the MCP specification",
+    "/approvals": "the approvals page (HTML for people)",
+    "/approvals/{approval_id}": "the approvals page (HTML for people)",
+    OPENAPI_PATH: "this document itself",
+}
+
+Json = dict[str, Any]
+
+_JSON = "application/json"
+
+
+def _ref(name: str) -> Json:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _body(schema: Json, description: str) -> Json:
+    return {"description": description, "content": {_JSON: {"schema": schema}}}
+
+
+def _error(description: str) -> Json:
+    return {"$ref": f"#/components/responses/{description}"}
+
+
+# Errors any protected operation can answer before its handler runs: a malformed or refused
+# request at the edge (bad key, origin, size, rate). Each has the one error body shape.
+_EDGE_ERRORS = {"400": _error("BadRequest"), "401": _error("Unauthorized"), "403": _error("Forbidden"),
+                "413": _error("TooLarge"), "429": _error("TooManyRequests")}
+# Operations that read a JSON body also refuse any other content type (CSRF defence).
+_BODY_ERRORS = {**_EDGE_ERRORS, "415": _error("UnsupportedMediaType")}
+
+_ID_PATTERN = "^[^/]+$"
+
+
+def _schemas() -> Json:
+    any_object: Json = {"type": "object"}
+    requirement = {"type": "object", "required": ["rule", "message", "approvers"], "properties": {
+        "rule": {"type": "string"}, "message": {"type": "string"},
+        "approvers": {"type": "array", "items": {"type": "string"}},
+        "satisfied_by": {"type": ["string", "null"]}, "via": {"type": ["string", "null"]}}}
+    vote = {"type": "object", "required": ["approver", "approve", "at"], "properties": {
+        "approver": {"type": "string"}, "groups": {"type": "array", "items": {"type": "string"}},
+        "approve": {"type": "boolean"}, "comment": {"type": "string"}, "at": {"type": "string"},
+        "rules": {"type": "array", "items": {"type": "string"}}}}
+    return {
+        "Error": {
+            "type": "object", "required": ["error"], "description": "The one error body of the REST API.",
+            "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
+                "code": {"type": "string", "description": "Stable, machine-readable."},
+                "message": {"type": "string", "description": "For people."}}}},
+        },
+        "Tool": {
+            "type": "object", "required": ["name", "input_schema", "upstream"],
+            "properties": {"name": {"type": "string"}, "title": {"type": ["string", "null"]},
+                           "description": {"type": ["string", "null"]}, "input_schema": any_object,
+                           "annotations": {"type": ["object", "null"]}, "upstream": {"type": "string"}},
+        },
+        "ToolList": {"type": "object", "required": ["tools"],
+                     "properties": {"tools": {"type": "array", "items": _ref("Tool")}}},
+        "InvokeRequest": {
+            "type": "object",
+            "properties": {
+                "arguments": {"type": "object", "description": "The tool's arguments (its input_schema)."},
+                "call_id": {"type": "string", "description": "Names the call; invoke again with the same id to "
+                                                             "collect the outcome of a call held for approval."},
+                "session_id": {"type": "string", "description": "Defaults to the X-Gateway-Session header, "
+                                                                "then to the principal's id."},
+                "iteration": {"type": "integer", "minimum": 0, "description": "The agent loop's step, for policies."},
+            },
+        },
+        "CallOutcome": {
+            "type": "object", "required": ["call_id", "decision", "is_error", "content"],
+            "properties": {"call_id": {"type": "string"}, "decision": {"type": "string"},
+                           "is_error": {"type": "boolean", "description": "True for a refusal or a failed tool."},
+                           "content": {"type": "array", "items": any_object}, "structured": {},
+                           "meta": {"type": ["object", "null"]}},
+        },
+        "PendingCall": {
+            "type": "object", "required": ["call_id", "decision", "approval_id", "status_url"],
+            "properties": {"call_id": {"type": "string"}, "decision": {"const": "pending"},
+                           "approval_id": {"type": "string"}, "status_url": {"type": "string"},
+                           "message": {"type": "string"}},
+        },
+        "PolicyStatus": {"type": "object", "description": "The loaded policy set: revision, files, rules, errors.",
+                         "properties": {"revision": {"type": "string"}, "errors": {"type": "array"}}},
+        "Approval": {
+            "type": "object",
+            "required": ["id", "call_id", "args_digest", "state", "principal", "tool", "requirements", "votes"],
+            "properties": {
+                "id": {"type": "string"}, "call_id": {"type": "string"}, "args_digest": {"type": "string"},
+                "state": {"enum": [str(s) for s in ApprovalState]},
+                "principal": {"type": "object", "properties": {
+                    "id": {"type": "string"}, "groups": {"type": "array", "items": {"type": "string"}}}},
+                "session": {"type": "string"}, "tool": {"type": "string"},
+                "original_args": any_object, "final_args": any_object,
+                "requirements": {"type": "array", "items": requirement},
+                "created_at": {"type": "string"}, "expires_at": {"type": "string"},
+                "on_timeout": {"type": "string"}, "votes": {"type": "array", "items": vote},
+                "decided_at": {"type": ["string", "null"]},
+            },
+        },
+        "ApprovalPage": {
+            "type": "object", "required": ["approvals", "total", "offset", "limit"],
+            "properties": {"approvals": {"type": "array", "items": _ref("Approval")},
+                           "total": {"type": "integer", "minimum": 0}, "offset": {"type": "integer", "minimum": 0},
+                           "limit": {"type": "integer", "minimum": 1}},
+        },
+        "Decision": {
+            "type": "object", "required": ["approve"],
+            "properties": {"approve": {"type": "boolean"}, "comment": {"type": "string"}},
+        },
+        "Health": {"type": "object", "required": ["status"],
+                   "properties": {"status": {"const": "ok"}, "revision": {"type": "string"},
+                                  "tools": {"type": "integer", "minimum": 0}}},
+    }
+
+
+def _responses() -> Json:
+    error = {_JSON: {"schema": _ref("Error")}}
+    said = {
+        "BadRequest": "The request is malformed (invalid JSON, a field of the wrong type, a value out of range).",
+        "Unauthorized": "No valid API key (send 'Authorization: Bearer KEY' or 'X-API-Key: KEY').",
+        "Forbidden": "This key may not do that, or the request's Origin or Host is not allowed.",
+        "NotFound": "No such tool or approval request (for this key).",
+        "Conflict": "The approval request is already decided or expired.",
+        "TooLarge": "The request body is larger than the configured limit.",
+        "UnsupportedMediaType": "The body must be sent as application/json.",
+        "TooManyRequests": "This principal is over its configured rate or concurrency limit.",
+    }
+    return {name: {"description": text, "content": error} for name, text in said.items()}
+
+
+def _operations() -> Json:
+    name = {"name": "name", "in": "path", "required": True, "description": "The exposed tool name.",
+            "schema": {"type": "string", "pattern": _ID_PATTERN}}
+    approval_id = {"name": "approval_id", "in": "path", "required": True,
+                   "schema": {"type": "string", "pattern": _ID_PATTERN}}
+    wait = {"name": "wait", "in": "query", "required": False,
+            "description": "Hold the request this many seconds for an approval (0, the default, answers 202 at "
+                           "once). A duration such as '30s' or '2m' is accepted too.",
+            "schema": {"type": "integer", "minimum": 0, "maximum": int(MAX_REST_WAIT_SECONDS), "default": 0}}
+    return {
+        "/healthz": {"get": {
+            "operationId": "health", "summary": "Liveness, the policy revision and the number of tools.",
+            "security": [], "responses": {"200": _body(_ref("Health"), "The gateway is serving.")}}},
+        "/v1/tools": {"get": {
+            "operationId": "listTools", "summary": "The tools this key may see.",
+            "responses": {"200": _body(_ref("ToolList"), "The visible tools."), **_EDGE_ERRORS}}},
+        "/v1/tools/{name}/invoke": {"post": {
+            "operationId": "invokeTool", "summary": "Call a tool through the policies.",
+            "parameters": [name, wait],
+            "requestBody": {"required": True, "content": {_JSON: {"schema": _ref("InvokeRequest")}}},
+            "responses": {
+                "200": _body(_ref("CallOutcome"), "The outcome: the tool's result, or a refusal the model reads "
+                                                  "(is_error true)."),
+                "202": _body(_ref("PendingCall"), "Held for approval; invoke again with the same call_id."),
+                "404": _error("NotFound"), **_BODY_ERRORS}}},
+        "/v1/policies": {"get": {
+            "operationId": "policyStatus", "summary": "The loaded policy set and the last reload's errors.",
+            "responses": {"200": _body(_ref("PolicyStatus"), "The policy status."), **_EDGE_ERRORS}}},
+        "/v1/approvals": {"get": {
+            "operationId": "listApprovals", "summary": "Approval requests, newest first (approvers only).",
+            "parameters": [
+                {"name": "state", "in": "query", "required": False,
+                 "schema": {"enum": [str(s) for s in ApprovalState]}},
+                {"name": "limit", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 1, "maximum": MAX_APPROVALS_PAGE, "default": 200}},
+                {"name": "offset", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 0, "default": 0}}],
+            "responses": {"200": _body(_ref("ApprovalPage"), "One page of requests."), **_EDGE_ERRORS}}},
+        "/v1/approvals/{approval_id}": {"get": {
+            "operationId": "getApproval", "summary": "One approval request (approvers, and the caller who asked).",
+            "parameters": [approval_id],
+            "responses": {"200": _body(_ref("Approval"), "The request."), "404": _error("NotFound"),
+                          **_EDGE_ERRORS}}},
+        "/v1/approvals/{approval_id}/decision": {"post": {
+            "operationId": "decideApproval", "summary": "Approve or deny a request (approvers only).",
+            "parameters": [approval_id],
+            "requestBody": {"required": True, "content": {_JSON: {"schema": _ref("Decision")}}},
+            "responses": {"200": _body(_ref("Approval"), "The request after this vote."),
+                          "404": _error("NotFound"), "409": _error("Conflict"), **_BODY_ERRORS}}},
+    }
+
+
+def openapi_document() -> Json:
+    """The OpenAPI 3.1 description of the REST API (a fresh dict each call)."""
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "agent-policy-gateway REST API", "version": __version__,
+                 "description": "Call tools through the gateway's policies, and decide approval requests. "
+                                "Errors are {\"error\": {\"code\", \"message\"}}."},
+        "paths": _operations(),
+        "components": {
+            "schemas": _schemas(),
+            "responses": _responses(),
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "An API key from gateway.yaml."},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+            },
+        },
+        # Either scheme; an operation with `security: []` (only /healthz) needs none. A gateway
+        # configured for anonymous access accepts requests without a key too.
+        "security": [{"bearer": []}, {"apiKey": []}],
+    }
+
+
+def openapi_routes() -> list[Route]:
+    """``GET /openapi.json`` (no authentication: the document is the same for every gateway)."""
+    body = openapi_document()
+
+    async def document(request: Request) -> JSONResponse:
+        return JSONResponse(body)
+
+    return [Route(OPENAPI_PATH, document, methods=["GET"])]
