@@ -98,7 +98,8 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     policies = PolicyHolder(config.policy_paths(), spec.engine)
     store = SqliteStore(config.path(spec.store.sqlite))
     audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout,
-                     Redactor(spec.audit.redact_keys, spec.audit.redact_patterns))
+                     Redactor(spec.audit.redact_keys, spec.audit.redact_patterns), fsync=spec.audit.fsync,
+                     max_value_bytes=spec.audit.max_value_bytes, max_event_bytes=spec.audit.max_event_bytes)
     page = f"{public_url(config)}/approvals"
     notifier = WebhookNotifier.from_specs(spec.approvals.webhooks, config.base, page) \
         if spec.approvals.webhooks else None

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.limits import AUDIT_MAX_EVENT_BYTES, AUDIT_MAX_VALUE_BYTES
 from gateway.policy.model import parse_duration
 
 __all__ = [
@@ -77,6 +78,9 @@ class AuditSpec(_Strict):
     redact_keys: list[str] = Field(default_factory=lambda: ["password", "secret", "token", "api_key",
                                                              "authorization"])
     redact_patterns: list[str] = Field(default_factory=list)
+    fsync: bool = False  # fsync each event: survives power loss, costs a disk flush per event
+    max_value_bytes: int = Field(AUDIT_MAX_VALUE_BYTES, ge=1_024)
+    max_event_bytes: int = Field(AUDIT_MAX_EVENT_BYTES, ge=16_384)
 
 
 class PrincipalSpec(_Strict):
