@@ -120,7 +120,11 @@ class AuditLog:
                 self._failing = False
 
     def _append(self, line: bytes) -> None:
-        fd, before = self._open()
+        try:
+            fd, before = self._open()
+        except OSError:
+            self._close()  # start from the path again next time
+            raise
         try:
             view = memoryview(line)
             while view:  # a regular file takes it in one go; a short write is finished, not left half
