@@ -358,3 +358,56 @@ async def test_an_outcome_that_cannot_be_recorded_withholds_the_result(start_gat
     after = marker()
     assert (await rest_call(rest(gateway), "api_create_item", {"name": after}, call_id=after))["decision"] == "allow"
     assert [e["event"] for e in strict_lines(path) if e["call_id"] == after] == ["call.intent", "call.outcome"]
+
+
+# --- approved calls ----------------------------------------------------------------------------------
+
+
+async def test_an_approved_call_writes_its_intent_with_the_approval_and_does_not_run_unrecorded(bench, call_id):
+    from approval_support import approve_rule, policy
+
+    gw = await bench.start(policy(approve_rule("deploys-need-ops", approvers=["group:ops"])))
+    recorded, unrecorded = call_id(), call_id()
+    for cid, service in ((recorded, "billing"), (unrecorded, "search")):
+        held = await bench.invoke(gw, "ops_deploy", {"service": service}, call_id=cid)
+        assert held.status_code == 202, held.text
+        assert (await bench.decide(gw, "bob", held.json()["approval_id"])).status_code == 200
+
+    ran = (await bench.invoke(gw, "ops_deploy", {"service": "billing"}, call_id=recorded)).json()
+    assert (ran["decision"], ran["is_error"]) == ("approve", False)
+    events = strict_lines(gw.audit_path)
+    (intent,) = of(events, recorded, "call.intent")
+    held, outcome = of(events, recorded, "call.outcome")  # each request has its outcome: held, then run
+    assert (held["verdict"], held["upstream_outcome"]["status"], outcome["id"]) == ("pending", "not_called",
+                                                                                     intent["id"])
+    assert intent["approval"] == {"id": ran["meta"]["gateway/approval_id"], "approved": True, "pending": False,
+                                  "replayed": False} == outcome["approval"]
+    assert (intent["verdict"], intent["final_args"]) == ("approve", {"service": "billing"})
+
+    gw.audit_path.unlink()
+    gw.audit_path.mkdir()  # the log breaks between the approval and the run
+    refused = (await bench.invoke(gw, "ops_deploy", {"service": "search"}, call_id=unrecorded)).json()
+    assert (refused["decision"], refused["content"][0]["text"]) == ("audit_failed", AUDIT_FAILED)
+    assert bench.upstream.ran("deploy", service="search") == 0  # approved, but never run unrecorded
+    assert bench.upstream.ran("deploy", service="billing") == 1
+
+
+@pytest.mark.parametrize("audit", [{"max_value_bytes": 10}, {"max_event_bytes": 100}, {"fsync": "sometimes"}])
+def test_audit_bounds_too_small_to_be_useful_are_config_errors(configs, tmp_path, audit):
+    from gateway.errors import ConfigError
+
+    config_file = configs.write(tmp_path, configs.base(audit={"file": "data/audit.jsonl", **audit}), POLICY)
+    with pytest.raises(ConfigError) as raised:
+        configs.load(config_file)
+    assert next(iter(audit)) in str(raised.value.diagnostics)
+
+
+async def test_fsync_on_still_records_every_call(start_gateway, configs, http_api, rest, rest_call):
+    config = configs.base(configs.http_upstream("api", http_api.url), audit={"file": "data/audit.jsonl",
+                                                                             "fsync": True})
+    gateway = await start_gateway(config, POLICY)
+    assert gateway.gateway.audit.fsync is True  # the knob reaches the writer
+    cid = marker()
+    assert (await rest_call(rest(gateway), "api_create_item", {"name": cid}, call_id=cid))["decision"] == "allow"
+    assert [e["event"] for e in strict_lines(gateway.audit_path) if e["call_id"] == cid] == [
+        "call.intent", "call.outcome"]

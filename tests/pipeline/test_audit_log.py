@@ -155,3 +155,11 @@ def test_stdout_mode_writes_the_same_lines(tmp_path: Path) -> None:
 
     assert stream.getvalue().endswith("\n")
     assert json.loads(stream.getvalue()) == {"call_id": "out", "v": "NaN", "s": "\\udc80"}
+
+
+def test_fsync_mode_writes_each_event_through(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl", fsync=True)
+    for n in range(3):
+        log.write({"n": n})
+    log.close()
+    assert strict_lines(tmp_path / "audit.jsonl") == [{"n": 0}, {"n": 1}, {"n": 2}]
