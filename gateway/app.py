@@ -111,7 +111,9 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     registry = ToolRegistry([Source(build_upstream(u, config), u.exposed_name, _own_timeout(u))
                              for u in spec.upstreams])
     redactor = Redactor(spec.audit.redact_keys, spec.audit.redact_patterns)
-    audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout, redactor)
+    audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout, redactor,
+                     fsync=spec.audit.fsync, max_value_bytes=spec.audit.max_value_bytes,
+                     max_event_bytes=spec.audit.max_event_bytes)
     policies = PolicyHolder(config.policy_paths(), spec.engine, settle=_settle_seconds(config),
                             manifest=config.path(spec.reload.manifest) if spec.reload.manifest else None,
                             base=config.base, on_reload=audit.write)

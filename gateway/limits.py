@@ -79,3 +79,21 @@ MAX_APPROVALS_PAGE = 500
 # Past it the call fails and the connection is cut: a tool result is for a model to read, and a
 # hostile or broken upstream must not make the gateway buffer hundreds of megabytes.
 MAX_RESPONSE_BYTES = 10 * 1024 * 1024
+# The decision log: a value (arguments, a result, a diff) whose JSON is larger than this goes into
+# an event as its SHA-256, its size and a preview, never whole (overridable by
+# `audit.max_value_bytes`): a 100 MB argument must not write a 100 MB line.
+AUDIT_MAX_VALUE_BYTES = 65_536
+
+# The longest audit line (overridable by `audit.max_event_bytes`): room for a few values at their
+# limit; past it the largest fields are summarised until the line fits.
+AUDIT_MAX_EVENT_BYTES = 262_144
+
+# The preview kept of a summarised value: enough to recognise it, never enough to matter in size.
+AUDIT_PREVIEW_BYTES = 1_024
+
+# Containers are summarised member by member this many levels down (so `{"to": "x", "memo": <huge>}`
+# keeps `to` and summarises only `memo`); deeper, the whole value is summarised.
+AUDIT_BOUND_DEPTH = 3
+
+# Permissions of a newly created audit file: it holds call arguments, so only the gateway's user.
+AUDIT_FILE_MODE = 0o600

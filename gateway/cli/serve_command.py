@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import sys
+from typing import Any
 
 from gateway.errors import ConfigError, PolicyLoadError
 
@@ -34,5 +36,15 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     host, port = config.spec.listen.host, config.spec.listen.port
     print(f"gateway: listening on http://{host}:{port} (MCP at /mcp, REST at /v1)", file=sys.stderr)
-    uvicorn.run(app, host=host, port=port, log_level=args.log_level, lifespan="on")
+    uvicorn.run(app, host=host, port=port, log_level=args.log_level, lifespan="on",
+                log_config=_logs_off_stdout() if config.spec.audit.stdout else uvicorn.config.LOGGING_CONFIG)
     return 0
+
+
+def _logs_off_stdout() -> dict[str, Any]:
+    """uvicorn's logging with its access log on stderr: stdout carries the decision log, one JSON line each."""
+    import uvicorn.config
+
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    return config

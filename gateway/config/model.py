@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gateway.limits import MAX_RESPONSE_BYTES
+from gateway.limits import AUDIT_MAX_EVENT_BYTES, AUDIT_MAX_VALUE_BYTES, MAX_RESPONSE_BYTES
 from gateway.policy.cel.globbing import glob_problem
 from gateway.policy.model import parse_duration
 
@@ -91,6 +91,9 @@ class AuditSpec(_Strict):
     redact_keys: list[str] = Field(default_factory=lambda: ["password", "secret", "token", "api_key",
                                                              "authorization"])
     redact_patterns: list[str] = Field(default_factory=list)
+    fsync: bool = False  # fsync each event: survives power loss, costs a disk flush per event
+    max_value_bytes: int = Field(AUDIT_MAX_VALUE_BYTES, ge=1_024)
+    max_event_bytes: int = Field(AUDIT_MAX_EVENT_BYTES, ge=16_384)
 
 
 class PrincipalSpec(_Strict):

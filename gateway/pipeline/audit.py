@@ -1,16 +1,23 @@
-"""The decision log: one JSON event per call, written before the result goes back.
+"""The decision log: JSON lines, an intent before a tool runs and the outcome after it.
 
 Redaction happens here, at the edge: keys named like secrets and configured patterns are
 replaced, and the JSON Pointers of what was replaced are recorded in the event (OPA's habit).
-A write that fails raises ``AuditWriteError`` so the call can fail closed.
+
+A write either lands whole or not at all: each line goes out in one ``write(2)`` on an
+``O_APPEND`` descriptor (looping over short writes), and a failed write is cut back off the file,
+so every line parses on its own. A write that fails raises ``AuditWriteError`` so the call can
+fail closed. The path is checked before each write and reopened when the file was rotated
+(renamed or deleted), so no event goes to a file that is no longer there.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
 import os
 import re
+import signal
+import stat
 import sys
 import threading
 from collections.abc import Sequence
@@ -18,9 +25,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gateway.errors import AuditWriteError
-from gateway.limits import REDACTED
+from gateway.limits import AUDIT_FILE_MODE, AUDIT_MAX_EVENT_BYTES, AUDIT_MAX_VALUE_BYTES, REDACTED
+from gateway.pipeline.audit_encode import encode_event
 
 __all__ = ["AuditLog", "Redactor"]
+
+log = logging.getLogger("gateway.audit")
+
+_OPEN_FLAGS = os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+
+# How far back from the end a partial last line is looked for when the file is opened.
+_TAIL_CHUNK = 65_536
 
 
 class Redactor:
@@ -93,66 +108,139 @@ def _escape(key: str) -> str:
 
 
 class AuditLog:
-    """Appends JSON lines to a file and/or stdout."""
+    """Appends JSON lines to a file and/or stdout; every line whole, or none of it."""
 
     def __init__(self, path: Path | None, stdout: bool = False, redactor: Redactor | None = None,
-                 stream: TextIO | None = None) -> None:
+                 stream: TextIO | None = None, *, fsync: bool = False,
+                 max_value_bytes: int = AUDIT_MAX_VALUE_BYTES, max_event_bytes: int = AUDIT_MAX_EVENT_BYTES) -> None:
         self.path = path
         self.redactor = redactor or Redactor((), ())
+        self.fsync = fsync
+        self.max_value_bytes = max_value_bytes
+        self.max_event_bytes = max_event_bytes
         self._stdout = stream if stream is not None else (sys.stdout if stdout else None)
         self._lock = threading.Lock()
-        self._file: TextIO | None = None
+        self._fd: int | None = None
+        self._failing = False
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
+            _ignore_file_size_signal()
 
     def write(self, event: dict[str, Any]) -> None:
-        """Write one event; raise ``AuditWriteError`` if it cannot be written."""
-        line = json.dumps(event, ensure_ascii=False, default=str, separators=(",", ":")) + "\n"
+        """Write one event whole; raise ``AuditWriteError`` (and write nothing) if it cannot be."""
+        line = encode_event(event, self.max_value_bytes, self.max_event_bytes)
         with self._lock:
             try:
                 if self.path is not None:
-                    if self._file is None or self._file.closed:
-                        self._file = self.path.open("a", encoding="utf-8")
-                    self._file.write(line)
-                    self._file.flush()
+                    self._append(line)
                 if self._stdout is not None:
-                    self._stdout.write(line)
+                    self._stdout.write(line.decode("utf-8"))
                     self._stdout.flush()
             except (OSError, ValueError) as exc:
-                self._discard()
+                if not self._failing:
+                    log.error("the audit log cannot be written, calls are refused until it can: %s", exc)
+                self._failing = True
                 raise AuditWriteError(f"audit log write failed: {exc}") from exc
+            if self._failing:
+                log.warning("the audit log is writable again")
+                self._failing = False
 
-    def ensure_writable(self) -> None:
-        """Before a tool runs: the log file is open and is still the file at ``path``.
+    def _append(self, line: bytes) -> None:
+        try:
+            fd, before = self._open()
+        except OSError:
+            self._close()  # start from the path again next time
+            raise
+        try:
+            view = memoryview(line)
+            while view:  # a regular file takes it in one go; a short write is finished, not left half
+                view = view[os.write(fd, view):]
+            if self.fsync:
+                os.fsync(fd)
+        except OSError:
+            self._cut_back(fd, before)
+            raise
 
-        A log that cannot take the call's event must stop the call before it has side effects.
-        """
-        if self.path is None:
-            return
-        with self._lock:
+    def _open(self) -> tuple[int, os.stat_result]:
+        """The descriptor of the file now at ``path`` (reopened after a rotation) and its state."""
+        assert self.path is not None
+        if self._fd is not None:
+            held = os.fstat(self._fd)
             try:
-                if self._file is None or self._file.closed or \
-                        os.fstat(self._file.fileno()).st_ino != os.stat(self.path).st_ino:
-                    self._discard()
-                    self._file = self.path.open("a", encoding="utf-8")
-            except (OSError, ValueError) as exc:
-                self._discard()
-                raise AuditWriteError(f"audit log is not writable: {exc}") from exc
+                now = os.stat(self.path)
+            except FileNotFoundError:  # deleted, or renamed away and not yet recreated
+                now = None
+            if now is not None and (now.st_ino, now.st_dev) == (held.st_ino, held.st_dev):
+                return self._fd, held
+            self._close()
+        try:
+            fd = os.open(self.path, os.O_RDWR | _OPEN_FLAGS, AUDIT_FILE_MODE)
+        except PermissionError:  # a write-only file: appended to, but its tail cannot be checked
+            fd = os.open(self.path, os.O_WRONLY | _OPEN_FLAGS, AUDIT_FILE_MODE)
+            readable = False
+        else:
+            readable = True
+        try:
+            if readable:
+                _cut_partial_line(fd, self.max_event_bytes)
+            info = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return fd, info
 
-    def _discard(self) -> None:
-        """Close a file that failed mid-write; the next write reopens it.
+    def _cut_back(self, fd: int, before: os.stat_result) -> None:
+        """Remove what a failed write left, so the next event starts on a line of its own."""
+        if not stat.S_ISREG(before.st_mode):
+            return  # a device or pipe (/dev/full, /dev/stdout) has nothing to cut
+        try:
+            if os.fstat(fd).st_size > before.st_size:  # never grow it (the file may have been truncated since)
+                os.ftruncate(fd, before.st_size)
+        except OSError:
+            self._close()  # reopening looks for a partial last line and cuts it then
 
-        Its unflushed bytes describe a call that is being refused, so they are dropped with it
-        (and a file left to the garbage collector would try to flush them again, and warn).
-        """
-        file, self._file = self._file, None
-        if file is not None:
-            with contextlib.suppress(OSError, ValueError):
-                file.close()
+    def _close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def close(self) -> None:
         """Close the file."""
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            self._close()
+
+
+def _cut_partial_line(fd: int, max_event_bytes: int) -> None:
+    """A file that ends inside a line (a crash mid-write) is cut back to its last full line.
+
+    Only the tail an event can span is searched; a longer line with no newline is not ours, and gets
+    a newline after it instead, so the next event still starts on a line of its own.
+    """
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size == 0 or os.pread(fd, 1, info.st_size - 1) == b"\n":
+        return
+    end = info.st_size
+    while end > 0 and info.st_size - end < max_event_bytes + _TAIL_CHUNK:
+        start = max(0, end - _TAIL_CHUNK)
+        chunk = os.pread(fd, end - start, start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            log.warning("the audit log ended in a partial line (%d bytes); cut back to the last full line",
+                        info.st_size - start - newline - 1)
+            os.ftruncate(fd, start + newline + 1)
+            return
+        end = start
+    if end == 0 and info.st_size <= max_event_bytes:
+        os.ftruncate(fd, 0)
+    else:
+        os.write(fd, b"\n")
+
+
+def _ignore_file_size_signal() -> None:
+    """Past ``ulimit -f`` the kernel sends SIGXFSZ, which kills by default; ignored, the write fails
+    with EFBIG instead and the call is refused. (CPython ignores it at startup; an embedding or a
+    launcher may not have.)"""
+    if hasattr(signal, "SIGXFSZ") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -57,6 +57,7 @@ class _Trace:
     """What the audit event needs, filled in as the call goes."""
 
     request: CallRequest
+    audit_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # shared by the intent and the outcome
     started: float = field(default_factory=time.perf_counter)
     policy_us: float = 0.0
     upstream_ms: float | None = None
@@ -201,9 +202,10 @@ class Gateway:
     async def _execute(self, trace: _Trace, tool: ExposedTool, policy_set: PolicySet, call: ToolCall,
                        decision: Decision) -> CallOutcome:
         request = trace.request
-        try:
-            self.audit.ensure_writable()
-        except AuditWriteError:
+        try:  # the intent is on disk before the tool can act, or the tool does not run
+            self.audit.write(self._intent(trace, tool, decision, policy_set))
+        except AuditWriteError as exc:
+            trace.upstream = {"status": "not_called", "error": f"the intent was not recorded: {exc}"}
             return refusal(request.call_id, "audit_failed", AUDIT_FAILED)
         started = time.perf_counter()
         timeout = min(self.call_timeout, tool.timeout) if tool.timeout else self.call_timeout
@@ -262,15 +264,27 @@ class Gateway:
                                       terminate_message=outcome.text if terminated else None)
         return outcome
 
-    def _event(self, trace: _Trace, tool: ExposedTool | None, session: SessionState, outcome: CallOutcome,
-               policy_set: PolicySet) -> dict[str, Any]:
-        request = trace.request
-        redactor = self.audit.redactor
-        original, redacted_original = redactor.apply(request.arguments, "/original_args")
-        final_args = trace.decisions[0].args if trace.decisions else request.arguments
-        final, redacted_final = redactor.apply(final_args, "/final_args")
+    def _intent(self, trace: _Trace, tool: ExposedTool, decision: Decision, policy_set: PolicySet) -> dict[str, Any]:
+        """The record written before the tool runs: who asks to run what, with which arguments, and why."""
+        final, redacted = self.audit.redactor.apply(decision.args, "/final_args")
+        assert trace.session is not None
         return {
-            "id": uuid.uuid4().hex,
+            **self._head("call.intent", trace, tool, trace.session),
+            "final_args": final,
+            "verdict": str(decision.verdict),
+            "rewritten": decision.rewritten,
+            "decided_by": [d.decided_by for d in trace.decisions if d.decided_by],
+            "approval": trace.approval,
+            "revision": policy_set.revision,
+            "redacted": redacted,
+        }
+
+    @staticmethod
+    def _head(kind: str, trace: _Trace, tool: ExposedTool | None, session: SessionState) -> dict[str, Any]:
+        request = trace.request
+        return {
+            "event": kind,
+            "id": trace.audit_id,
             "time": now_rfc3339(),
             "call_id": request.call_id,
             "iteration": request.iteration,
@@ -279,6 +293,17 @@ class Gateway:
             "session": session.id,
             "tool": request.tool,
             "upstream": tool.upstream.name if tool else None,
+        }
+
+    def _event(self, trace: _Trace, tool: ExposedTool | None, session: SessionState, outcome: CallOutcome,
+               policy_set: PolicySet) -> dict[str, Any]:
+        request = trace.request
+        redactor = self.audit.redactor
+        original, redacted_original = redactor.apply(request.arguments, "/original_args")
+        final_args = trace.decisions[0].args if trace.decisions else request.arguments
+        final, redacted_final = redactor.apply(final_args, "/final_args")
+        return {
+            **self._head("call.outcome", trace, tool, session),
             "original_args": original,
             "final_args": final,
             "verdict": outcome.decision,

@@ -359,8 +359,8 @@ class RunningGateway:
         return [json.loads(line) for line in self.audit_path.read_text(encoding="utf-8").splitlines() if line]
 
     def audit_event(self, call_id: str) -> Json:
-        """The one audit event of a call (fails if there is not exactly one)."""
-        found = [e for e in self.audit_events() if e.get("call_id") == call_id]
+        """The one outcome event of a call (fails if there is not exactly one)."""
+        found = [e for e in self.audit_events() if e.get("call_id") == call_id and e.get("event") != "call.intent"]
         assert len(found) == 1, f"expected one audit event for {call_id}, found {len(found)}"
         return found[0]
 
