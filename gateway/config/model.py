@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.limits import DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_SESSIONS_PER_PRINCIPAL
 from gateway.policy.model import parse_duration
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "ListenSpec",
     "McpUpstreamSpec",
     "OpenApiUpstreamSpec",
+    "PerPrincipalLimitsSpec",
     "SecretRef",
     "StoreSpec",
     "UpstreamSpec",
@@ -109,11 +111,20 @@ class AuthSpec(_Strict):
     anonymous: PrincipalSpec | None = None
 
 
+class PerPrincipalLimitsSpec(_Strict):
+    """What one principal (one key) may use at once; null means no limit."""
+
+    max_concurrent_calls: int | None = Field(DEFAULT_MAX_CONCURRENT_CALLS, ge=1)
+    calls_per_minute: int | None = Field(None, ge=1)
+
+
 class LimitsSpec(_Strict):
     """Per-call limits."""
 
     call_timeout: str | int | float = "30s"
     max_argument_bytes: int = Field(1_000_000, gt=0)
+    max_sessions_per_principal: int = Field(DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, ge=1)  # open MCP sessions
+    per_principal: PerPrincipalLimitsSpec = Field(default_factory=PerPrincipalLimitsSpec)
 
     _timeout = field_validator("call_timeout")(_duration)
 
