@@ -40,7 +40,9 @@ class Profile(Enum):
 
 
 def _pointer(parent: str, key: str | int) -> str:
-    return f"{parent}/{str(key).replace('~', '~0').replace('/', '~1')}"
+    # Printable even when the key is what is wrong with the value (a lone surrogate).
+    step = str(key).replace("~", "~0").replace("/", "~1").encode("utf-8", "backslashreplace").decode("utf-8")
+    return f"{parent}/{step}"
 
 
 def _string_problem(value: str, profile: Profile) -> str | None:

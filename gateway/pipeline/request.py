@@ -25,8 +25,11 @@ def new_call_id() -> str:
 
 
 def id_text(value: Any) -> str:
-    """An id a caller named, as text: a string as itself, anything else as JSON (never Python's ``str()``)."""
-    return text(printable(value))
+    """An id a caller named, as text: a string as itself (the gateway admits it or not), anything else as JSON.
+
+    Never Python's ``str()``, which would make ``{"a":1}`` into ``{'a': 1}`` and null into ``None``.
+    """
+    return value if isinstance(value, str) else text(printable(value))
 
 
 def call_id_of(value: Any) -> str:
