@@ -216,3 +216,15 @@ async def test_an_absurd_approvals_offset_is_a_400(start_gateway, configs, http_
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid-page"
     assert control.status_code == 200
+
+
+@pytest.mark.parametrize("field", ["call_id", "session_id"])
+async def test_an_overlong_id_is_refused_and_audited(shared_gateway, rest, field):
+    client = rest(shared_gateway)
+
+    response = await client.post("/v1/tools/web_search/invoke", json={field: "x" * 257, "arguments": {"q": "x"}})
+
+    assert response.status_code == 400
+    assert "longer than 256 characters" in response.json()["error"]["message"]
+    events = [e for e in shared_gateway.audit_events() if e["call_id"] == response.json()["call_id"]]
+    assert [e["verdict"] for e in events] == ["invalid_input"]
