@@ -16,6 +16,8 @@ import pytest
 import pytest_asyncio
 from raw_mcp import RawMcp, message_of
 
+from gateway.values import loads
+
 DEEP = 990
 BIG_INT = "9" * 5000
 
@@ -93,6 +95,7 @@ async def test_the_audit_log_stays_valid_json_when_a_call_id_holds_a_lone_surrog
     assert response.json()["call_id"] == call_id + "\\ud800"  # made printable: JSON can carry it
     event = shared_gateway.audit_event(call_id + "\\ud800")  # and every line of the log still parses
     assert event["verdict"] == "invalid_input"
+    _strict_json_lines(shared_gateway.audit_path.read_bytes())
 
 
 async def test_non_string_call_and_session_ids_become_json_text(shared_gateway, rest):
@@ -228,3 +231,51 @@ async def test_an_overlong_id_is_refused_and_audited(shared_gateway, rest, field
     assert "longer than 256 characters" in response.json()["error"]["message"]
     events = [e for e in shared_gateway.audit_events() if e["call_id"] == response.json()["call_id"]]
     assert [e["verdict"] for e in events] == ["invalid_input"]
+
+
+COMPUTED = """
+policy: computed
+rules:
+  - id: divide-by-zero
+    tools: [api_nap]
+    when: args.tag == "divide"
+    action: rewrite
+    rewrite:
+      set: {seconds: '1.0 / 0.0'}
+  - id: skip-with-nan
+    tools: [api_search]
+    when: args.q == "skip"
+    action: skip
+    resultExpression: '{"v": double("NaN")}'
+  - id: response-inf
+    tools: [api_search]
+    stage: response
+    when: args.q == "respond"
+    action: rewrite
+    rewrite:
+      set: {structured: '{"v": -1.0 / 0.0}'}
+"""
+
+
+@pytest.mark.parametrize(("tool", "arguments", "decision"), [
+    ("api_nap", {"tag": "divide"}, "invalid_arguments"),
+    ("api_search", {"q": "skip"}, "invalid_result"),
+    ("api_search", {"q": "respond"}, "invalid_result")], ids=["rewrite", "skip", "response-rewrite"])
+async def test_a_value_a_policy_computes_that_json_cannot_carry_is_refused_not_a_500(
+        start_gateway, configs, http_api, rest, call_id, tool, arguments, decision):
+    gateway = await start_gateway(configs.base(configs.http_upstream("api", http_api.url)), {"c.yaml": COMPUTED})
+    cid = call_id()
+
+    response = await rest(gateway).post(f"/v1/tools/{tool}/invoke", json={"call_id": cid, "arguments": arguments})
+
+    assert response.status_code == 200
+    assert (response.json()["decision"], response.json()["is_error"]) == (decision, True)
+    assert "finite" in response.json()["content"][0]["text"]
+    assert gateway.audit_event(cid)["verdict"] == decision
+    _strict_json_lines(gateway.audit_path.read_bytes())
+
+
+def _strict_json_lines(log: bytes) -> None:
+    """Every line parses as JSON proper: Python's own reader would also take NaN and Infinity."""
+    for line in log.splitlines():
+        loads(line)
