@@ -340,6 +340,7 @@ class Gateway:
 
 
 _REFUSED = frozenset({"reject", "terminate", "invalid_arguments", "terminated"})
+_OUTCOME_FIELDS = ("call_id", "decision", "is_error", "content", "structured", "meta")
 
 
 def _withheld(call_id: str, content: Any, structured: Any, profile: Profile) -> CallOutcome | None:
@@ -359,6 +360,3 @@ def _input_problem(request: CallRequest) -> str | None:
         if why is not None:
             return f"the {name} {why.removeprefix('/ ')}"
     return problem(request.arguments, where="/arguments")
-_OUTCOME_FIELDS = ("call_id", "decision", "is_error", "content", "structured", "meta")
-
-
