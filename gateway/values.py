@@ -71,11 +71,49 @@ def _scalar_problem(value: Any, profile: Profile) -> str | None:
     return f"is a {type(value).__name__}, not a JSON value"
 
 
+def _acceptable(value: Any, profile: Profile) -> bool:
+    """The common case, fast: no pointers built, ASCII strings and small numbers checked inline."""
+    policy = profile is Profile.POLICY
+    low, high = _INT64 if policy else (-_JSON_INT_LIMIT + 1, _JSON_INT_LIMIT - 1)
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        container, depth = stack.pop()
+        if depth >= MAX_VALUE_NESTING:
+            return False
+        if isinstance(container, dict):
+            for key in container:
+                if type(key) is not str:
+                    return False
+                if not (key.isascii() and "\x00" not in key) and _string_problem(key, profile):
+                    return False
+            items: Any = container.values()
+        else:
+            items = container
+        for item in items:
+            kind = type(item)
+            if kind is str:
+                if (policy and "\x00" in item) or (not item.isascii() and _string_problem(item, profile)):
+                    return False
+            elif kind is int:
+                if not low <= item <= high:
+                    return False
+            elif kind is float:
+                if not math.isfinite(item):
+                    return False
+            elif kind is dict or kind is list:
+                stack.append((item, depth + 1))
+            elif item is not None and kind is not bool:
+                return False  # a subclass or a foreign type: let the careful walk say what it is
+    return True
+
+
 def problem(value: Any, profile: Profile = Profile.POLICY, *, where: str = "") -> str | None:
     """Why ``value`` is not acceptable under ``profile`` (naming where, as a JSON Pointer), or None.
 
     Iterative, so that no depth of nesting can exhaust the stack; stops at the first problem.
     """
+    if type(value) in (dict, list) and _acceptable(value, profile):
+        return None
     stack: list[tuple[Any, str, int]] = [(value, where, 0)]
     while stack:
         item, pointer, depth = stack.pop()
