@@ -279,3 +279,40 @@ def _strict_json_lines(log: bytes) -> None:
     """Every line parses as JSON proper: Python's own reader would also take NaN and Infinity."""
     for line in log.splitlines():
         loads(line)
+
+
+HOLD_EVERYTHING = """
+policy: hold
+rules:
+  - id: needs-a-human
+    tools: [api_search]
+    action: approve
+    message: A human looks first.
+    approval: {approvers: ["alice"], timeout: 30s, on_timeout: reject, via: page}
+"""
+
+
+async def test_a_nan_never_reaches_a_held_call_so_the_approvals_list_keeps_working(start_gateway, configs, http_api,
+                                                                                   keys, rest, call_id):
+    config = configs.base(configs.http_upstream("api", http_api.url))
+    config["auth"]["api_keys"][0]["approver"] = True
+    gateway = await start_gateway(config, {"hold.yaml": HOLD_EVERYTHING})
+    cid = call_id()
+
+    held = await rest(gateway, who="bob").post("/v1/tools/api_search/invoke", content=_invoke_body(
+        '{"q": "x", "limit": NaN}', cid), headers={"Content-Type": "application/json"})
+    async with httpx2.AsyncClient(base_url=gateway.url, headers={"Authorization": f"Bearer {keys['alice']}"}) as http:
+        listing = await http.get("/v1/approvals")
+
+    assert (held.status_code, held.json()["decision"]) == (400, "invalid_input")
+    assert listing.status_code == 200 and listing.json()["total"] == 0
+
+
+async def test_a_list_as_a_path_argument_over_mcp_is_refused_for_the_model(loose_api, connect_mcp, call_id):
+    cid = call_id()
+    async with connect_mcp(loose_api, "alice") as mcp:
+        result = await mcp.call("api_get_any", {"item_id": ["a", "b"]}, call_id=cid)
+
+    assert result.is_error and result.meta["gateway/decision"] == "invalid_arguments"
+    assert "not a list" in result.content[0].text
+    assert loose_api.audit_event(cid)["upstream_outcome"]["status"] == "not_called"
