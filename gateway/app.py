@@ -32,6 +32,7 @@ from gateway.frontends.rest import rest_routes
 from gateway.limits import DEFAULT_SETTLE_SECONDS, SETTLE_POLLS
 from gateway.pipeline import Gateway
 from gateway.pipeline.audit import AuditLog, Redactor
+from gateway.pipeline.principal_limits import PrincipalLimits
 from gateway.policy.model import parse_duration
 from gateway.reload import PolicyHolder
 from gateway.store.sqlite import SqliteStore
@@ -123,15 +124,17 @@ def build_gateway(config: LoadedConfig) -> Gateway:
         if spec.approvals.webhooks else None
     approvals = ApprovalService(ApprovalStore(store), notifier, page,
                                 redact=redactor if spec.approvals.redact else None)
+    per_principal = spec.limits.per_principal
+    limits = PrincipalLimits(per_principal.max_concurrent_calls, per_principal.calls_per_minute)
     return Gateway(policies, registry, store, audit, env=spec.env, call_timeout=config.call_timeout,
-                   max_argument_bytes=spec.limits.max_argument_bytes, approvals=approvals)
+                   max_argument_bytes=spec.limits.max_argument_bytes, approvals=approvals, limits=limits)
 
 
 def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette:
     """The ASGI app: /mcp, /v1/*, /healthz, with upstreams started and policies watched in its lifespan."""
     gateway = gateway or build_gateway(config)
     auth = Authenticator(config.spec.auth, config.base)
-    mcp = McpFrontend(gateway)
+    mcp = McpFrontend(gateway, max_sessions_per_principal=config.spec.limits.max_sessions_per_principal)
     interval = parse_duration(config.spec.reload_interval)
 
     @contextlib.asynccontextmanager

@@ -97,3 +97,20 @@ AUDIT_BOUND_DEPTH = 3
 
 # Permissions of a newly created audit file: it holds call arguments, so only the gateway's user.
 AUDIT_FILE_MODE = 0o600
+# Values at the edges (gateway/values.py). Arguments and results nest at most this many levels:
+# plenty for real tool schemas, and it keeps every walker (redaction, rewrites, both CEL engines,
+# JSON encoders) well inside Python's stack. Integers have at most this many digits: Python's own
+# cap is 4,300, and the work of parsing one grows with the square of its length.
+MAX_VALUE_NESTING = 64
+MAX_JSON_INTEGER_DIGITS = 1_000
+
+# A call id or session id a caller names is at most this long (policies see both).
+MAX_ID_CHARS = 256
+
+# Open MCP sessions per principal when `limits.max_sessions_per_principal` is not set: enough for
+# many agents behind one key, far below the SDK's 10,000 for the whole server.
+DEFAULT_MAX_SESSIONS_PER_PRINCIPAL = 100
+
+# Calls one principal may have running at once when `limits.per_principal.max_concurrent_calls`
+# is not set (held calls waiting for approval count): one key cannot take every upstream connection.
+DEFAULT_MAX_CONCURRENT_CALLS = 256

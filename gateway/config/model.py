@@ -10,7 +10,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gateway.limits import AUDIT_MAX_EVENT_BYTES, AUDIT_MAX_VALUE_BYTES, MAX_RESPONSE_BYTES
+from gateway.limits import (
+    AUDIT_MAX_EVENT_BYTES,
+    AUDIT_MAX_VALUE_BYTES,
+    DEFAULT_MAX_CONCURRENT_CALLS,
+    DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+    MAX_RESPONSE_BYTES,
+)
 from gateway.policy.cel.globbing import glob_problem
 from gateway.policy.model import parse_duration
 
@@ -27,6 +33,7 @@ __all__ = [
     "ListenSpec",
     "McpUpstreamSpec",
     "OpenApiUpstreamSpec",
+    "PerPrincipalLimitsSpec",
     "ReloadSpec",
     "SecretRef",
     "StoreSpec",
@@ -126,12 +133,21 @@ class AuthSpec(_Strict):
     anonymous: PrincipalSpec | None = None
 
 
+class PerPrincipalLimitsSpec(_Strict):
+    """What one principal (one key) may use at once; null means no limit."""
+
+    max_concurrent_calls: int | None = Field(DEFAULT_MAX_CONCURRENT_CALLS, ge=1)
+    calls_per_minute: int | None = Field(None, ge=1)
+
+
 class LimitsSpec(_Strict):
     """Per-call limits."""
 
     call_timeout: str | int | float = "30s"
     max_argument_bytes: int = Field(1_000_000, gt=0)
     max_response_bytes: int = Field(MAX_RESPONSE_BYTES, gt=0)  # per upstream response (see gateway/limits.py)
+    max_sessions_per_principal: int = Field(DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, ge=1)  # open MCP sessions
+    per_principal: PerPrincipalLimitsSpec = Field(default_factory=PerPrincipalLimitsSpec)
 
     _timeout = field_validator("call_timeout")(_duration)
 

@@ -37,7 +37,7 @@ def approval_routes(service: ApprovalService) -> list[Route]:
             offset = int(request.query_params.get("offset", 0))
         except ValueError:
             return error_response(400, "invalid-page", "limit and offset must be whole numbers")
-        if not (1 <= limit <= MAX_APPROVALS_PAGE and offset >= 0):
+        if not (1 <= limit <= MAX_APPROVALS_PAGE and 0 <= offset < 2**63):  # SQLite integers are 64-bit
             return error_response(400, "invalid-page", f"limit must be 1..{MAX_APPROVALS_PAGE}, offset 0 or more")
         page, total = service.store.list_requests(state, limit, offset)
         return JSONResponse({"approvals": [a.to_dict() for a in page], "total": total, "offset": offset,

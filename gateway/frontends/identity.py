@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.auth import Authenticator, Identity
 
-__all__ = ["IDENTITY_KEY", "RequireIdentity", "identity_of", "unauthorized_body"]
+__all__ = ["IDENTITY_KEY", "RequireIdentity", "identity_of", "session_owner", "unauthorized_body"]
 
 IDENTITY_KEY = "gateway.identity"
 
@@ -41,7 +43,19 @@ class RequireIdentity:
             await send({"type": "http.response.body", "body": body})
             return
         scope[IDENTITY_KEY] = identity
+        scope["user"] = session_owner(identity)
         await self.app(scope, receive, send)
+
+
+def session_owner(identity: Identity) -> AuthenticatedUser:
+    """The user the MCP SDK compares to tie each MCP session to the principal that opened it.
+
+    The SDK answers "Session not found" to anyone else who sends that ``Mcp-Session-Id``, DELETE
+    included. The API key itself is never put here: the principal id is the identity.
+    """
+    principal = identity.principal
+    return AuthenticatedUser(AccessToken(token="", client_id=principal.id, subject=principal.id,
+                                         scopes=list(principal.groups)))
 
 
 def identity_of(scope: Any) -> Identity:

@@ -15,14 +15,15 @@ import mcp_types as types
 from mcp import MCPError
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.models import InitializationOptions
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from starlette.requests import Request
 
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
-from gateway.limits import MAX_CACHED_SESSIONS
+from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
+from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, MAX_CACHED_SESSIONS
 from gateway.pipeline import CallRequest, Gateway
-from gateway.pipeline.request import iteration_of, new_call_id
+from gateway.pipeline.request import call_id_of, iteration_of
 
 __all__ = ["CALL_ID_META", "McpFrontend"]
 
@@ -45,12 +46,13 @@ class _GatewayServer(Server[Any]):
 class McpFrontend:
     """Owns the MCP server and its session manager for one app instance."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, *,
+                 max_sessions_per_principal: int = DEFAULT_MAX_SESSIONS_PER_PRINCIPAL) -> None:
         self.gateway = gateway
         self.server = _GatewayServer("agent-policy-gateway", version="0.1.0",
                                      on_list_tools=self._list_tools, on_call_tool=self._call_tool)
-        self.sessions = StreamableHTTPSessionManager(app=self.server)
-        self.endpoint = StreamableHTTPASGIApp(self.sessions)
+        self.sessions = CappedSessions(self.server, max_sessions_per_principal)
+        self.endpoint = SessionCap(StreamableHTTPASGIApp(self.sessions), self.sessions)
         # MCP session id → its latest request's ServerSession. The SDK builds a ServerSession per
         # request, so a weak reference dies with the request; a kept one can still notify over the
         # connection's standalone stream after its request ended.
@@ -82,7 +84,7 @@ class McpFrontend:
             arguments=dict(params.arguments or {}),
             principal=identity.principal,
             session_id=session_id,
-            call_id=str(meta.get(CALL_ID_META) or new_call_id()),
+            call_id=call_id_of(meta.get(CALL_ID_META)),
             iteration=iteration_of(meta.get(ITERATION_META)),
             progress=_progress(ctx, meta),
             frontend="mcp",

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from typing import Any
@@ -23,8 +22,9 @@ from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
 from gateway.limits import MAX_REST_WAIT_SECONDS
 from gateway.pipeline import CallRequest, Gateway
-from gateway.pipeline.request import iteration_of, new_call_id
+from gateway.pipeline.request import call_id_of, id_text, iteration_of
 from gateway.policy.model import parse_duration
+from gateway.values import loads
 
 __all__ = ["error_response", "rest_routes"]
 
@@ -38,15 +38,25 @@ def error_response(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
+# Outcomes that answer with an HTTP error status rather than 200 (the body is the outcome still).
+_STATUS = {"invalid_input": (400, "invalid-input"), "rate_limited": (429, "rate-limited")}
+
+
+async def _json_object(request: Request) -> dict[str, Any] | str:
+    """The request body as a JSON object, or why it is not one."""
+    try:
+        body = loads(await request.body())
+    except ValueError as exc:
+        return f"the request body must be a JSON object: {exc}"
+    if not isinstance(body, dict):
+        return "the request body must be a JSON object"
+    return body
+
+
 async def read_json_object(request: Request) -> dict[str, Any] | JSONResponse:
     """The request body as a JSON object, or a 400 response saying what is wrong."""
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return error_response(400, "invalid-json", "The request body must be a JSON object.")
-    if not isinstance(body, dict):
-        return error_response(400, "invalid-json", "The request body must be a JSON object.")
-    return body
+    body = await _json_object(request)
+    return error_response(400, "invalid-json", f"{body[0].upper()}{body[1:]}.") if isinstance(body, str) else body
 
 
 def rest_routes(gateway: Gateway) -> list[Route]:
@@ -61,12 +71,12 @@ def rest_routes(gateway: Gateway) -> list[Route]:
 
     async def invoke(request: Request) -> JSONResponse:
         identity = identity_of(request.scope)
-        body = await read_json_object(request)
-        if isinstance(body, JSONResponse):
-            return body
+        # A body that cannot be read is still a call: the gateway refuses it, and audits it.
+        body = await _json_object(request)
+        refused, body = (body, {}) if isinstance(body, str) else (None, body)
         arguments = body.get("arguments", {})
         if not isinstance(arguments, dict):
-            return error_response(400, "invalid-arguments", "'arguments' must be a JSON object.")
+            refused, arguments = "'arguments' must be a JSON object", {}
         session_id = body.get("session_id") or request.headers.get("x-gateway-session") or identity.principal.id
         try:
             wait = _wait_seconds(request.query_params.get("wait"))
@@ -74,8 +84,9 @@ def rest_routes(gateway: Gateway) -> list[Route]:
             return error_response(400, "invalid-wait", str(exc))
         call = CallRequest(
             tool=request.path_params["name"], arguments=arguments, principal=identity.principal,
-            session_id=str(session_id), call_id=str(body.get("call_id") or new_call_id()),
+            session_id=id_text(session_id), call_id=call_id_of(body.get("call_id")),
             iteration=iteration_of(body.get("iteration")), frontend="rest", wait_seconds=wait,
+            refused=refused,
         )
         try:
             outcome = await gateway.call(call)
@@ -90,7 +101,13 @@ def rest_routes(gateway: Gateway) -> list[Route]:
                 "call_id": outcome.call_id, "decision": "pending", "approval_id": approval_id,
                 "status_url": f"/v1/approvals/{approval_id}", "message": outcome.text,
             }, status_code=202)
-        return JSONResponse(outcome.to_rest())
+        status = _STATUS.get(outcome.decision)
+        if status is None:
+            return JSONResponse(outcome.to_rest())
+        retry_after = outcome.meta.get("gateway/retry_after")
+        return JSONResponse({"error": {"code": status[1], "message": outcome.text}, **outcome.to_rest()},
+                            status_code=status[0],
+                            headers={"Retry-After": str(retry_after)} if retry_after is not None else None)
 
     async def policies(request: Request) -> JSONResponse:
         return JSONResponse(gateway.policies.status())

@@ -1,8 +1,9 @@
 """The life of one call, in order. Each step is a few lines here or a call into its own module.
 
+    per-principal limits → admit the values (policies must see exactly what the tool gets) →
     resolve tool → request-stage policies (mutate, validate) → check final args against the
     tool's input schema → approval (the gate) → execute upstream with a timeout →
-    response-stage policies → the frontend's result → audit event → session counters
+    admit the result's values → response-stage policies → the frontend's result → audit event → session counters
 
 Every call gets exactly one outcome paired with its call id; a tool that is not exposed is the
 only case that raises (``UnknownToolError``, which frontends turn into a protocol error).
@@ -20,9 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import AuditWriteError, InvalidArgumentsError, UnknownToolError, UpstreamError
-from gateway.limits import MAX_AUDIT_ERROR_CHARS
+from gateway.limits import MAX_AUDIT_ERROR_CHARS, MAX_ID_CHARS
 from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
 from gateway.pipeline.audit import AuditLog
+from gateway.pipeline.principal_limits import PrincipalLimits
 from gateway.pipeline.request import CallOutcome, CallRequest
 from gateway.pipeline.results import META, as_result_info, from_response_stage, refusal, skipped, tool_result
 from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall
@@ -31,6 +33,7 @@ from gateway.policy.policyset import PolicySet
 from gateway.reload import PolicyHolder
 from gateway.store.sqlite import SessionState, SqliteStore, now_rfc3339
 from gateway.upstreams.registry import ExposedTool, ToolRegistry
+from gateway.values import Profile, printable, problem
 
 __all__ = ["Gateway"]
 
@@ -66,6 +69,7 @@ class _Trace:
     session: SessionState | None = None
     approval: dict[str, Any] | None = None
     counted: bool = False  # the session already counts this call
+    unprintable: bool = False  # the request holds values JSON cannot carry: audit a printable copy
     uncounted: bool = False  # a poll of a pending approval or a replay: not a new call
 
 
@@ -74,7 +78,8 @@ class Gateway:
 
     def __init__(self, policies: PolicyHolder, registry: ToolRegistry, store: SqliteStore, audit: AuditLog,
                  *, env: dict[str, Any] | None = None, call_timeout: float = 30.0,
-                 max_argument_bytes: int = 1_000_000, approvals: ApprovalGate | None = None) -> None:
+                 max_argument_bytes: int = 1_000_000, approvals: ApprovalGate | None = None,
+                 limits: PrincipalLimits | None = None) -> None:
         self.policies = policies
         self.registry = registry
         self.store = store
@@ -83,6 +88,7 @@ class Gateway:
         self.call_timeout = call_timeout
         self.max_argument_bytes = max_argument_bytes
         self.approvals: ApprovalGate = approvals or NoApprovals()
+        self.limits = limits or PrincipalLimits()
         self._running: set[asyncio.Future[CallOutcome]] = set()
 
     def visible_tools(self, principal: Principal) -> list[ExposedTool]:
@@ -105,7 +111,25 @@ class Gateway:
         """Carry out one call."""
         trace = _Trace(request)
         policy_set = self.policies.current  # one revision for the whole call
-        session = trace.session = self.store.session(request.session_id)
+        exceeded = self.limits.acquire(request.principal.id)
+        if exceeded is not None:
+            outcome = refusal(printable(request.call_id), "rate_limited", exceeded.message,
+                              retry_after=exceeded.retry_after)
+            trace.unprintable = True  # not looked at yet
+            return self._finish(trace, None, None, outcome, policy_set)
+        try:
+            return await self._admitted(trace, policy_set)
+        finally:
+            self.limits.release(request.principal.id)
+
+    async def _admitted(self, trace: _Trace, policy_set: PolicySet) -> CallOutcome:
+        request = trace.request
+        why = _input_problem(request)
+        if why is not None:
+            trace.unprintable = True
+            outcome = refusal(printable(request.call_id), "invalid_input", f"The call was refused: {why}.")
+            return self._finish(trace, None, None, outcome, policy_set)
+        session = trace.session = self.store.session(request.principal.id, request.session_id)
         if session.terminated:
             outcome = refusal(request.call_id, "terminated", session.terminate_message or "Session terminated.",
                               terminated=True)
@@ -146,7 +170,11 @@ class Gateway:
         if verdict is Verdict.TERMINATE:
             return refusal(request.call_id, "terminate", message, terminated=True)
         if verdict is Verdict.SKIP:
-            return skipped(request.call_id, decision.result)
+            outcome = skipped(request.call_id, decision.result)
+            return _withheld(request.call_id, outcome.content, outcome.structured, Profile.JSON) or outcome
+        if decision.rewritten and (why := problem(decision.args, where="/arguments")) is not None:
+            trace.unprintable = True  # a rewrite computed a value JSON cannot carry (say 1.0 / 0.0)
+            return refusal(request.call_id, "invalid_arguments", f"The rewritten arguments were refused: {why}.")
         problems = tool.schema_errors(decision.args)
         if problems:
             text = "The arguments do not match the tool's input schema: " + "; ".join(problems[:5])
@@ -221,7 +249,13 @@ class Gateway:
             trace.upstream_ms = (time.perf_counter() - started) * 1e3
         trace.upstream = {"status": "ok", "is_error": result.is_error}
         verdict = str(decision.verdict)
-        if not policy_set.index.lookup(tool.name).response:
+        seen_by_policies = bool(policy_set.index.lookup(tool.name).response)
+        withheld = _withheld(request.call_id, result.content, result.structured,
+                             Profile.POLICY if seen_by_policies else Profile.JSON)
+        if withheld is not None:
+            trace.upstream["withheld"] = withheld.text
+            return withheld
+        if not seen_by_policies:
             return tool_result(request.call_id, verdict, result, rewritten=decision.rewritten or None)
         response_call = ToolCall(
             tool=call.tool, args=decision.args, original_args=call.args, principal=call.principal,
@@ -234,6 +268,8 @@ class Gateway:
         if after.verdict is Verdict.TERMINATE:
             return refusal(request.call_id, "terminate", after.message or "", terminated=True)
         final = from_response_stage(result, after.result) if after.rewritten else result
+        if after.rewritten and (withheld := _withheld(request.call_id, final.content, final.structured, Profile.JSON)):
+            return withheld
         return tool_result(request.call_id, verdict, final,
                            rewritten=(decision.rewritten or after.rewritten) or None)
 
@@ -248,7 +284,7 @@ class Gateway:
         trace.decisions.append(decision)
         return decision
 
-    def _finish(self, trace: _Trace, tool: ExposedTool | None, session: SessionState, outcome: CallOutcome,
+    def _finish(self, trace: _Trace, tool: ExposedTool | None, session: SessionState | None, outcome: CallOutcome,
                 policy_set: PolicySet, *, count: bool = True) -> CallOutcome:
         """Audit, then count; if the audit write fails the call fails closed."""
         try:
@@ -256,7 +292,7 @@ class Gateway:
         except AuditWriteError:
             ran = trace.upstream.get("status") == "ok"
             outcome = refusal(outcome.call_id, "audit_failed", AUDIT_FAILED_AFTER_RUN if ran else AUDIT_FAILED)
-        if count and tool is not None and not trace.uncounted:
+        if count and tool is not None and session is not None and not trace.uncounted:
             terminated = outcome.meta.get("gateway/terminated")
             if not trace.counted:
                 self.store.count_call(session, tool.name)
@@ -280,7 +316,7 @@ class Gateway:
         }
 
     @staticmethod
-    def _head(kind: str, trace: _Trace, tool: ExposedTool | None, session: SessionState) -> dict[str, Any]:
+    def _head(kind: str, trace: _Trace, tool: ExposedTool | None, session: SessionState | None) -> dict[str, Any]:
         request = trace.request
         return {
             "event": kind,
@@ -290,13 +326,18 @@ class Gateway:
             "iteration": request.iteration,
             "frontend": request.frontend,
             "principal": {"id": request.principal.id, "groups": list(request.principal.groups)},
-            "session": session.id,
+            "session": session.id if session is not None else request.session_id,
             "tool": request.tool,
             "upstream": tool.upstream.name if tool else None,
         }
 
-    def _event(self, trace: _Trace, tool: ExposedTool | None, session: SessionState, outcome: CallOutcome,
+    def _event(self, trace: _Trace, tool: ExposedTool | None, session: SessionState | None, outcome: CallOutcome,
                policy_set: PolicySet) -> dict[str, Any]:
+        event = self._event_fields(trace, tool, session, outcome, policy_set)
+        return printable(event) if trace.unprintable else event
+
+    def _event_fields(self, trace: _Trace, tool: ExposedTool | None, session: SessionState | None,
+                      outcome: CallOutcome, policy_set: PolicySet) -> dict[str, Any]:
         request = trace.request
         redactor = self.audit.redactor
         original, redacted_original = redactor.apply(request.arguments, "/original_args")
@@ -327,3 +368,20 @@ _REFUSED = frozenset({"reject", "terminate", "invalid_arguments", "terminated"})
 _OUTCOME_FIELDS = ("call_id", "decision", "is_error", "content", "structured", "meta")
 
 
+def _withheld(call_id: str, content: Any, structured: Any, profile: Profile) -> CallOutcome | None:
+    """A refusal in place of a result that holds a value the frontends (or policies) cannot carry exactly."""
+    why = problem({"content": content, "structured": structured}, profile, where="/result")
+    return None if why is None else refusal(call_id, "invalid_result", f"The tool's result was withheld: {why}.")
+
+
+def _input_problem(request: CallRequest) -> str | None:
+    """Why the values of a call cannot go to policies and the tool exactly as given, or None."""
+    if request.refused is not None:
+        return request.refused
+    for name, value in (("call id", request.call_id), ("session id", request.session_id)):
+        if len(value) > MAX_ID_CHARS:
+            return f"the {name} is longer than {MAX_ID_CHARS} characters"
+        why = problem(value)
+        if why is not None:
+            return f"the {name} {why.removeprefix('/ ')}"
+    return problem(request.arguments, where="/arguments")

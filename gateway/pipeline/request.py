@@ -8,8 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.policy.call import Principal
+from gateway.values import printable, text
 
-__all__ = ["CallOutcome", "CallRequest", "Progress", "iteration_of", "new_call_id"]
+__all__ = ["CallOutcome", "CallRequest", "Progress", "call_id_of", "id_text", "iteration_of", "new_call_id"]
+
+# The largest agent-loop iteration taken as given; anything else reads as 0.
+_MAX_ITERATION = 2**31 - 1
 
 # A frontend's way to tell a waiting caller what is happening (MCP progress notifications).
 Progress = Callable[[str], Awaitable[None]]
@@ -20,12 +24,28 @@ def new_call_id() -> str:
     return uuid.uuid4().hex
 
 
+def id_text(value: Any) -> str:
+    """An id a caller named, as text: a string as itself (the gateway admits it or not), anything else as JSON.
+
+    Never Python's ``str()``, which would make ``{"a":1}`` into ``{'a': 1}`` and null into ``None``.
+    """
+    return value if isinstance(value, str) else text(printable(value))
+
+
+def call_id_of(value: Any) -> str:
+    """The call id a caller gave, as text, or a fresh one when it gave none."""
+    return new_call_id() if value is None or value == "" else id_text(value)
+
+
 def iteration_of(value: Any) -> int:
-    """The agent-loop iteration a frontend was given (0 when absent or not a number)."""
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
+    """The agent-loop iteration a frontend was given (0 when absent, not a whole number, or out of range)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 10:
+        value = int(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_ITERATION:
         return 0
+    return value
 
 
 @dataclass(slots=True)
@@ -42,6 +62,7 @@ class CallRequest:
     frontend: str = "mcp"
     wait_seconds: float | None = None  # how long the caller will wait for an approval (None: until expiry)
     elicit: Any = None  # a frontend's way to ask the end user directly (MCP elicitation), if it has one
+    refused: str | None = None  # why the frontend could not read the call: it is refused, and audited
 
 
 @dataclass(slots=True)

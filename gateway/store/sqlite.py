@@ -3,6 +3,12 @@
 Session rows are small and written once per call; SQLite on local disk does that in tens of
 microseconds, so calls write through inline rather than through a thread pool. An in-memory
 copy of each session serves reads.
+
+A session belongs to the principal that named it: rows are keyed by (principal, session id),
+so one key naming another's session id gets a session of its own, never the other's counters.
+A database from before that (sessions keyed by id alone) is migrated on open: its rows are kept
+as unowned, and each principal that names one of those ids starts from a copy of its counters,
+so a session terminated before the upgrade stays terminated for whoever used it.
 """
 
 from __future__ import annotations
@@ -21,15 +27,32 @@ __all__ = ["SessionState", "SqliteStore"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY,
+    principal TEXT NOT NULL,
+    id TEXT NOT NULL,
     started_at TEXT NOT NULL,
     calls INTEGER NOT NULL DEFAULT 0,
     calls_by_tool TEXT NOT NULL DEFAULT '{}',
     rejected INTEGER NOT NULL DEFAULT 0,
     terminated INTEGER NOT NULL DEFAULT 0,
-    terminate_message TEXT
+    terminate_message TEXT,
+    PRIMARY KEY (principal, id)
 );
 """
+
+# Sessions keyed by id alone (before sessions belonged to principals) move under this owner,
+# which no principal has: the rows are only ever copied from, by ``_legacy_row``.
+_UNOWNED = ""
+
+_MIGRATE_UNOWNED = f"""
+ALTER TABLE sessions RENAME TO sessions_unowned;
+{_SCHEMA}
+INSERT INTO sessions (principal, id, started_at, calls, calls_by_tool, rejected, terminated, terminate_message)
+    SELECT '{_UNOWNED}', id, started_at, calls, calls_by_tool, rejected, terminated, terminate_message
+    FROM sessions_unowned;
+DROP TABLE sessions_unowned;
+"""
+
+_COLUMNS = "started_at, calls, calls_by_tool, rejected, terminated, terminate_message"
 
 
 def now_rfc3339() -> str:
@@ -48,6 +71,7 @@ class SessionState:
     rejected: int = 0
     terminated: bool = False
     terminate_message: str | None = None
+    principal: str = ""  # whose session it is (sessions are keyed by principal and id)
 
 
 class SqliteStore:
@@ -60,9 +84,16 @@ class SqliteStore:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        self._migrate()
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
-        self._sessions: dict[str, SessionState] = {}
+        self._sessions: dict[tuple[str, str], SessionState] = {}
+
+    def _migrate(self) -> None:
+        """Sessions keyed by id alone become unowned rows (see the module docstring)."""
+        columns = [row[1] for row in self._db.execute("PRAGMA table_info(sessions)")]
+        if columns and "principal" not in columns:
+            self._db.executescript(f"BEGIN IMMEDIATE;{_MIGRATE_UNOWNED}COMMIT;")
 
     @property
     def connection(self) -> sqlite3.Connection:
@@ -79,24 +110,25 @@ class SqliteStore:
         with self._lock:
             self._db.close()
 
-    def session(self, session_id: str) -> SessionState:
-        """The session's state, created on first sight."""
-        found = self._sessions.get(session_id)
+    def session(self, principal: str, session_id: str) -> SessionState:
+        """The principal's session of that id, created on first sight."""
+        key = (principal, session_id)
+        found = self._sessions.get(key)
         if found is not None:
             return found
         with self._lock:
-            row = self._db.execute(
-                "SELECT started_at, calls, calls_by_tool, rejected, terminated, terminate_message"
-                " FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            select = f"SELECT {_COLUMNS} FROM sessions WHERE principal = ? AND id = ?"
+            row = self._db.execute(select, key).fetchone()
             if row is None:
-                state = SessionState(session_id, now_rfc3339())
-                self._db.execute("INSERT INTO sessions (id, started_at) VALUES (?, ?)",
-                                 (session_id, state.started_at))
-            else:
-                state = SessionState(session_id, row[0], row[1], json.loads(row[2]), row[3], bool(row[4]), row[5])
+                row = self._db.execute(select, (_UNOWNED, session_id)).fetchone() or \
+                    (now_rfc3339(), 0, "{}", 0, 0, None)
+                self._db.execute(f"INSERT INTO sessions (principal, id, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                 (*key, *row))
+            state = SessionState(session_id, row[0], row[1], json.loads(row[2]), row[3], bool(row[4]), row[5],
+                                 principal)
         if len(self._sessions) >= MAX_CACHED_SESSIONS:
             self._sessions.pop(next(iter(self._sessions)))
-        self._sessions[session_id] = state
+        self._sessions[key] = state
         return state
 
     def count_call(self, state: SessionState, tool: str) -> None:
@@ -115,8 +147,8 @@ class SqliteStore:
 
     def _save(self, state: SessionState) -> None:
         values: tuple[Any, ...] = (state.calls, json.dumps(state.calls_by_tool), state.rejected,
-                                   int(state.terminated), state.terminate_message, state.id)
+                                   int(state.terminated), state.terminate_message, state.principal, state.id)
         with self._lock:
             self._db.execute(
                 "UPDATE sessions SET calls = ?, calls_by_tool = ?, rejected = ?, terminated = ?,"
-                " terminate_message = ? WHERE id = ?", values)
+                " terminate_message = ? WHERE principal = ? AND id = ?", values)

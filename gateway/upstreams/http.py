@@ -19,6 +19,7 @@ import httpx2
 from gateway.errors import InvalidArgumentsError, UpstreamError
 from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_KEEPALIVE_SECONDS, UPSTREAM_MAX_CONNECTIONS
 from gateway.upstreams.base import ToolResult, UpstreamTool, text_result
+from gateway.values import text
 
 __all__ = ["HttpOperation", "HttpUpstream"]
 
@@ -91,10 +92,10 @@ class HttpUpstream:
         if missing:
             raise InvalidArgumentsError(f"missing path argument(s): {', '.join(missing)}")
         path = _PLACEHOLDER.sub(lambda m: _segment(m.group(1), rest.pop(m.group(1))), op.path)
-        query = {k: _query_value(rest.pop(k)) for k in op.query if k in rest}
+        query = {k: _query_value(v) for k in op.query if k in rest and (v := rest.pop(k)) is not None}
         body = rest if op.body else None
         if not op.body:
-            query.update({k: _query_value(v) for k, v in rest.items()})
+            query.update({k: _query_value(v) for k, v in rest.items() if v is not None})
         return op.method, self._base + path, query, body
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
@@ -121,23 +122,26 @@ def _segment(name: str, value: Any) -> str:
     """One path segment from an argument; it can never become a different path.
 
     Servers decode ``%2F`` before routing and clients collapse ``.``/``..`` segments, so those are
-    refused rather than encoded.
+    refused rather than encoded. Only a string, a number or a boolean names a segment: ``null``, a
+    list or an object is refused rather than printed into the path.
     """
-    text = _query_value(value) if not isinstance(value, str) else value
-    if text in ("", ".", "..") or "/" in text or "\\" in text:
+    if value is None or isinstance(value, (dict, list)):
+        kind = "null" if value is None else "a list" if isinstance(value, list) else "an object"
+        raise InvalidArgumentsError(f"path argument {name!r} must be a string or a number, not {kind}")
+    segment = text(value)
+    if segment in ("", ".", "..") or "/" in segment or "\\" in segment:
         raise InvalidArgumentsError(f"path argument {name!r} must be a single, non-empty path segment")
-    return quote(text, safe="")
+    return quote(segment, safe="")
 
 
 def _query_value(value: Any) -> Any:
-    """A query value; a list of scalars becomes repeated keys (OpenAPI's default form)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
+    """A query value, written as JSON writes it; a list of scalars becomes repeated keys (OpenAPI's default form).
+
+    A ``null`` argument is left out of the query (by the caller), not sent as ``None``.
+    """
     if isinstance(value, list) and all(isinstance(v, (str, int, float, bool)) for v in value):
-        return [_query_value(v) for v in value]
-    if isinstance(value, (dict, list)):
-        return json.dumps(value)
-    return str(value)
+        return [text(v) for v in value]
+    return text(value)
 
 
 class _ResponseTooLarge(Exception):
