@@ -174,6 +174,9 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                           exception_handlers=json_http_errors())
     app = Starlette(routes=[*open_routes, Mount("/", app=protected)], lifespan=lifespan,
                     exception_handlers=json_http_errors())
+    for router in (protected.router, app.router):
+        # No 307 to the slash-less path: an API answers the path it was asked, as JSON (404 if unknown).
+        router.redirect_slashes = False
     app.state.gateway = gateway
     return app
 

@@ -197,7 +197,7 @@ def _operations() -> Json:
                 {"name": "limit", "in": "query", "required": False,
                  "schema": {"type": "integer", "minimum": 1, "maximum": MAX_APPROVALS_PAGE, "default": 200}},
                 {"name": "offset", "in": "query", "required": False,
-                 "schema": {"type": "integer", "minimum": 0, "default": 0}}],
+                 "schema": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1, "default": 0}}],
             "responses": {"200": _body(_ref("ApprovalPage"), "One page of requests."), **_EDGE_ERRORS}}},
         "/v1/approvals/{approval_id}": {"get": {
             "operationId": "getApproval", "summary": "One approval request (approvers, and the caller who asked).",

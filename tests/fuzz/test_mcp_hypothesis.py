@@ -26,7 +26,6 @@ import pytest
 from fuzz_support import (
     ARGUMENT_SHAPES,
     FUZZ,
-    KNOWN_BUG,
     RAW,
     TOOL_NAMES,
     FuzzGateway,
@@ -221,9 +220,7 @@ TEMPLATES = TOOLS_CALL | st.sampled_from([
 SENT = {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}
 
 
-@pytest.mark.xfail(strict=False, reason="issue 7 item 6: NaN, Infinity and 1e400 in tools/call arguments end in "
-                                        "'The gateway failed.', fixed on branch h3-sessions-inputs")
-@KNOWN_BUG
+@FUZZ
 @given(body=spliced(TEMPLATES, non_finite))
 def test_non_finite_numbers(fuzz_gateway: FuzzGateway, session: dict[str, str], body: str) -> None:
     """NaN, Infinity and 1e400 in tools/call are refused clearly (a JSON-RPC error or a refusal)."""

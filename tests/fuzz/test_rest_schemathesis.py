@@ -32,16 +32,18 @@ import schemathesis
 from fuzz_support import KEYS, TOOL_NAMES
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from schemathesis import checks
+from schemathesis import checks as checks_module
 
 from gateway.frontends.openapi_doc import openapi_document
 
 schema = schemathesis.openapi.from_dict(openapi_document())
 
-CHECKS = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
-          checks.response_headers_conformance, checks.response_schema_conformance,
-          checks.positive_data_acceptance, checks.negative_data_rejection, checks.missing_required_header,
-          checks.ignored_auth]
+CHECKS = [
+    checks_module.not_a_server_error, checks_module.status_code_conformance, checks_module.content_type_conformance,
+    checks_module.response_headers_conformance, checks_module.response_schema_conformance,
+    checks_module.positive_data_acceptance, checks_module.negative_data_rejection,
+    checks_module.missing_required_header, checks_module.ignored_auth,
+]
 
 # Real tool names and approval ids, mixed into the generated path parameters so that requests
 # reach the call pipeline and stored approvals, not only the "unknown" branches. The held tool is
@@ -96,5 +98,12 @@ def test_served_document_is_the_fuzzed_one(module_fuzz_gateway: Any) -> None:
                                  HealthCheck.function_scoped_fixture])
 def test_gateway_conforms_to_its_openapi(case: Any, module_fuzz_gateway: Any, pending_approvals: None) -> None:
     """Generated requests to each operation: no 5xx, every answer as documented, auth enforced."""
-    case.call_and_validate(base_url=module_fuzz_gateway.url, checks=CHECKS, timeout=10)
+    active = CHECKS
+    if case.operation.path == "/v1/tools/{name}/invoke":
+        # Arguments are admitted only when policies can see them exactly (integers within int64,
+        # no U+0000, no lone surrogates, at most 64 levels deep): rules JSON Schema cannot state, so
+        # a schema-valid body may rightly get 400 invalid-input. tests/gateway/test_bad_values.py
+        # pins those refusals; every other check still applies to invoke.
+        active = [c for c in CHECKS if c is not checks_module.positive_data_acceptance]
+    case.call_and_validate(base_url=module_fuzz_gateway.url, checks=active, timeout=10)
     module_fuzz_gateway.assert_healthy()

@@ -82,7 +82,8 @@ async def test_a_nul_in_a_url_cannot_show_the_policy_another_host(egress_gateway
     # the rule itself works on this engine: the control calls are decided as written
     assert (allowed.is_error, private.meta["gateway/decision"]) == (False, "reject")
     assert [r["query"]["q"] for r in http_api.seen(marker)] == [f"http://example.com/{marker}"]
-    verdicts = [e["verdict"] for e in egress_gateway.audit_events() if marker in str(e["original_args"])]
+    outcomes = [e for e in egress_gateway.audit_events() if e.get("event") == "call.outcome"]
+    verdicts = [e["verdict"] for e in outcomes if marker in str(e["original_args"])]
     assert verdicts == ["invalid_input", "invalid_input", "allow", "reject"]
 
 

@@ -23,7 +23,7 @@ from starlette.routing import Route
 
 PASSWORD = "hunter2"
 ACCESS_KEY = "AKIAIOSFODNN7EXAMPLE"  # matched by a configured redact pattern, not by its key
-DEPTH = 70  # past the old limit of 64 nested containers
+DEPTH = 60  # deep, yet within the 64 levels a call may nest (the Redactor alone is tested far deeper)
 
 
 def deep_args() -> dict[str, Any]:
@@ -97,7 +97,7 @@ async def test_a_deep_secret_in_a_held_call_is_redacted_on_every_surface(bench: 
 
         # The audit log: the held call and the run.
         audit = gw.audit_path.read_text(encoding="utf-8")
-        assert len([e for e in gw.audit_events() if e["call_id"] == cid]) == 2
+        assert len([e for e in gw.audit_events() if e.get("call_id") == cid]) == 3  # held, intent, outcome
         assert leaks(audit) == []
         event = gw.audit_events()[-1]
         assert any(p.endswith("/password") for p in event["redacted"])
