@@ -88,3 +88,10 @@ DEFAULT_BODY_TIMEOUT_SECONDS = 30.0
 # sits idle between requests) is closed to make room; only when every connection is busy with a
 # request is the new one answered 503. Well under the usual 1,024 open files per process.
 DEFAULT_MAX_CONNECTIONS = 512
+
+# After refusing a request whose body or headers were still arriving, the connection keeps
+# reading (and discarding) for up to this long and this many bytes before it is closed, so the
+# client reads the refusal instead of a "connection reset" (closing with unread input sends RST,
+# and the client's kernel drops the answer).
+LINGER_SECONDS = 2.0
+LINGER_MAX_BYTES = 4 * 1024 * 1024
