@@ -162,9 +162,11 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
 
 
 def server_options(config: LoadedConfig) -> dict[str, Any]:
-    """uvicorn settings for this config: the HTTP protocol with its header, time and connection bounds."""
+    """uvicorn settings for this config: the HTTP protocol with its header, time and connection bounds
+    (and no WebSocket upgrades: nothing here speaks WebSocket, so nothing should accept one)."""
     http = config.spec.http
-    return {"http": edge_protocol(http.max_header_bytes, parse_duration(http.header_timeout), http.max_connections)}
+    return {"http": edge_protocol(http.max_header_bytes, parse_duration(http.header_timeout), http.max_connections),
+            "ws": "none"}
 
 
 def _edge_middleware(config: LoadedConfig) -> list[Middleware]:

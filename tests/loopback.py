@@ -28,8 +28,9 @@ async def serve_app(app: Any, *, lifespan: Literal["on", "off"] = "on", startup:
     ``startup`` bounds the wait for uvicorn to listen (a lifespan that launches an upstream can take
     seconds on a busy machine); requests still running at shutdown are cancelled after ``grace``.
     """
-    config = uvicorn.Config(app, host=HOST, port=0, lifespan=lifespan, ws="none", log_config=None,
-                            log_level="warning", timeout_graceful_shutdown=grace, **(options or {}))
+    settings: dict[str, Any] = {"ws": "none", **(options or {})}
+    config = uvicorn.Config(app, host=HOST, port=0, lifespan=lifespan, log_config=None, log_level="warning",
+                            timeout_graceful_shutdown=grace, **settings)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:

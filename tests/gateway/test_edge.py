@@ -328,3 +328,28 @@ async def test_past_the_cap_of_busy_connections_a_new_one_gets_503(edge, http_ap
         assert status == 503
         assert [r.status_code for r in await asyncio.gather(*naps)] == [200] * MAX_CONNECTIONS
         assert (await http.get("/healthz")).status_code == 200  # and once they are done, there is room again
+
+
+async def test_1100_slow_connections_with_the_default_settings_do_not_starve_anyone(start_gateway, configs, http_api,
+                                                                                   keys):
+    # what made every legitimate request fail before: 1,100 clients that never finish their headers
+    gateway = await start_gateway(configs.base(configs.http_upstream("api", http_api.url, prefix="web")),
+                                  {"p.yaml": "policy: p\nrules: []\n"})
+    slow = []
+    try:
+        for _ in range(1100):
+            reader, writer = await raw(gateway.url)
+            writer.write(b"POST /v1/tools/web_search/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            slow.append((reader, writer))
+        async with httpx2.AsyncClient(base_url=gateway.url, headers={"Authorization": f"Bearer {keys['alice']}"},
+                                      timeout=5) as http:
+            for _ in range(10):
+                response = await http.post("/v1/tools/web_search/invoke", json={"arguments": {"q": "ok"}},
+                                           headers={"Connection": "close"})
+                assert response.status_code == 200
+        await asyncio.sleep(0.2)
+        # the server holds at most its cap (512 by default); the oldest slow clients were let go
+        assert sum(reader.at_eof() for reader, _ in slow) >= 1100 - 512
+    finally:
+        for _, writer in slow:
+            writer.close()
