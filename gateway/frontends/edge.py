@@ -143,7 +143,7 @@ def _is_json(content_type: str) -> bool:
     media, *params = (part.strip().lower() for part in content_type.split(";"))
     if media != "application/json":
         return False
-    for param in params:
+    for param in filter(None, params):
         key, _, value = param.partition("=")
         if key.strip() != "charset" or value.strip().strip('"') not in ("utf-8", "utf8"):
             return False

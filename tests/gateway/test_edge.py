@@ -15,7 +15,9 @@ import httpx2
 import pytest
 import pytest_asyncio
 
+from gateway.app import build_app
 from gateway.auth import hash_key
+from gateway.errors import ConfigError
 
 HEADER_TIMEOUT = 1.0
 BODY_TIMEOUT = 1.0
@@ -353,3 +355,33 @@ async def test_1100_slow_connections_with_the_default_settings_do_not_starve_any
     finally:
         for _, writer in slow:
             writer.close()
+
+
+# --- configuration -----------------------------------------------------------------------------------------
+
+
+async def test_hosts_served_by_default_beyond_loopback_and_when_listed(configs, tmp_path):
+    async def statuses(http_section: dict[str, Any] | None, listen_host: str, hosts: list[str]) -> list[int]:
+        extra = {"http": http_section} if http_section is not None else {}
+        root = tmp_path / uuid.uuid4().hex
+        config = configs.load(configs.write(root, configs.base(listen={"host": listen_host}, **extra,
+                                                               approvals={"public_url": "https://gw.example.com/x"}),
+                                            {"p.yaml": "policy: p\nrules: []\n"}))
+        async with configs.serve(config) as running, httpx2.AsyncClient(base_url=running.url) as http:
+            return [(await http.get("/healthz", headers={"Host": host})).status_code for host in hosts]
+
+    hosts = ["localhost:9", "192.0.2.7:8080", "[2001:db8::1]", "gw.lan:8080", "gw.example.com", "other.example"]
+    # default: loopback names, IP literals, the listen name and public_url's host; nothing else
+    assert await statuses(None, "gw.lan", hosts) == [200, 200, 200, 200, 200, 421]
+    # a list: exactly it (plus public_url's host), names with a port only on that port
+    assert await statuses({"allowed_hosts": ["other.example:8080"]}, "0.0.0.0",
+                          [*hosts, "other.example:8080"]) == [421, 421, 421, 421, 200, 421, 200]
+    assert await statuses({"allowed_hosts": ["*"]}, "0.0.0.0", hosts) == [200] * 6
+
+
+def test_a_body_limit_below_the_argument_limit_is_a_config_error(configs, tmp_path):
+    config = configs.load(configs.write(tmp_path, configs.base(http={"max_body_bytes": 1000},
+                                                               limits={"max_argument_bytes": 5000}),
+                                        {"p.yaml": "policy: p\nrules: []\n"}))
+    with pytest.raises(ConfigError, match=r"http.max_body_bytes \(1000\) is smaller than limits.max_argument_bytes"):
+        build_app(config)
