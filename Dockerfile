@@ -1,6 +1,6 @@
 # The gateway, serving the quick-start deployment by default.
 #   docker build -t agent-policy-gateway .
-#   docker run -p 8080:8080 agent-policy-gateway
+#   docker run -p 127.0.0.1:8080:8080 agent-policy-gateway   (the quick start is anonymous: keep it on loopback)
 # Mount your own config and policies and pass its path to run a real deployment:
 #   docker run -p 8080:8080 -v $PWD/deploy:/deploy agent-policy-gateway gateway serve /deploy/gateway.yaml --host 0.0.0.0
 FROM python:3.11-slim-bookworm

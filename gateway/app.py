@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -24,12 +25,14 @@ from gateway.diagnostics import Diagnostic
 from gateway.errors import ConfigError
 from gateway.frontends.approvals_api import approval_routes
 from gateway.frontends.approvals_page import approvals_page_routes
+from gateway.frontends.edge import LOOPBACK_NAMES, BodyLimit, HostOriginGuard, HostRules, JsonOnly, is_loopback
 from gateway.frontends.http_errors import json_http_errors
+from gateway.frontends.http_protocol import edge_protocol
 from gateway.frontends.identity import RequireIdentity
 from gateway.frontends.mcp import McpFrontend
 from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.rest import rest_routes
-from gateway.limits import DEFAULT_SETTLE_SECONDS, SETTLE_POLLS
+from gateway.limits import BODY_OVERHEAD_BYTES, DEFAULT_MAX_BODY_BYTES, DEFAULT_SETTLE_SECONDS, SETTLE_POLLS
 from gateway.pipeline import Gateway
 from gateway.pipeline.audit import AuditLog, Redactor
 from gateway.pipeline.principal_limits import PrincipalLimits
@@ -42,7 +45,7 @@ from gateway.upstreams.launch import LaunchedUpstream
 from gateway.upstreams.mcp import McpUpstream
 from gateway.upstreams.registry import Source, ToolRegistry
 
-__all__ = ["build_app", "build_gateway", "build_upstream"]
+__all__ = ["build_app", "build_gateway", "build_upstream", "server_options"]
 
 log = logging.getLogger("gateway")
 
@@ -132,6 +135,7 @@ def build_gateway(config: LoadedConfig) -> Gateway:
 
 def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette:
     """The ASGI app: /mcp, /v1/*, /healthz, with upstreams started and policies watched in its lifespan."""
+    edge = _edge_middleware(config)  # first: a config the edge refuses starts nothing
     gateway = gateway or build_gateway(config)
     auth = Authenticator(config.spec.auth, config.base)
     mcp = McpFrontend(gateway, max_sessions_per_principal=config.spec.limits.max_sessions_per_principal)
@@ -139,6 +143,9 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if config.spec.auth.anonymous is not None:
+            log.warning("anonymous access is on: requests without a key act as principal %r (auth.anonymous)",
+                        config.spec.auth.anonymous.id)
         await _start_upstreams(gateway, config)
         tasks = [asyncio.create_task(gateway.policies.watch(interval), name="policy-watcher")]
         if isinstance(gateway.approvals, ApprovalService):
@@ -172,13 +179,45 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
         open_routes.extend(approvals_page_routes())
     protected = Starlette(routes=api, middleware=[Middleware(RequireIdentity, auth=auth)],
                           exception_handlers=json_http_errors())
-    app = Starlette(routes=[*open_routes, Mount("/", app=protected)], lifespan=lifespan,
+    app = Starlette(routes=[*open_routes, Mount("/", app=protected)], lifespan=lifespan, middleware=edge,
                     exception_handlers=json_http_errors())
     for router in (protected.router, app.router):
         # No 307 to the slash-less path: an API answers the path it was asked, as JSON (404 if unknown).
         router.redirect_slashes = False
     app.state.gateway = gateway
     return app
+
+
+def server_options(config: LoadedConfig) -> dict[str, Any]:
+    """uvicorn settings for this config: the HTTP protocol with its header, time and connection bounds
+    (and no WebSocket upgrades: nothing here speaks WebSocket, so nothing should accept one)."""
+    http = config.spec.http
+    return {"http": edge_protocol(http.max_header_bytes, parse_duration(http.header_timeout), http.max_connections),
+            "ws": "none"}
+
+
+def _edge_middleware(config: LoadedConfig) -> list[Middleware]:
+    """Host/Origin checks, JSON-only bodies and the body limit, from `http:` (and refuse unsafe anonymous access)."""
+    spec, where = config.spec, str(config.file)
+    listen, http, public = spec.listen.host, spec.http, spec.approvals.public_url
+    if spec.auth.anonymous is not None and not is_loopback(listen) and not spec.auth.anonymous_beyond_loopback:
+        raise ConfigError([Diagnostic(
+            "anonymous-beyond-loopback", f"auth.anonymous is set and listen.host {listen!r} is not a loopback address",
+            where, hint="listen on 127.0.0.1, remove auth.anonymous, or set auth.anonymous_beyond_loopback: true")])
+    max_body = http.max_body_bytes or max(DEFAULT_MAX_BODY_BYTES, spec.limits.max_argument_bytes + BODY_OVERHEAD_BYTES)
+    if max_body < spec.limits.max_argument_bytes:
+        raise ConfigError([Diagnostic(
+            "body-limit", f"http.max_body_bytes ({max_body}) is smaller than limits.max_argument_bytes"
+            f" ({spec.limits.max_argument_bytes})", where, hint="raise http.max_body_bytes")])
+    # the public URL is where approvers and webhooks reach the gateway: its host and origin are served
+    own = [urlsplit(public)] if public else []
+    hosts = [*(u.netloc for u in own), *(http.allowed_hosts if http.allowed_hosts is not None else
+                                        [*LOOPBACK_NAMES, *([] if is_loopback(listen) else [listen])])]
+    # without a list: names nobody can point elsewhere (IP literals, localhost), plus the ones above
+    rules = HostRules.build(hosts, ip_literals=http.allowed_hosts is None)
+    origins = frozenset([*http.allowed_origins, *(f"{u.scheme}://{u.netloc}".lower() for u in own)])
+    return [Middleware(HostOriginGuard, hosts=rules, origins=origins), Middleware(JsonOnly),
+            Middleware(BodyLimit, max_bytes=max_body, timeout=parse_duration(http.body_timeout))]
 
 
 async def _start_upstreams(gateway: Gateway, config: LoadedConfig) -> None:

@@ -1,22 +1,24 @@
 """Who is calling: API keys (stored as SHA-256, or read from env/file) mapped to principals.
 
-Keys arrive as ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``. Only hashes are kept in
-memory, and they are compared in constant time.
+Keys arrive as ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``, exactly one of them, once. Only
+hashes are kept in memory, and they are compared in constant time. A credential that is presented
+but unusable (another scheme, an empty value, a repeated header) is refused, never anonymous.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.config.load import resolve_secret
 from gateway.config.model import AuthSpec
+from gateway.errors import AmbiguousCredentials, CredentialError
 from gateway.policy.call import Principal
 
-__all__ = ["Authenticator", "Identity", "hash_key"]
+__all__ = ["Authenticator", "Identity", "hash_key", "presented_key"]
 
 
 def hash_key(key: str) -> str:
@@ -44,9 +46,10 @@ class Authenticator:
         anon = spec.anonymous
         self._anonymous = Identity(Principal(anon.id, tuple(anon.groups), dict(anon.claims))) if anon else None
 
-    def identify(self, headers: Mapping[str, str]) -> Identity | None:
-        """The caller's identity from request headers; the anonymous one if enabled and no key was sent."""
-        key = _presented_key(headers)
+    def identify(self, headers: Iterable[tuple[bytes, bytes]]) -> Identity | None:
+        """The caller's identity from raw request headers; the anonymous one if enabled and no credential
+        was sent at all. Raises ``CredentialError`` for a credential that cannot be used."""
+        key = presented_key(headers)
         if key is None:
             return self._anonymous
         digest = hashlib.sha256(key.encode()).digest()
@@ -57,11 +60,29 @@ class Authenticator:
         return found
 
 
-def _presented_key(headers: Mapping[str, str]) -> str | None:
-    auth = headers.get("authorization")
+def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The API key a request presents, or None when it presents no credential at all."""
+    auth: list[str] = []
+    api: list[str] = []
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == b"authorization":
+            auth.append(value.decode("latin-1"))
+        elif lowered == b"x-api-key":
+            api.append(value.decode("latin-1"))
+    if not auth and not api:
+        return None
+    if len(auth) + len(api) > 1:
+        # two credentials could be read two ways (a proxy may keep the first, we the last): refuse both
+        raise AmbiguousCredentials("Send exactly one credential: one 'Authorization: Bearer KEY' header"
+                                   " or one 'X-API-Key' header.")
     if auth:
-        scheme, _, value = auth.partition(" ")
-        if scheme.lower() == "bearer" and value.strip():
-            return value.strip()
-    key = headers.get("x-api-key")
-    return key.strip() if key else None
+        scheme, _, token = auth[0].strip().partition(" ")
+        if scheme.lower() != "bearer":
+            raise CredentialError("Only 'Authorization: Bearer KEY' is accepted.")
+        key = token.strip()
+    else:
+        key = api[0].strip()
+    if not key:
+        raise CredentialError("The API key is empty. Send an API key as 'Authorization: Bearer KEY'.")
+    return key

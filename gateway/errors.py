@@ -7,6 +7,8 @@
     │   ├── CelCompileError    an expression does not parse or type-check
     │   └── CelEvaluationError an expression failed at evaluation time
     ├── TestSuiteError         a policy test suite is malformed
+    ├── CredentialError        a credential was presented but cannot be used (401)
+    │   └── AmbiguousCredentials  more than one credential, e.g. a repeated header (400)
     ├── ApprovalError          an approver's request cannot be carried out
     │   ├── ApprovalNotFound   no approval request has that id (404)
     │   ├── ApprovalForbidden  this approver may not decide it, e.g. their own call (403)
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from gateway.diagnostics import Diagnostic
 
 __all__ = [
+    "AmbiguousCredentials",
     "ApprovalConflict",
     "ApprovalError",
     "ApprovalForbidden",
@@ -40,6 +43,7 @@ __all__ = [
     "CelError",
     "CelEvaluationError",
     "ConfigError",
+    "CredentialError",
     "GatewayError",
     "InvalidArgumentsError",
     "PolicyLoadError",
@@ -167,3 +171,17 @@ class AuditWriteError(CallError):
     """The audit event could not be written, so the call fails closed."""
 
     code = "audit-write"
+
+
+class CredentialError(GatewayError):
+    """A credential was presented but cannot be used; never read as 'no credential' (anonymous)."""
+
+    code = "unauthorized"
+    status = 401
+
+
+class AmbiguousCredentials(CredentialError):
+    """More than one credential: a repeated header, or both Authorization and X-API-Key."""
+
+    code = "ambiguous-credentials"
+    status = 400

@@ -114,3 +114,33 @@ DEFAULT_MAX_SESSIONS_PER_PRINCIPAL = 100
 # Calls one principal may have running at once when `limits.per_principal.max_concurrent_calls`
 # is not set (held calls waiting for approval count): one key cannot take every upstream connection.
 DEFAULT_MAX_CONCURRENT_CALLS = 256
+# --- the HTTP edge (each overridable under `http:` in gateway.yaml) ---
+
+# Request bodies are counted while they are read and refused (413) past this many bytes; the
+# default leaves room for `limits.max_argument_bytes` of arguments plus the JSON around them.
+DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
+BODY_OVERHEAD_BYTES = 64 * 1024
+
+# The request line and headers together; h11 and nginx default to 8-64 KiB, and no client of the
+# gateway sends more than a few hundred bytes of headers (431 past this).
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
+
+# A client has this long, from its first byte, to send the request line and headers (a new
+# connection has it from the moment it connects): slow-header ("slowloris") clients are dropped.
+DEFAULT_HEADER_TIMEOUT_SECONDS = 10.0
+
+# The whole body must arrive within this long after the headers (408 otherwise): 2 MiB needs only
+# ~0.6 Mbit/s, so a legitimate client is never cut off, and a dripping one cannot hold a connection.
+DEFAULT_BODY_TIMEOUT_SECONDS = 30.0
+
+# Open client connections. Past it, the oldest connection that has not yet sent its headers (or
+# sits idle between requests) is closed to make room; only when every connection is busy with a
+# request is the new one answered 503. Well under the usual 1,024 open files per process.
+DEFAULT_MAX_CONNECTIONS = 512
+
+# After refusing a request whose body or headers were still arriving, the connection keeps
+# reading (and discarding) for up to this long and this many bytes before it is closed, so the
+# client reads the refusal instead of a "connection reset" (closing with unread input sends RST,
+# and the client's kernel drops the answer).
+LINGER_SECONDS = 2.0
+LINGER_MAX_BYTES = 4 * 1024 * 1024

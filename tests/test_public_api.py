@@ -37,6 +37,7 @@ def test_policy_exports():
 
 def test_error_exports():
     assert gateway.errors.__all__ == [
+        "AmbiguousCredentials",
         "ApprovalConflict",
         "ApprovalError",
         "ApprovalForbidden",
@@ -47,6 +48,7 @@ def test_error_exports():
         "CelError",
         "CelEvaluationError",
         "ConfigError",
+        "CredentialError",
         "GatewayError",
         "InvalidArgumentsError",
         "PolicyLoadError",

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
+import os
+import sqlite3
 import sys
+from pathlib import Path
 from typing import Any
 
 from gateway.errors import ConfigError, PolicyLoadError
@@ -17,7 +20,7 @@ def serve(args: argparse.Namespace) -> int:
     """Load the config, build the app, serve until interrupted."""
     import uvicorn
 
-    from gateway.app import build_app
+    from gateway.app import build_app, server_options
     from gateway.config.load import load_config
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
@@ -29,15 +32,23 @@ def serve(args: argparse.Namespace) -> int:
             config.spec.listen.host = args.host
         if args.port is not None:
             config.spec.listen.port = args.port
+        data = [config.path(p) for p in (config.spec.store.sqlite, config.spec.audit.file) if p]
+        if problem := unwritable(data):
+            print(f"gateway: {problem}", file=sys.stderr)
+            return 1
         app = build_app(config)
     except (ConfigError, PolicyLoadError) as exc:
         for d in exc.diagnostics:
             print(d.format(), file=sys.stderr)
         return 1
+    except (OSError, sqlite3.Error) as exc:  # a data file that looked fine but cannot be opened after all
+        print(f"gateway: cannot open the gateway's data files: {exc}", file=sys.stderr)
+        return 1
     host, port = config.spec.listen.host, config.spec.listen.port
     print(f"gateway: listening on http://{host}:{port} (MCP at /mcp, REST at /v1)", file=sys.stderr)
     uvicorn.run(app, host=host, port=port, log_level=args.log_level, lifespan="on",
-                log_config=_logs_off_stdout() if config.spec.audit.stdout else uvicorn.config.LOGGING_CONFIG)
+                log_config=_logs_off_stdout() if config.spec.audit.stdout else uvicorn.config.LOGGING_CONFIG,
+                **server_options(config))
     return 0
 
 
@@ -48,3 +59,21 @@ def _logs_off_stdout() -> dict[str, Any]:
     config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
     config["handlers"]["access"]["stream"] = "ext://sys.stderr"
     return config
+
+
+def unwritable(paths: list[Path]) -> str | None:
+    """Why one of these data files (the store, the audit log) cannot be written, or None when all can.
+
+    Their folders are created if missing. SQLite also needs to write next to its file (journal), so
+    the folder itself must be writable, not only the file.
+    """
+    for path in paths:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return f"cannot create the folder for {path}: {exc.strerror or exc}"
+        if not path.parent.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
+            return f"cannot write to {path.parent} (needed for {path.name}): check its permissions"
+        if path.exists() and (path.is_dir() or not os.access(path, os.W_OK)):
+            return f"cannot write to {path}: check its permissions"
+    return None

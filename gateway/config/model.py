@@ -6,10 +6,12 @@ Secrets never appear as literals: a header value or API key that is secret is wr
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway import limits
 from gateway.limits import (
     AUDIT_MAX_EVENT_BYTES,
     AUDIT_MAX_VALUE_BYTES,
@@ -26,6 +28,7 @@ __all__ = [
     "AuditSpec",
     "AuthSpec",
     "GatewayConfig",
+    "HttpSpec",
     "HttpToolSpec",
     "HttpUpstreamSpec",
     "LaunchSpec",
@@ -131,6 +134,8 @@ class AuthSpec(_Strict):
 
     api_keys: list[ApiKeySpec] = Field(default_factory=list)
     anonymous: PrincipalSpec | None = None
+    # the anonymous principal is refused on a non-loopback listen address unless this says so
+    anonymous_beyond_loopback: bool = False
 
 
 class PerPrincipalLimitsSpec(_Strict):
@@ -150,6 +155,35 @@ class LimitsSpec(_Strict):
     per_principal: PerPrincipalLimitsSpec = Field(default_factory=PerPrincipalLimitsSpec)
 
     _timeout = field_validator("call_timeout")(_duration)
+
+
+_ORIGIN = r"^https?://(\[[0-9a-fA-F:.]+\]|[^/:\[\]@?#]+)(:\d{1,5})?$"
+
+
+class HttpSpec(_Strict):
+    """The HTTP edge: which Host and Origin values are served, and how much a client may send, how slowly."""
+
+    # Host names (or name:port) accepted in the Host header; "*" turns the check off. Default:
+    # localhost, any IP literal, listen.host and approvals.public_url's host (none can be rebound).
+    allowed_hosts: list[str] | None = None
+    # Browser origins allowed besides the gateway's own (same Host) and approvals.public_url's.
+    allowed_origins: list[str] = Field(default_factory=list)
+    # default: 2 MiB, or limits.max_argument_bytes + 64 KiB when that is more
+    max_body_bytes: int | None = Field(None, gt=0)
+    max_header_bytes: int = Field(limits.DEFAULT_MAX_HEADER_BYTES, ge=1024)
+    header_timeout: str | int | float = limits.DEFAULT_HEADER_TIMEOUT_SECONDS
+    body_timeout: str | int | float = limits.DEFAULT_BODY_TIMEOUT_SECONDS
+    max_connections: int = Field(limits.DEFAULT_MAX_CONNECTIONS, ge=1)
+
+    _timeouts = field_validator("header_timeout", "body_timeout")(_duration)
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            if not re.match(_ORIGIN, origin):
+                raise ValueError(f"{origin!r} is not an origin: write scheme://host[:port], no path")
+        return [o.lower() for o in value]
 
 
 class HttpToolSpec(_Strict):
@@ -301,6 +335,7 @@ class GatewayConfig(_Strict):
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     upstreams: list[UpstreamSpec] = Field(default_factory=list)
     approvals: ApprovalsSpec = Field(default_factory=ApprovalsSpec)
+    http: HttpSpec = Field(default_factory=HttpSpec)
     reload_interval: str | int | float = "1s"
     reload: ReloadSpec = Field(default_factory=ReloadSpec)
 

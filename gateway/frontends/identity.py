@@ -10,6 +10,7 @@ from mcp.server.auth.provider import AccessToken
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.auth import Authenticator, Identity
+from gateway.errors import CredentialError
 
 __all__ = ["IDENTITY_KEY", "RequireIdentity", "identity_of", "session_owner", "unauthorized_body"]
 
@@ -33,14 +34,13 @@ class RequireIdentity:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        identity = self.auth.identify(headers)
+        try:
+            identity = self.auth.identify(scope["headers"])
+        except CredentialError as exc:
+            await _refuse(send, exc.status, json.dumps({"error": {"code": exc.code, "message": str(exc)}}).encode())
+            return
         if identity is None:
-            body = unauthorized_body()
-            await send({"type": "http.response.start", "status": 401, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b'Bearer realm="gateway"')]})
-            await send({"type": "http.response.body", "body": body})
+            await _refuse(send, 401, unauthorized_body())
             return
         scope[IDENTITY_KEY] = identity
         scope["user"] = session_owner(identity)
@@ -56,6 +56,13 @@ def session_owner(identity: Identity) -> AuthenticatedUser:
     principal = identity.principal
     return AuthenticatedUser(AccessToken(token="", client_id=principal.id, subject=principal.id,
                                          scopes=list(principal.groups)))
+
+
+async def _refuse(send: Send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        (b"www-authenticate", b'Bearer realm="gateway"')]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def identity_of(scope: Any) -> Identity:

@@ -44,7 +44,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gateway.app import build_app
+from gateway.app import build_app, server_options
 from gateway.auth import hash_key
 from gateway.config.load import LoadedConfig, load_config
 from gateway.pipeline import Gateway
@@ -147,9 +147,9 @@ def _bound_socket() -> socket.socket:
     return sock
 
 
-def serve(app: Any) -> contextlib.AbstractAsyncContextManager[str]:
+def serve(app: Any, options: Mapping[str, Any] | None = None) -> contextlib.AbstractAsyncContextManager[str]:
     """Run an ASGI app (with its lifespan) under uvicorn on 127.0.0.1 in this loop; yields its base URL."""
-    return serve_app(app, startup=STARTUP_SECONDS, grace=5, shutdown=SHUTDOWN_SECONDS)
+    return serve_app(app, startup=STARTUP_SECONDS, grace=5, shutdown=SHUTDOWN_SECONDS, options=options)
 
 
 async def _hold(cm: contextlib.AbstractAsyncContextManager[Any]) -> tuple[Any, Callable[[], Awaitable[None]]]:
@@ -367,9 +367,9 @@ class RunningGateway:
 
 @contextlib.asynccontextmanager
 async def serve_gateway(config: LoadedConfig, gateway: Gateway | None = None) -> AsyncIterator[RunningGateway]:
-    """Build the app (around ``gateway`` if given) and serve it until the block ends."""
+    """Build the app (around ``gateway`` if given) and serve it as `gateway serve` would until the block ends."""
     app = build_app(config, gateway)
-    async with serve(app) as url:
+    async with serve(app, server_options(config)) as url:
         yield RunningGateway(url, app, config)
 
 

@@ -38,6 +38,9 @@
 
   // -- the API -------------------------------------------------------------------------------------
 
+  // CSRF defence, kept on purpose: the key travels only in the Authorization header (never a cookie;
+  // credentials: "omit"), and bodies are JSON, which the gateway requires (415 otherwise). A page on
+  // another origin can send neither without a CORS preflight, and the gateway refuses its Origin.
   async function api(method, apiPath, body) {
     const headers = { Accept: "application/json", Authorization: `Bearer ${key}` };
     if (body !== undefined) headers["Content-Type"] = "application/json";

@@ -1,0 +1,55 @@
+"""`gateway serve` refuses to start, with one clear line and no traceback, when it cannot keep its promises:
+data files it cannot write (issue 7, item 6), anonymous access beyond loopback (item 2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+START_SECONDS = 60  # a failed start is quick; this only bounds a hang
+
+
+def gateway_serve(root: Path, config: dict[str, object], *args: str) -> subprocess.CompletedProcess[str]:
+    (root / "policies").mkdir(exist_ok=True)
+    (root / "policies" / "p.yaml").write_text("policy: p\nrules: []\n", encoding="utf-8")
+    (root / "gateway.yaml").write_text(yaml.safe_dump({"policies": ["policies"], **config}), encoding="utf-8")
+    return subprocess.run([sys.executable, "-m", "gateway", "serve", str(root / "gateway.yaml"), "--port", "0", *args],
+                          capture_output=True, text=True, timeout=START_SECONDS, cwd=root)
+
+
+def unwritable_cases(root: Path) -> list[tuple[str, dict[str, object], str]]:
+    (root / "not-a-folder").write_text("a file where the data folder should be", encoding="utf-8")
+    (root / "audit-dir").mkdir()
+    return [
+        ("store under a file", {"store": {"sqlite": "not-a-folder/gateway.sqlite3"}},
+         str(root / "not-a-folder" / "gateway.sqlite3")),
+        ("audit under a file", {"audit": {"file": "not-a-folder/audit.jsonl"}}, str(root / "not-a-folder")),
+        ("audit is a folder", {"audit": {"file": "audit-dir"}}, str(root / "audit-dir")),
+        ("store on a read-only file system", {"store": {"sqlite": "/proc/gateway-data/gateway.sqlite3"}},
+         "/proc/gateway-data/gateway.sqlite3"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(4), ids=["store-under-file", "audit-under-file", "audit-is-dir", "read-only-fs"])
+def test_an_unwritable_data_file_is_one_clear_line_not_a_traceback(tmp_path, case):
+    name, config, path = unwritable_cases(tmp_path)[case]
+    result = gateway_serve(tmp_path, config)
+    assert result.returncode == 1, name
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("gateway: cannot ")
+    assert path in lines[0]
+
+
+def test_anonymous_access_on_a_public_address_is_refused_at_start(tmp_path):
+    result = gateway_serve(tmp_path, {"store": {"sqlite": "data/g.sqlite3"}, "audit": {"file": "data/a.jsonl"},
+                                      "auth": {"anonymous": {"id": "guest"}}}, "--host", "0.0.0.0")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "error[anonymous-beyond-loopback]" in result.stderr
+    assert "auth.anonymous_beyond_loopback: true" in result.stderr
