@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx2
 import yaml
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from loopback import serve_app
 from starlette.applications import Starlette
@@ -205,9 +205,6 @@ def gateway_in_thread(root: Path) -> Iterator[str]:
 FUZZ = settings(max_examples=40, deadline=timedelta(seconds=5), derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
-# For a family marked xfail for a bug another branch fixes: it fails at its first example, and
-# shrinking that failure costs seconds and tells nothing new.
-KNOWN_BUG = settings(FUZZ, phases=(Phase.explicit, Phase.generate))
 
 # Finite JSON values of every type, nested a little: the ordinary wrong values.
 json_values = st.recursive(

@@ -18,11 +18,9 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx2
-import pytest
 from fuzz_support import (
     ARGUMENT_SHAPES,
     FUZZ,
-    KNOWN_BUG,
     RAW,
     TOOL_NAMES,
     FuzzGateway,
@@ -203,9 +201,7 @@ NOT_JSON = ["text/plain", "text/plain; charset=utf-8", "application/x-www-form-u
             "multipart/form-data; boundary=x", "application/xml", "", "application/jsonp", "text/json"]
 
 
-@pytest.mark.xfail(strict=False, reason="issue 7 item 2: invoke and decision accept any content type (CSRF), "
-                                        "fixed on the item 2 branch")
-@KNOWN_BUG
+@FUZZ
 @given(content_type=st.sampled_from([*NOT_JSON, None]), decide=st.booleans())
 def test_bodies_that_are_not_declared_json_are_refused(fuzz_gateway: FuzzGateway, content_type: str | None,
                                                        decide: bool) -> None:
