@@ -11,10 +11,12 @@
     │   ├── ApprovalNotFound   no approval request has that id (404)
     │   ├── ApprovalForbidden  this approver may not decide it, e.g. their own call (403)
     │   └── ApprovalConflict   it was already decided (409)
+    ├── StoreUnavailable       the database stayed locked (or broke); nothing was changed (503)
     └── CallError              one tool call could not be carried out
         ├── UnknownToolError   the tool name resolves to nothing (a protocol error)
         ├── InvalidArgumentsError  arguments fail the tool's input schema
         ├── UpstreamError      the tool's upstream failed, timed out or is down
+        │   └── UpstreamNotReached  the request provably never left the gateway (refused, no route)
         └── AuditWriteError    the audit event could not be written (the call fails closed)
 
 Foreign exceptions (YAML, CEL engines, HTTP, MCP) are mapped to these at the boundary
@@ -43,9 +45,11 @@ __all__ = [
     "GatewayError",
     "InvalidArgumentsError",
     "PolicyLoadError",
+    "StoreUnavailable",
     "TestSuiteError",
     "UnknownToolError",
     "UpstreamError",
+    "UpstreamNotReached",
 ]
 
 
@@ -135,6 +139,13 @@ class ApprovalConflict(ApprovalError):
     status = 409
 
 
+class StoreUnavailable(GatewayError):
+    """The database could not be read or written in time (locked by another process, or broken)."""
+
+    code = "store-unavailable"
+    status = 503
+
+
 class CallError(GatewayError):
     """One tool call could not be carried out."""
 
@@ -167,3 +178,10 @@ class AuditWriteError(CallError):
     """The audit event could not be written, so the call fails closed."""
 
     code = "audit-write"
+
+
+class UpstreamNotReached(UpstreamError):
+    """The upstream was never sent the request: connecting failed (refused, no route, DNS) before
+    any byte of it was written. An approval is not used up by such an attempt."""
+
+    code = "upstream-not-reached"

@@ -1,23 +1,38 @@
-"""The embedded store: one SQLite file, WAL mode, one connection guarded by a lock.
+"""The embedded store: one SQLite file, WAL mode, two connections.
 
-Session rows are small and written once per call; SQLite on local disk does that in tens of
-microseconds, so calls write through inline rather than through a thread pool. An in-memory
-copy of each session serves reads.
+The event loop never waits for the database file. Reads of session rows use the loop's own
+connection (in WAL mode a reader never waits for a writer); every write goes through one worker
+thread that owns the second connection, with a busy timeout, so another process holding the file
+locked delays the writes and never the loop. Session rows are written behind (the in-memory copy
+is what calls read); approval work is awaited through ``run`` (see gateway/approvals/store.py).
+
+Each process that opens the store gets an ``instance_id``: claims it makes on shared rows (an
+approved call it is executing) carry it, so a second process on the same file can tell a live
+claim from one whose owner died.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import sqlite3
 import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from gateway.limits import MAX_CACHED_SESSIONS
+from gateway.limits import MAX_CACHED_SESSIONS, SQLITE_BUSY_TIMEOUT_SECONDS
 
 __all__ = ["SessionState", "SqliteStore"]
+
+log = logging.getLogger("gateway.store")
+
+T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -53,29 +68,46 @@ class SessionState:
 class SqliteStore:
     """Sessions in SQLite; safe to share between the event loop and worker threads."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, busy_timeout: float = SQLITE_BUSY_TIMEOUT_SECONDS) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
+        self.instance_id = uuid.uuid4().hex  # this process's name on the claims it makes
+        target, uri = self.path, False
+        if self.path == ":memory:":  # two connections must see one database
+            target, uri = f"file:gateway-{self.instance_id}?mode=memory&cache=shared", True
+        else:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None, uri=uri,
+                                   timeout=busy_timeout)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
+        self._writer = sqlite3.connect(target, check_same_thread=False, isolation_level=None, uri=uri,
+                                       timeout=busy_timeout)
+        self._writer.execute("PRAGMA synchronous=NORMAL")
+        self._writer_lock = threading.Lock()
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-db")
         self._sessions: dict[str, SessionState] = {}
 
     @property
     def connection(self) -> sqlite3.Connection:
-        """The shared connection, for stores that add their own tables (hold ``lock``)."""
-        return self._db
+        """The writing connection, for stores that add their own tables (hold ``lock``; use from ``run``)."""
+        return self._writer
 
     @property
     def lock(self) -> threading.Lock:
-        """The lock that guards the connection."""
-        return self._lock
+        """The lock that guards ``connection``."""
+        return self._writer_lock
+
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        """Run blocking database work on the store's one worker thread, and await its result."""
+        return await asyncio.get_running_loop().run_in_executor(self._worker, work, *args)
 
     def close(self) -> None:
-        """Close the database."""
+        """Finish queued writes, then close the database."""
+        self._worker.shutdown(wait=True)
+        with self._writer_lock:
+            self._writer.close()
         with self._lock:
             self._db.close()
 
@@ -88,12 +120,12 @@ class SqliteStore:
             row = self._db.execute(
                 "SELECT started_at, calls, calls_by_tool, rejected, terminated, terminate_message"
                 " FROM sessions WHERE id = ?", (session_id,)).fetchone()
-            if row is None:
-                state = SessionState(session_id, now_rfc3339())
-                self._db.execute("INSERT INTO sessions (id, started_at) VALUES (?, ?)",
-                                 (session_id, state.started_at))
-            else:
-                state = SessionState(session_id, row[0], row[1], json.loads(row[2]), row[3], bool(row[4]), row[5])
+        if row is None:
+            state = SessionState(session_id, now_rfc3339())
+            self._write_behind("INSERT OR IGNORE INTO sessions (id, started_at) VALUES (?, ?)",
+                               (session_id, state.started_at))
+        else:
+            state = SessionState(session_id, row[0], row[1], json.loads(row[2]), row[3], bool(row[4]), row[5])
         if len(self._sessions) >= MAX_CACHED_SESSIONS:
             self._sessions.pop(next(iter(self._sessions)))
         self._sessions[session_id] = state
@@ -114,9 +146,24 @@ class SqliteStore:
         self._save(state)
 
     def _save(self, state: SessionState) -> None:
-        values: tuple[Any, ...] = (state.calls, json.dumps(state.calls_by_tool), state.rejected,
-                                   int(state.terminated), state.terminate_message, state.id)
-        with self._lock:
-            self._db.execute(
-                "UPDATE sessions SET calls = ?, calls_by_tool = ?, rejected = ?, terminated = ?,"
-                " terminate_message = ? WHERE id = ?", values)
+        values: tuple[Any, ...] = (state.id, state.started_at, state.calls, json.dumps(state.calls_by_tool),
+                                   state.rejected, int(state.terminated), state.terminate_message)
+        self._write_behind(
+            "INSERT INTO sessions (id, started_at, calls, calls_by_tool, rejected, terminated, terminate_message)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET calls = excluded.calls,"
+            " calls_by_tool = excluded.calls_by_tool, rejected = excluded.rejected,"
+            " terminated = excluded.terminated, terminate_message = excluded.terminate_message", values)
+
+    def _write_behind(self, sql: str, values: tuple[Any, ...]) -> None:
+        """Queue a session write on the worker; the in-memory copy already holds the new state."""
+        try:
+            self._worker.submit(self._write, sql, values)
+        except RuntimeError:  # closing: the worker takes no more work
+            log.warning("session write dropped: the store is closing")
+
+    def _write(self, sql: str, values: tuple[Any, ...]) -> None:
+        try:
+            with self._writer_lock:
+                self._writer.execute(sql, values)
+        except sqlite3.Error as exc:  # locked past the busy timeout: the next write of the session catches up
+            log.warning("session row %s not saved: %s", values[0], exc)
