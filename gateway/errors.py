@@ -181,7 +181,6 @@ class AuditWriteError(CallError):
 
 
 class UpstreamNotReached(UpstreamError):
-    """The upstream was never sent the request: connecting failed (refused, no route, DNS) before
-    any byte of it was written. An approval is not used up by such an attempt."""
+    """The request provably never left the gateway (connection refused, no route, DNS); approvals stay usable."""
 
     code = "upstream-not-reached"

@@ -193,7 +193,7 @@ class Gateway:
                                               refusal(request.call_id, "interrupted", INTERRUPTED).to_rest())
                 raise
             outcome.meta[f"{META}approval_id"] = approval_id
-            if trace.upstream.get("status") == "not_reached":
+            if trace.upstream.get("reached") is False:
                 # Nothing was sent, so the approval is not used up: a retry within its validity runs.
                 await self.approvals.released(approval_id)
                 outcome = refusal(request.call_id, "tool_failed", NOT_REACHED, approval_id=approval_id)
@@ -221,7 +221,7 @@ class Gateway:
             trace.upstream = {"status": "not_called", "error": str(exc)}
             return refusal(request.call_id, "invalid_arguments", f"The arguments were refused: {exc}")
         except UpstreamNotReached as exc:  # provably never sent (see errors.UpstreamNotReached)
-            trace.upstream = {"status": "not_reached", "error": str(exc)[:MAX_AUDIT_ERROR_CHARS]}
+            trace.upstream = {"status": "failed", "reached": False, "error": str(exc)[:MAX_AUDIT_ERROR_CHARS]}
             return refusal(request.call_id, "tool_failed", TOOL_FAILED)
         except UpstreamError as exc:
             trace.upstream = {"status": "failed", "error": str(exc)[:MAX_AUDIT_ERROR_CHARS]}

@@ -72,26 +72,35 @@ class SqliteStore:
         self.path = str(path)
         self.instance_id = uuid.uuid4().hex  # this process's name on the claims it makes
         target, uri = self.path, False
-        if self.path == ":memory:":  # two connections must see one database
+        if self.path == ":memory:":  # the connections must see one database
             target, uri = f"file:gateway-{self.instance_id}?mode=memory&cache=shared", True
         else:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None, uri=uri,
-                                   timeout=busy_timeout)
+
+        def connect() -> sqlite3.Connection:
+            db = sqlite3.connect(target, check_same_thread=False, isolation_level=None, uri=uri,
+                                 timeout=busy_timeout)
+            db.execute("PRAGMA synchronous=NORMAL")
+            return db
+
+        self._db = connect()  # session reads, on the event loop (a WAL reader never waits)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
-        self._writer = sqlite3.connect(target, check_same_thread=False, isolation_level=None, uri=uri,
-                                       timeout=busy_timeout)
-        self._writer.execute("PRAGMA synchronous=NORMAL")
+        self._writer = connect()  # approvals, on their worker thread
         self._writer_lock = threading.Lock()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-db")
+        self._session_writer = connect()  # session rows, written behind on their own thread
+        self._session_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-sessions")
+        self._dirty: dict[str, tuple[Any, ...]] = {}  # session rows to write; the newest state of each
+        self._dirty_lock = threading.Lock()
+        self._flush_queued = False
+        self._closing = False
         self._sessions: dict[str, SessionState] = {}
 
     @property
     def connection(self) -> sqlite3.Connection:
-        """The writing connection, for stores that add their own tables (hold ``lock``; use from ``run``)."""
+        """The approvals' connection, for stores that add their own tables (hold ``lock``; use from ``run``)."""
         return self._writer
 
     @property
@@ -100,12 +109,16 @@ class SqliteStore:
         return self._writer_lock
 
     async def run(self, work: Callable[..., T], *args: Any) -> T:
-        """Run blocking database work on the store's one worker thread, and await its result."""
+        """Run blocking database work on the store's worker thread, and await its result."""
         return await asyncio.get_running_loop().run_in_executor(self._worker, work, *args)
 
     def close(self) -> None:
-        """Finish queued writes, then close the database."""
+        """Finish queued writes (one more try each), then close the database."""
+        with self._dirty_lock:
+            self._closing = True
+        self._session_worker.shutdown(wait=True)
         self._worker.shutdown(wait=True)
+        self._session_writer.close()
         with self._writer_lock:
             self._writer.close()
         with self._lock:
@@ -122,8 +135,7 @@ class SqliteStore:
                 " FROM sessions WHERE id = ?", (session_id,)).fetchone()
         if row is None:
             state = SessionState(session_id, now_rfc3339())
-            self._write_behind("INSERT OR IGNORE INTO sessions (id, started_at) VALUES (?, ?)",
-                               (session_id, state.started_at))
+            self._save(state)
         else:
             state = SessionState(session_id, row[0], row[1], json.loads(row[2]), row[3], bool(row[4]), row[5])
         if len(self._sessions) >= MAX_CACHED_SESSIONS:
@@ -146,24 +158,43 @@ class SqliteStore:
         self._save(state)
 
     def _save(self, state: SessionState) -> None:
+        """Queue the session's row to be written behind; the in-memory copy is what calls read.
+
+        Writes of one session are coalesced to its newest state, so a locked file delays them
+        without growing a queue.
+        """
         values: tuple[Any, ...] = (state.id, state.started_at, state.calls, json.dumps(state.calls_by_tool),
                                    state.rejected, int(state.terminated), state.terminate_message)
-        self._write_behind(
-            "INSERT INTO sessions (id, started_at, calls, calls_by_tool, rejected, terminated, terminate_message)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET calls = excluded.calls,"
-            " calls_by_tool = excluded.calls_by_tool, rejected = excluded.rejected,"
-            " terminated = excluded.terminated, terminate_message = excluded.terminate_message", values)
+        with self._dirty_lock:
+            self._dirty[state.id] = values
+            self._schedule_flush()
 
-    def _write_behind(self, sql: str, values: tuple[Any, ...]) -> None:
-        """Queue a session write on the worker; the in-memory copy already holds the new state."""
-        try:
-            self._worker.submit(self._write, sql, values)
-        except RuntimeError:  # closing: the worker takes no more work
-            log.warning("session write dropped: the store is closing")
+    def _schedule_flush(self) -> None:
+        """Make sure one flush is queued (call holding ``_dirty_lock``)."""
+        if self._flush_queued or self._closing:
+            return
+        self._flush_queued = True
+        self._session_worker.submit(self._flush)
 
-    def _write(self, sql: str, values: tuple[Any, ...]) -> None:
+    def _flush(self) -> None:
+        with self._dirty_lock:
+            rows, self._dirty, self._flush_queued = list(self._dirty.values()), {}, False
         try:
-            with self._writer_lock:
-                self._writer.execute(sql, values)
-        except sqlite3.Error as exc:  # locked past the busy timeout: the next write of the session catches up
-            log.warning("session row %s not saved: %s", values[0], exc)
+            self._session_writer.execute("BEGIN IMMEDIATE")
+            self._session_writer.executemany(_UPSERT_SESSION, rows)
+            self._session_writer.execute("COMMIT")
+        except sqlite3.Error as exc:  # locked past the busy timeout: keep the rows and try again
+            if self._session_writer.in_transaction:
+                self._session_writer.execute("ROLLBACK")
+            log.warning("%d session rows not saved yet: %s", len(rows), exc)
+            with self._dirty_lock:
+                for row in rows:
+                    self._dirty.setdefault(row[0], row)  # a newer state queued meanwhile wins
+                self._schedule_flush()
+
+
+_UPSERT_SESSION = (
+    "INSERT INTO sessions (id, started_at, calls, calls_by_tool, rejected, terminated, terminate_message)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET calls = excluded.calls,"
+    " calls_by_tool = excluded.calls_by_tool, rejected = excluded.rejected,"
+    " terminated = excluded.terminated, terminate_message = excluded.terminate_message")
