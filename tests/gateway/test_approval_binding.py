@@ -241,3 +241,24 @@ async def test_a_refused_connection_leaves_the_approval_usable_and_the_retry_run
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 10)
+
+
+async def test_an_error_response_uses_the_approval_up(bench, http_api, call_id):
+    config = bench.configs.base(bench.configs.http_upstream("api", http_api.url),
+                                auth={"api_keys": api_keys()}, approvals={"public_url": PUBLIC_URL})
+    rule = approve_rule("boom-needs-ops", "api_boom", approvers=["group:ops"])
+    gw = await bench.stack.enter_async_context(
+        bench.gateway(bench.configs.write(bench.root / "gw-boom", config, {"approvals.yaml": policy(rule)})))
+    cid = call_id()
+    before = len([r for r in http_api.requests if r["path"] == "/boom"])
+    held = await bench.invoke(gw, "api_boom", {}, call_id=cid)
+    approval_id = held.json()["approval_id"]
+    assert (await bench.decide(gw, "bob", approval_id)).status_code == 200
+
+    failed = await bench.invoke(gw, "api_boom", {}, call_id=cid)
+    again = await bench.invoke(gw, "api_boom", {}, call_id=cid)
+
+    assert failed.json()["is_error"] is True and "HTTP 500" in failed.json()["content"][0]["text"]
+    assert again.json()["content"] == failed.json()["content"]  # the stored outcome, not a second run
+    assert len([r for r in http_api.requests if r["path"] == "/boom"]) == before + 1
+    assert (await bench.approval(gw, approval_id))["state"] == "executed"
