@@ -184,9 +184,7 @@ class ApprovalService:
                     return ApprovalResult(False, NOT_REACHED_WAITER, approval_id, decision="tool_failed")
                 if await self._lapsed(approval, now):
                     continue  # now expired: answered above on the next pass
-                approval.state, approval.owner, approval.lease_ts = ApprovalState.EXECUTING, self.instance_id, \
-                    now + self._lease
-                if await self._db(self.store.transition, approval, ApprovalState.APPROVED):
+                if await self._claim(approval, now):
                     self._start_heartbeat(approval_id)
                     return ApprovalResult(True, approval_id=approval_id)
                 continue  # another caller claimed it; wait for its result
@@ -213,6 +211,24 @@ class ApprovalService:
                 limits.append(deadline - now)
             if not await _wait(changed, max(0.01, min(limits))) and held.request.progress:
                 await self._progress(held, approval)
+
+    async def _claim(self, approval: Approval, now: float) -> bool:
+        """approved → executing, owned by this process under a lease; False if another caller won."""
+        approval.state, approval.owner, approval.lease_ts = ApprovalState.EXECUTING, self.instance_id, now + self._lease
+        claiming = asyncio.ensure_future(self._db(self.store.transition, approval, ApprovalState.APPROVED))
+        try:
+            return await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            # The caller left while the claim was being written: nothing will run, so give it back.
+            claiming.add_done_callback(lambda done: self._give_back(approval.id, done))
+            raise
+
+    def _give_back(self, approval_id: str, claiming: asyncio.Future[bool]) -> None:
+        if claiming.cancelled() or claiming.exception() is not None or not claiming.result():
+            return
+        task = asyncio.ensure_future(self.released(approval_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _lapsed(self, approval: Approval, now: float) -> bool:
         """Retire an approved request that may no longer be used; True if it was (or someone else did)."""
