@@ -89,22 +89,47 @@ async def _until(check: Any) -> None:
 async def test_a_second_gateway_on_the_same_database_leaves_a_running_approved_call_alone(bench, call_id):
     config = bench.write(SLOW)
     first = await bench.stack.enter_async_context(bench.gateway(config))
-    cid = call_id()
-    approval_id = await _approved(bench, first, "ops_slow", {"seconds": "3"}, cid)
-    async with in_background(bench.invoke(first, "ops_slow", {"seconds": "3"}, call_id=cid)) as running:
+    cid, args = call_id(), {"seconds": "6"}
+    approval_id = await _approved(bench, first, "ops_slow", args, cid)
+    async with in_background(bench.invoke(first, "ops_slow", args, call_id=cid)) as running:
         await _until(lambda: bench.upstream.ran("slow") == 1)
-        async with bench.gateway(config) as second:  # recovers at start, then sweeps every second
-            await asyncio.sleep(1.2)
-            state = (await bench.approval(second, approval_id))["state"]
-            assert state == "executing" or running.done(), state
+        # An operator starts a second `gateway serve` on the same config: it starts up (recovery
+        # included), then fails to bind the port the first one holds.
+        port = first.url.rsplit(":", 1)[1]
+        second = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway", "serve", str(config), "--port", port, "--log-level", "warning",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(second.communicate(), 60)
+        assert second.returncode != 0 and "address already in use" in err.decode().lower(), err.decode()
+        assert not running.done(), "the run ended before the second gateway started; make it slower"
+        assert (await bench.approval(first, approval_id))["state"] == "executing"
         response = await finished(running)
 
     body = response.json()
     assert (response.status_code, body["is_error"], body["structured"]["run"]) == (200, False, 1), response.text
-    stored = await bench.approval(first, approval_id)
-    assert stored["state"] == "executed"
-    replay = await bench.invoke(first, "ops_slow", {"seconds": "3"}, call_id=cid)
+    assert (await bench.approval(first, approval_id))["state"] == "executed"
+    replay = await bench.invoke(first, "ops_slow", args, call_id=cid)
     assert replay.json()["structured"] == body["structured"]  # the real result, not "interrupted"
+    assert bench.upstream.ran("slow") == 1
+
+
+async def test_a_second_gateway_running_beside_the_first_leaves_its_running_call_alone(bench, call_id):
+    config = bench.write(SLOW)
+    first = await bench.stack.enter_async_context(bench.gateway(config))
+    cid, args = call_id(), {"seconds": "4"}
+    approval_id = await _approved(bench, first, "ops_slow", args, cid)
+    async with in_background(bench.invoke(first, "ops_slow", args, call_id=cid)) as running:
+        await _until(lambda: bench.upstream.ran("slow") == 1)
+        async with bench.gateway(config) as second:  # recovers at start, then sweeps every second
+            await asyncio.sleep(1.2)
+            assert not running.done(), "the run ended before the second gateway swept; make it slower"
+            assert (await bench.approval(second, approval_id))["state"] == "executing"
+            # A retry through the second gateway waits for the first one's run and gets its outcome.
+            through_second = await bench.invoke(second, "ops_slow", args, call_id=cid)
+        response = await finished(running)
+
+    assert response.json()["structured"]["run"] == 1, response.text
+    assert through_second.json()["structured"] == response.json()["structured"]
     assert bench.upstream.ran("slow") == 1
 
 
