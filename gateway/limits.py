@@ -87,3 +87,7 @@ APPROVAL_RESULT_RETRY_SECONDS = 0.5
 # A caller waiting for an approved call that another gateway process is running re-reads the
 # request this often (seconds); a run in this process wakes its waiters at once.
 APPROVAL_POLL_SECONDS = 0.5
+
+# The longest filter text `GET /v1/approvals` accepts (tool, principal, q): names and search
+# words are short; a longer one is a mistake or an attempt to make the search expensive.
+MAX_APPROVALS_FILTER_CHARS = 200

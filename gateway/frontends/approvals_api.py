@@ -22,14 +22,11 @@ from gateway.approvals.store import ListFilter
 from gateway.errors import ApprovalError, StoreUnavailable
 from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
-from gateway.limits import MAX_APPROVALS_PAGE
+from gateway.limits import MAX_APPROVALS_FILTER_CHARS, MAX_APPROVALS_PAGE
 
 __all__ = ["approval_routes"]
 
 _STATES = {str(s) for s in ApprovalState}
-
-# The longest filter text accepted (tool, principal, q); longer is a mistake or an attack.
-_MAX_FILTER_CHARS = 200
 
 
 def _unavailable(exc: StoreUnavailable) -> JSONResponse:
@@ -48,8 +45,8 @@ def approval_routes(service: ApprovalService) -> list[Route]:
         if state is not None and state not in _STATES:
             return error_response(400, "invalid-state", f"state must be one of {', '.join(sorted(_STATES))}")
         texts = {name: query.get(name) or None for name in ("tool", "principal", "q")}
-        if any(v is not None and len(v) > _MAX_FILTER_CHARS for v in texts.values()):
-            return error_response(400, "invalid-filter", f"filters are at most {_MAX_FILTER_CHARS} characters")
+        if any(v is not None and len(v) > MAX_APPROVALS_FILTER_CHARS for v in texts.values()):
+            return error_response(400, "invalid-filter", f"filters are at most {MAX_APPROVALS_FILTER_CHARS} characters")
         try:
             limit = int(query.get("limit", 200))
             offset = int(query.get("offset", 0))
