@@ -277,3 +277,5 @@ async def test_approvers_see_only_what_their_groups_may_decide_and_admins_see_al
     assert await listed("dave", state="approved") == []
     page = await bench.rest(gw, "dave").get("/v1/approvals", params={"limit": 1, "offset": 1})
     assert (len(page.json()["approvals"]), page.json()["total"]) == (1, 2)
+    too_long = await bench.rest(gw, "dave").get("/v1/approvals", params={"q": "x" * 201})
+    assert (too_long.status_code, too_long.json()["error"]["code"]) == (400, "invalid-filter")
