@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from gateway.limits import DEFAULT_APPROVAL_VALID_SECONDS
 from gateway.policy.call import Principal
 
 __all__ = ["Approval", "ApprovalState", "Requirement", "Vote", "args_digest", "audience_of", "json_safe", "qualifies",
@@ -147,7 +148,7 @@ class Approval:
     votes: list[Vote] = field(default_factory=list)
     result: dict[str, Any] | None = None  # the outcome returned to the caller, once executed or refused
     decided_at: str | None = None
-    valid_for: float = 600.0  # seconds an approved request may be executed after its decision
+    valid_for: float = DEFAULT_APPROVAL_VALID_SECONDS  # seconds an approved request may run after its decision
     decided_ts: float | None = None
     owner: str | None = None  # the gateway process executing it (while executing)
     lease_ts: float | None = None  # when that process's claim runs out unless renewed

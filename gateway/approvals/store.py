@@ -19,10 +19,12 @@ import json
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
 from gateway.approvals.model import Approval, ApprovalState, Requirement, Vote, json_safe
 from gateway.errors import StoreUnavailable
+from gateway.limits import DEFAULT_APPROVAL_VALID_SECONDS
 from gateway.policy.call import Principal
 from gateway.store.sqlite import SqliteStore
 
@@ -110,9 +112,18 @@ def _load(row: tuple[Any, ...]) -> Approval:
         votes=[Vote(v["approver"], v["groups"], v["approve"], v["comment"], v["at"], v.get("rules", []))
                for v in d["votes"]],
         result=d.get("result"), decided_at=d.get("decided_at"),
-        valid_for=float(d.get("valid_for_seconds", 600.0)), decided_ts=d.get("decided_ts"),
+        valid_for=float(d.get("valid_for_seconds", DEFAULT_APPROVAL_VALID_SECONDS)),
+        decided_ts=d.get("decided_ts", _timestamp(d.get("decided_at"))),
         owner=owner, lease_ts=lease_ts, retired=bool(retired),
     )
+
+
+def _timestamp(stamp: str | None) -> float | None:
+    """A stored RFC 3339 time as a UNIX time (rows from before ``decided_ts`` was kept)."""
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
