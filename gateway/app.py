@@ -22,7 +22,7 @@ from gateway.auth import Authenticator
 from gateway.config.load import LoadedConfig, resolve_secret
 from gateway.config.model import UpstreamSpec
 from gateway.diagnostics import Diagnostic
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, StoreUnavailable
 from gateway.frontends.approvals_api import approval_routes
 from gateway.frontends.approvals_page import approvals_page_routes
 from gateway.frontends.edge import LOOPBACK_NAMES, BodyLimit, HostOriginGuard, HostRules, JsonOnly, is_loopback
@@ -149,9 +149,13 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
         await _start_upstreams(gateway, config)
         tasks = [asyncio.create_task(gateway.policies.watch(interval), name="policy-watcher")]
         if isinstance(gateway.approvals, ApprovalService):
-            interrupted = gateway.approvals.recover()
+            try:
+                interrupted = await gateway.approvals.recover()
+            except StoreUnavailable as exc:  # the sweeper does it once the database is free
+                log.warning("approved calls not checked at start: %s", exc)
+                interrupted = 0
             if interrupted:
-                log.warning("%d approved calls were interrupted by the last shutdown; marked as such", interrupted)
+                log.warning("%d approved calls were interrupted (their gateway stopped); marked as such", interrupted)
             tasks.append(asyncio.create_task(gateway.approvals.sweep(), name="approval-sweeper"))
         try:
             async with mcp.sessions.run():

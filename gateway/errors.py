@@ -13,10 +13,12 @@
     │   ├── ApprovalNotFound   no approval request has that id (404)
     │   ├── ApprovalForbidden  this approver may not decide it, e.g. their own call (403)
     │   └── ApprovalConflict   it was already decided (409)
+    ├── StoreUnavailable       the database stayed locked (or broke); nothing was changed (503)
     └── CallError              one tool call could not be carried out
         ├── UnknownToolError   the tool name resolves to nothing (a protocol error)
         ├── InvalidArgumentsError  arguments fail the tool's input schema
         ├── UpstreamError      the tool's upstream failed, timed out or is down
+        │   └── UpstreamNotReached  the request provably never left the gateway (refused, no route)
         └── AuditWriteError    the audit event could not be written (the call fails closed)
 
 Foreign exceptions (YAML, CEL engines, HTTP, MCP) are mapped to these at the boundary
@@ -47,9 +49,11 @@ __all__ = [
     "GatewayError",
     "InvalidArgumentsError",
     "PolicyLoadError",
+    "StoreUnavailable",
     "TestSuiteError",
     "UnknownToolError",
     "UpstreamError",
+    "UpstreamNotReached",
 ]
 
 
@@ -139,6 +143,13 @@ class ApprovalConflict(ApprovalError):
     status = 409
 
 
+class StoreUnavailable(GatewayError):
+    """The database could not be read or written in time (locked by another process, or broken)."""
+
+    code = "store-unavailable"
+    status = 503
+
+
 class CallError(GatewayError):
     """One tool call could not be carried out."""
 
@@ -185,3 +196,7 @@ class AmbiguousCredentials(CredentialError):
 
     code = "ambiguous-credentials"
     status = 400
+class UpstreamNotReached(UpstreamError):
+    """The request provably never left the gateway (connection refused, no route, DNS); approvals stay usable."""
+
+    code = "upstream-not-reached"

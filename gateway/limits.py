@@ -144,3 +144,29 @@ DEFAULT_MAX_CONNECTIONS = 512
 # and the client's kernel drops the answer).
 LINGER_SECONDS = 2.0
 LINGER_MAX_BYTES = 4 * 1024 * 1024
+# SQLite: how long a write waits for another connection or process holding the file locked before
+# it fails with a clear "store unavailable" error. Writes run on the store's worker thread, so this
+# wait never blocks the event loop.
+SQLITE_BUSY_TIMEOUT_SECONDS = 2.0
+
+# An approved call being executed is claimed by one gateway process with a lease of this many
+# seconds, renewed every APPROVAL_HEARTBEAT_SECONDS while it runs. A claim whose lease has run out
+# belongs to a process that died: only then is the call marked "interrupted" (by any process).
+APPROVAL_LEASE_SECONDS = 15.0
+APPROVAL_HEARTBEAT_SECONDS = 3.0
+
+# How long an approved request may still be executed after its decision, when the rule's
+# `approval.valid_for` does not say (seconds). After that a retry needs a new approval.
+DEFAULT_APPROVAL_VALID_SECONDS = 600.0
+
+# If the one execution's result cannot be stored (the database is locked), storing it is retried
+# this often until it succeeds; the claim's lease is renewed meanwhile, so no one marks it interrupted.
+APPROVAL_RESULT_RETRY_SECONDS = 0.5
+
+# A caller waiting for an approved call that another gateway process is running re-reads the
+# request this often (seconds); a run in this process wakes its waiters at once.
+APPROVAL_POLL_SECONDS = 0.5
+
+# The longest filter text `GET /v1/approvals` accepts (tool, principal, q): names and search
+# words are short; a longer one is a mistake or an attempt to make the search expensive.
+MAX_APPROVALS_FILTER_CHARS = 200

@@ -52,9 +52,11 @@ def test_error_exports():
         "GatewayError",
         "InvalidArgumentsError",
         "PolicyLoadError",
+        "StoreUnavailable",
         "TestSuiteError",
         "UnknownToolError",
         "UpstreamError",
+        "UpstreamNotReached",
     ]
 
 

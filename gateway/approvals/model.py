@@ -1,11 +1,15 @@
 """What an approval request is, and who may decide it.
 
-    pending ──approve (all requirements met)──▶ approved ──run once──▶ executing ──▶ executed
-       │└──deny──▶ denied
-       └──timeout──▶ expired
+    pending ──approve (all requirements met)──▶ approved ──claim──▶ executing ──▶ executed
+       │└──deny──▶ denied                          ▲   │                  │
+       └──timeout──▶ expired                       │   └──valid_for over──▶ expired (retired)
+                                                   └── upstream not reached ┘
 
-A request is bound to the call id *and* a digest of the final arguments: the same call id with
-other arguments is a different request, so an approval can never be replayed for new arguments.
+A request is bound to (principal, exposed tool name, call id, digest of the final arguments): a
+call that differs in any of them is a different request, so an approval can never be replayed
+for another tool or other arguments. An approved request may be executed for ``valid_for``
+seconds after its decision; a request that lapsed is *retired* (it no longer holds its key), so
+the next call with that key asks afresh.
 """
 
 from __future__ import annotations
@@ -13,14 +17,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from gateway.limits import DEFAULT_APPROVAL_VALID_SECONDS
 from gateway.policy.call import Principal
 
-__all__ = ["Approval", "ApprovalState", "Requirement", "Vote", "args_digest", "qualifies"]
+__all__ = ["Approval", "ApprovalState", "Requirement", "Vote", "args_digest", "audience_of", "json_safe", "qualifies",
+           "rfc3339", "seen_as"]
 
 
 class ApprovalState(StrEnum):
@@ -41,6 +49,35 @@ def args_digest(arguments: dict[str, Any]) -> str:
     """SHA-256 of the canonical JSON of the final arguments."""
     canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` as strict JSON can carry it: NaN and ±Infinity become the strings "NaN", "Infinity",
+    "-Infinity", and anything JSON has no form for becomes its text.
+
+    Used for the stored and displayed copy of an approval only; its digest is over the real arguments.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return str(value)
+
+
+def audience_of(approvers: list[str]) -> list[str]:
+    """Who may decide a requirement, as ``qualifies`` reads it: "group:NAME", "user:ID", "*" for anyone."""
+    if not approvers:
+        return ["*"]
+    return [entry if entry.partition(":")[2] else f"user:{entry}" for entry in approvers]
+
+
+def seen_as(approver: Principal) -> list[str]:
+    """The audience entries that name ``approver`` (the other side of ``audience_of``)."""
+    return ["*", f"user:{approver.id}", *(f"group:{g}" for g in approver.groups)]
 
 
 def qualifies(approver: Principal, approvers: list[str]) -> bool:
@@ -113,6 +150,20 @@ class Approval:
     votes: list[Vote] = field(default_factory=list)
     result: dict[str, Any] | None = None  # the outcome returned to the caller, once executed or refused
     decided_at: str | None = None
+    valid_for: float = DEFAULT_APPROVAL_VALID_SECONDS  # seconds an approved request may run after its decision
+    decided_ts: float | None = None
+    owner: str | None = None  # the gateway process executing it (while executing)
+    lease_ts: float | None = None  # when that process's claim runs out unless renewed
+    retired: bool = False  # no longer holds its key: the next call with it asks afresh
+
+    @property
+    def valid_until_ts(self) -> float | None:
+        """Until when an approved request may be executed (None while undecided)."""
+        return None if self.decided_ts is None else self.decided_ts + self.valid_for
+
+    def audience(self) -> list[str]:
+        """Everyone who may decide some requirement of this request (see ``audience``)."""
+        return sorted({e for r in self.requirements for e in audience_of(r.approvers)})
 
     def redacted(self, redact: Callable[[Any], Any]) -> Approval:
         """A copy whose arguments went through ``redact``: the copy that is stored, listed and announced.
@@ -132,4 +183,11 @@ class Approval:
             "final_args": self.final_args, "requirements": [r.to_dict() for r in self.requirements],
             "created_at": self.created_at, "expires_at": self.expires_at, "on_timeout": self.on_timeout,
             "votes": [v.to_dict() for v in self.votes], "decided_at": self.decided_at,
+            "valid_for_seconds": self.valid_for,
+            "valid_until": None if self.valid_until_ts is None else rfc3339(self.valid_until_ts),
         }
+
+
+def rfc3339(ts: float) -> str:
+    """A UNIX time as RFC 3339 (UTC, whole seconds)."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -1,39 +1,74 @@
 """Hold calls for people to decide, exactly once.
 
 ``hold`` is the ``ApprovalGate`` the pipeline calls when the verdict is approve. It finds or
-creates the request bound to (principal, call id, digest of the final arguments), then waits —
-sending progress — until the request is decided, expires, or the caller stops waiting. An
-approved request is claimed (approved → executing) by exactly one caller; everyone else, now or
-after a restart, gets the stored result of that one execution.
+creates the request bound to (principal, exposed tool, call id, digest of the final arguments),
+then waits — sending progress — until the request is decided, expires, or the caller stops
+waiting. An approved request is claimed (approved → executing) by exactly one caller, within its
+``valid_for``; everyone else, now or after a restart, waits for and gets the stored result of that
+one execution.
+
+A claim names the gateway process that made it and holds a lease, renewed while the call runs.
+Only a claim whose lease ran out (its process died) is marked "interrupted", so a second gateway
+on the same database never touches the first one's running calls. A run that provably never
+reached the upstream (``released``) gives the approval back for a retry.
+
+Every database access runs on the store's worker thread (``SqliteStore.run``): a locked file
+delays the callers that need it, never the event loop, and ends in ``StoreUnavailable``, which
+callers get as a clear refusal.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from gateway.approvals.model import Approval, ApprovalState, Requirement, Vote, args_digest, qualifies
-from gateway.approvals.store import ApprovalStore
-from gateway.errors import ApprovalConflict, ApprovalForbidden, ApprovalNotFound
-from gateway.limits import APPROVAL_PROGRESS_SECONDS, APPROVAL_SWEEP_SECONDS
+from gateway.approvals.model import (
+    Approval,
+    ApprovalState,
+    Requirement,
+    Vote,
+    args_digest,
+    json_safe,
+    qualifies,
+    rfc3339,
+    seen_as,
+)
+from gateway.approvals.store import ApprovalStore, ListFilter
+from gateway.errors import ApprovalConflict, ApprovalForbidden, ApprovalNotFound, StoreUnavailable
+from gateway.limits import (
+    APPROVAL_HEARTBEAT_SECONDS,
+    APPROVAL_LEASE_SECONDS,
+    APPROVAL_POLL_SECONDS,
+    APPROVAL_PROGRESS_SECONDS,
+    APPROVAL_RESULT_RETRY_SECONDS,
+    APPROVAL_SWEEP_SECONDS,
+    DEFAULT_APPROVAL_VALID_SECONDS,
+)
 from gateway.pipeline.approvals import ApprovalResult, HeldCall
 from gateway.policy.call import Principal
 from gateway.store.sqlite import now_rfc3339
 
-__all__ = ["ApprovalService", "Notifier"]
+__all__ = ["STORE_UNAVAILABLE", "ApprovalService", "Notifier"]
 
 log = logging.getLogger("gateway.approvals")
+
+T = TypeVar("T")
 
 # Votes cast by the end user through MCP elicitation are recorded under this prefix.
 END_USER = "end-user:"
 
 # An elicitation callback: ask the end user; True accept, False decline, None cannot ask.
 Elicit = Callable[[str], Awaitable[bool | None]]
+
+STORE_UNAVAILABLE = ("The approval could not be read or recorded (the gateway's database is busy), so the call "
+                     "was not run. Try again shortly.")
+NOT_REACHED_WAITER = ("The approved call was tried, but its service could not be reached, so it was not sent. "
+                      "The approval is still valid: call again to run it.")
 
 
 class Notifier(Protocol):
@@ -52,19 +87,42 @@ class ApprovalService:
     """The approval gate, the approver API's backend, and the expiry sweeper."""
 
     def __init__(self, store: ApprovalStore, notifier: Notifier | None = None, page_url: str = "/approvals",
-                 clock: Callable[[], float] = time.time, redact: Callable[[Any], Any] | None = None) -> None:
+                 clock: Callable[[], float] = time.time, redact: Callable[[Any], Any] | None = None, *,
+                 lease_seconds: float = APPROVAL_LEASE_SECONDS, heartbeat_seconds: float = APPROVAL_HEARTBEAT_SECONDS,
+                 ) -> None:
         self.store = store
         self._redact = redact  # applied to the arguments before a request is stored, listed or announced
         self.notifier = notifier
         self.page_url = page_url.rstrip("/")
+        self.instance_id = store.instance_id
         self._clock = clock
+        self._lease = lease_seconds
+        self._heartbeat = heartbeat_seconds
         self._changed: dict[str, asyncio.Event] = {}
+        self._heartbeats: dict[str, asyncio.Task[None]] = {}
+        # Results of runs in this process not yet stored (the database was locked): waiters get them here.
+        self._outcomes: dict[str, dict[str, Any]] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def _db(self, work: Callable[..., T], *args: Any) -> T:
+        """Run one store method on the store's worker thread."""
+        try:
+            return await self.store.run(work, *args)
+        except RuntimeError as exc:  # the worker was shut down: the gateway is stopping
+            raise StoreUnavailable(f"the approvals database is closed ({exc})") from exc
 
     # -- the gate -------------------------------------------------------------------------------
 
     async def hold(self, held: HeldCall) -> ApprovalResult:
         """Wait for the decision on this call (see the module docstring)."""
-        approval = self._find_or_create(held)
+        try:
+            return await self._hold(held)
+        except StoreUnavailable as exc:
+            log.warning("call %s to %s refused: %s", held.request.call_id, held.request.tool, exc)
+            return ApprovalResult(False, STORE_UNAVAILABLE, decision="store_unavailable")
+
+    async def _hold(self, held: HeldCall) -> ApprovalResult:
+        approval = await self._find_or_create(held)
         deadline = None if held.request.wait_seconds is None else self._clock() + held.request.wait_seconds
         elicit: Elicit | None = held.request.elicit
         if approval.state is not ApprovalState.PENDING or elicit is None \
@@ -79,27 +137,28 @@ class ApprovalService:
             asking.cancel()
             await asyncio.gather(asking, return_exceptions=True)
 
-    def _find_or_create(self, held: HeldCall) -> Approval:
+    async def _find_or_create(self, held: HeldCall) -> Approval:
         request, decision = held.request, held.decision
-        digest = args_digest(decision.args)
-        found = self.store.find(request.principal.id, request.call_id, digest)
+        digest = args_digest(decision.args)  # over the real arguments; the stored copy is made JSON-safe
+        found = await self._db(self.store.find, request.principal.id, request.tool, request.call_id, digest)
         if found is not None:
             return found
         now = self._clock()
         timeout = min((a.timeout_seconds for a in decision.approvals), default=900.0)
+        valid_for = min((a.valid_for_seconds for a in decision.approvals), default=DEFAULT_APPROVAL_VALID_SECONDS)
         on_timeout = "reject" if any(str(a.on_timeout) == "reject" for a in decision.approvals) else "allow"
         approval = Approval(
             id=uuid.uuid4().hex[:16], call_id=request.call_id, digest=digest, principal=request.principal,
-            session_id=request.session_id, tool=request.tool, original_args=decision.original_args,
-            final_args=decision.args,
+            session_id=request.session_id, tool=request.tool, original_args=json_safe(decision.original_args),
+            final_args=json_safe(decision.args),
             requirements=[Requirement(a.rule, a.message or decision.message or "", list(a.approvers), None, a.via)
                           for a in decision.approvals],
-            created_at=now_rfc3339(), expires_at=_rfc3339(now + timeout), expires_ts=now + timeout,
-            on_timeout=on_timeout,
+            created_at=now_rfc3339(), expires_at=rfc3339(now + timeout), expires_ts=now + timeout,
+            on_timeout=on_timeout, valid_for=valid_for,
         )
         if self._redact is not None:
             approval = approval.redacted(self._redact)
-        stored = self.store.insert(approval)
+        stored = await self._db(self.store.insert, approval)
         if stored.id == approval.id:
             log.info("approval %s created for %s (call %s)", approval.id, approval.tool, approval.call_id)
             self._notify("approval.created", approval)
@@ -107,32 +166,47 @@ class ApprovalService:
 
     async def _await(self, approval_id: str, held: HeldCall, deadline: float | None) -> ApprovalResult:
         announced = False
+        saw_running = False  # a run of this approval was under way while we waited
         while True:
-            approval = self.store.get(approval_id)
+            # Taken before reading the state, so no change from here on goes unnoticed (a change
+            # signalled while the read is on the worker thread sets this very event).
+            changed = self._changed.setdefault(approval_id, asyncio.Event())
+            if (done := self._outcomes.get(approval_id)) is not None:
+                return ApprovalResult(False, approval_id=approval_id, replay=done)
+            approval = await self._db(self.store.get, approval_id)
             if approval is None:  # only if the database was changed under us
                 return ApprovalResult(False, "The approval request disappeared.", approval_id)
-            state = approval.state
+            state, now = approval.state, self._clock()
             if state is ApprovalState.EXECUTED:
                 return ApprovalResult(False, approval_id=approval_id, replay=approval.result)
             if state is ApprovalState.DENIED:
                 return ApprovalResult(False, _denial_message(approval), approval_id)
             if state is ApprovalState.EXPIRED:
-                return ApprovalResult(False, "Nobody approved this call in time, so it was not run.", approval_id)
+                return ApprovalResult(False, _expired_message(approval), approval_id)
             if state is ApprovalState.APPROVED:
-                approval.state = ApprovalState.EXECUTING
-                if self.store.transition(approval, ApprovalState.APPROVED):
+                if saw_running:  # the run we waited for never reached the upstream; this caller may retry
+                    return ApprovalResult(False, NOT_REACHED_WAITER, approval_id, decision="tool_failed")
+                if await self._lapsed(approval, now):
+                    continue  # now expired: answered above on the next pass
+                if await self._claim(approval, now):
+                    self._start_heartbeat(approval_id)
                     return ApprovalResult(True, approval_id=approval_id)
                 continue  # another caller claimed it; wait for its result
-            now = self._clock()
+            if state is ApprovalState.EXECUTING:
+                # Every retry gets the one run's outcome, whatever its own wait: the run is bounded
+                # by the call timeout, and a run whose process died by its lease.
+                saw_running = True
+                if approval.lease_ts is None or approval.lease_ts < now:
+                    await self._interrupt(approval, now)
+                    continue
+                await _wait(changed, max(0.01, min(APPROVAL_POLL_SECONDS, approval.lease_ts - now)))
+                continue
             if state is ApprovalState.PENDING and now >= approval.expires_ts:
-                self.expire(approval)
+                await self.expire(approval)
                 continue
             if deadline is not None and now >= deadline:
                 return ApprovalResult(False, f"Waiting for approval {approval_id}: {self.page_url}/{approval_id}",
-                                      approval_id, pending=True)
-            # Taken after reading the state and before anything awaits (the progress report), so no
-            # decision from here on goes unnoticed; a request in a final state never leaves one behind.
-            changed = self._changed.setdefault(approval_id, asyncio.Event())
+                                      approval_id, pending=True, decision="pending")
             if not announced and held.request.progress is not None:
                 announced = True
                 await self._progress(held, approval)
@@ -141,6 +215,41 @@ class ApprovalService:
                 limits.append(deadline - now)
             if not await _wait(changed, max(0.01, min(limits))) and held.request.progress:
                 await self._progress(held, approval)
+
+    async def _claim(self, approval: Approval, now: float) -> bool:
+        """approved → executing, owned by this process under a lease; False if another caller won."""
+        approval.state, approval.owner, approval.lease_ts = ApprovalState.EXECUTING, self.instance_id, now + self._lease
+        claiming = asyncio.ensure_future(self._db(self.store.transition, approval, ApprovalState.APPROVED))
+        try:
+            return await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            # The caller left while the claim was being written: nothing will run, so give it back.
+            claiming.add_done_callback(lambda done: self._give_back(approval.id, done))
+            raise
+
+    def _give_back(self, approval_id: str, claiming: asyncio.Future[bool]) -> None:
+        if claiming.cancelled() or claiming.exception() is not None or not claiming.result():
+            return
+        task = asyncio.ensure_future(self.released(approval_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _lapsed(self, approval: Approval, now: float) -> bool:
+        """Retire an approved request that may no longer be used; True if it was (or someone else did)."""
+        valid_until = approval.valid_until_ts
+        late_vote = approval.decided_ts is not None and approval.decided_ts > approval.expires_ts and \
+            not any(v.approver == "timeout" for v in approval.votes)
+        if not late_vote and (valid_until is None or now <= valid_until):
+            return False
+        approval.state, approval.retired = ApprovalState.EXPIRED, True
+        reason = "approved after the request expired" if late_vote else \
+            f"approved, but not used within {_duration(approval.valid_for)}"
+        approval.votes.append(Vote("validity", [], False, reason, now_rfc3339()))
+        if await self._db(self.store.transition, approval, ApprovalState.APPROVED):
+            self._signal(approval.id)
+            self._notify("approval.expired", approval)
+            log.info("approval %s lapsed: %s", approval.id, reason)
+        return True
 
     async def _progress(self, held: HeldCall, approval: Approval) -> None:
         assert held.request.progress is not None
@@ -154,26 +263,172 @@ class ApprovalService:
     async def _elicit(self, approval: Approval, held: HeldCall, elicit: Elicit) -> None:
         message = "; ".join(r.message for r in approval.requirements if r.via == "elicitation") or \
             f"Allow the call to {approval.tool}?"
-        answer = await elicit(f"{message}\nTool: {approval.tool}\nArguments: {approval.final_args}")
+        arguments = json.dumps(approval.final_args, ensure_ascii=False)
+        answer = await elicit(f"{message}\nTool: {approval.tool}\nArguments: {arguments}")
         if answer is None:
             return  # the client cannot ask; the page remains
         voter = Principal(f"{END_USER}{held.request.principal.id}", ())
         try:
-            self._record(approval.id, voter, answer, "via MCP elicitation", elicitation=True)
-        except (ApprovalConflict, ApprovalForbidden):
-            pass  # decided meanwhile on the page
+            await self._record(approval.id, voter, answer, "via MCP elicitation", elicitation=True)
+        except (ApprovalConflict, ApprovalForbidden, StoreUnavailable):
+            pass  # decided (or expired) meanwhile on the page; a locked database leaves the page
+
+    # -- the one run --------------------------------------------------------------------------------
+
+    def _start_heartbeat(self, approval_id: str) -> None:
+        self._heartbeats[approval_id] = asyncio.create_task(self._renew(approval_id),
+                                                            name=f"approval-lease-{approval_id}")
+
+    def _stop_heartbeat(self, approval_id: str) -> None:
+        task = self._heartbeats.pop(approval_id, None)
+        if task is not None:
+            task.cancel()
+
+    async def _renew(self, approval_id: str) -> None:
+        """Keep this process's claim alive while the call runs (and while its result waits to be stored)."""
+        while True:
+            await asyncio.sleep(self._heartbeat)
+            try:
+                if not await self._db(self.store.renew, approval_id, self.instance_id, self._clock() + self._lease):
+                    return  # settled, or taken over after the lease ran out
+            except StoreUnavailable as exc:
+                log.warning("approval %s: lease not renewed: %s", approval_id, exc)
+
+    async def executed(self, approval_id: str, result: dict[str, Any]) -> None:
+        """Store the one execution's result, for every retry of the call (retried while the database is locked)."""
+        self._outcomes[approval_id] = result
+        self._signal(approval_id)
+
+        def settle(approval: Approval) -> None:
+            approval.state, approval.result = ApprovalState.EXECUTED, result
+
+        await self._settle(approval_id, settle, "result")
+
+    async def released(self, approval_id: str) -> None:
+        """The run never reached the upstream: the approval is usable again (within its validity)."""
+
+        def settle(approval: Approval) -> None:
+            approval.state = ApprovalState.APPROVED
+
+        await self._settle(approval_id, settle, "release")
+
+    async def _settle(self, approval_id: str, change: Callable[[Approval], None], what: str) -> None:
+        try:
+            await self._end_claim(approval_id, change)
+        except StoreUnavailable as exc:
+            log.warning("approval %s: %s not stored yet, retrying: %s", approval_id, what, exc)
+            task = asyncio.create_task(self._end_claim_later(approval_id, change), name=f"approval-{what}")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _end_claim(self, approval_id: str, change: Callable[[Approval], None]) -> None:
+        """Apply ``change`` to this process's claim and drop the claim; a claim no longer ours is left alone."""
+        approval = await self._db(self.store.get, approval_id)
+        if approval is not None and approval.state is ApprovalState.EXECUTING and approval.owner == self.instance_id:
+            change(approval)
+            approval.owner, approval.lease_ts = None, None
+            await self._db(self.store.transition, approval, ApprovalState.EXECUTING, self.instance_id)
+        self._stop_heartbeat(approval_id)
+        self._outcomes.pop(approval_id, None)
+        self._signal(approval_id)
+
+    async def _end_claim_later(self, approval_id: str, change: Callable[[Approval], None]) -> None:
+        while True:
+            await asyncio.sleep(APPROVAL_RESULT_RETRY_SECONDS)
+            try:
+                await self._end_claim(approval_id, change)
+                log.info("approval %s: stored after the database came back", approval_id)
+                return
+            except StoreUnavailable:
+                continue
+
+    async def _interrupt(self, approval: Approval, now: float) -> None:
+        """Mark a claim whose lease ran out: its process died mid-run, so the call may or may not have run."""
+        approval.state = ApprovalState.EXECUTED
+        approval.result = _refusal(
+            approval.call_id, "interrupted",
+            "The approved call was interrupted (the gateway running it stopped); it may or may not have taken effect.",
+            approval.id)
+        owner, approval.owner, approval.lease_ts = approval.owner, None, None
+        if await self._db(self.store.interrupt, approval, now):
+            log.warning("approval %s: the run claimed by gateway %s was abandoned; marked interrupted",
+                        approval.id, owner)
+            self._signal(approval.id)
+
+    async def orphaned(self, principal_id: str, call_id: str, tool: str) -> dict[str, Any] | None:
+        """A retry of an approved call whose tool is gone: the stored result, or "no longer available".
+
+        A still-pending request is left as it is (the tool may come back before it is decided).
+        """
+        try:
+            return await self._orphaned(principal_id, call_id, tool)
+        except StoreUnavailable as exc:
+            log.warning("call %s to %s refused: %s", call_id, tool, exc)
+            return _refusal(call_id, "store_unavailable", STORE_UNAVAILABLE, None)
+
+    async def _orphaned(self, principal_id: str, call_id: str, tool: str) -> dict[str, Any] | None:
+        for approval in await self._db(self.store.for_call, principal_id, call_id, tool):
+            if approval.state is ApprovalState.EXECUTED and approval.result is not None:
+                return approval.result
+            if approval.state is ApprovalState.APPROVED:
+                approval.state, approval.owner, approval.lease_ts = ApprovalState.EXECUTING, self.instance_id, \
+                    self._clock() + self._lease
+                if await self._db(self.store.transition, approval, ApprovalState.APPROVED):
+                    result = _refusal(call_id, "tool_unavailable",
+                                      f"The tool {tool} is no longer available, so the approved call was not run.",
+                                      approval.id)
+                    await self.executed(approval.id, result)
+                    return result
+            if approval.state is ApprovalState.DENIED:
+                return _refusal(call_id, "reject", _denial_message(approval), approval.id)
+        return None
+
+    async def recover(self) -> int:
+        """At start: mark runs whose claim's lease ran out (their process died) as interrupted.
+
+        Claims still under a live lease belong to another running gateway on this database and
+        are left alone. Returns how many were marked; their tools may or may not have run, so
+        they are not run again.
+        """
+        now = self._clock()
+        stale = await self._db(self.store.abandoned, now)
+        for approval in stale:
+            await self._interrupt(approval, now)
+        return len(stale)
 
     # -- approvers --------------------------------------------------------------------------------
 
-    def decide(self, approval_id: str, approver: Principal, approve: bool, comment: str = "") -> Approval:
-        """Record an approver's decision; raises 404/403/409-mapped errors."""
-        return self._record(approval_id, approver, approve, comment)
+    async def get(self, approval_id: str) -> Approval | None:
+        """One request by id."""
+        return await self._db(self.store.get, approval_id)
 
-    def _record(self, approval_id: str, approver: Principal, approve: bool, comment: str,
-                *, elicitation: bool = False) -> Approval:
-        approval = self.store.get(approval_id)
+    async def listing(self, which: ListFilter, limit: int, offset: int) -> tuple[list[Approval], int]:
+        """One page of requests (newest first) and how many match."""
+        return await self._db(self.store.list_requests, None, limit, offset, which)
+
+    @staticmethod
+    def audience(approver: Principal, admin: bool) -> tuple[str, ...] | None:
+        """The listing filter for what ``approver`` may see: None (everything) for an admin."""
+        return None if admin else tuple(seen_as(approver))
+
+    @staticmethod
+    def may_see(approval: Approval, approver: Principal, admin: bool) -> bool:
+        """An admin sees every request; an approver those some requirement lets them decide."""
+        return admin or any(qualifies(approver, r.approvers) for r in approval.requirements)
+
+    async def decide(self, approval_id: str, approver: Principal, approve: bool, comment: str = "") -> Approval:
+        """Record an approver's decision; raises 404/403/409-mapped errors (503 if the database is locked)."""
+        return await self._record(approval_id, approver, approve, comment)
+
+    async def _record(self, approval_id: str, approver: Principal, approve: bool, comment: str,
+                      *, elicitation: bool = False) -> Approval:
+        approval = await self._db(self.store.get, approval_id)
         if approval is None:
             raise ApprovalNotFound(f"no approval request {approval_id}")
+        if approval.state is ApprovalState.PENDING and self._clock() >= approval.expires_ts:
+            await self.expire(approval)
+            raise ApprovalConflict(f"approval {approval_id} expired at {approval.expires_at}; "
+                                   "a decision after that is not accepted")
         if approval.state is not ApprovalState.PENDING:
             raise ApprovalConflict(f"approval {approval_id} is already {approval.state}")
         if not elicitation and approver.id == approval.principal.id:
@@ -193,78 +448,37 @@ class ApprovalService:
             approval.state = ApprovalState.DENIED
         approval.votes.append(vote)
         if approval.state is not ApprovalState.PENDING:
-            approval.decided_at = vote.at
-        if not self.store.transition(approval, ApprovalState.PENDING):
+            approval.decided_at, approval.decided_ts = vote.at, self._clock()
+        if not await self._db(self.store.transition, approval, ApprovalState.PENDING):
             raise ApprovalConflict(f"approval {approval_id} was decided by someone else just now")
         self._signal(approval_id)
         if approval.state is not ApprovalState.PENDING:
             self._notify("approval.decided", approval)
         return approval
 
-    def expire(self, approval: Approval) -> None:
+    async def expire(self, approval: Approval) -> None:
         """Apply the request's on_timeout: expired (reject) or approved (allow)."""
         if approval.state is not ApprovalState.PENDING:
             return
         allow = approval.on_timeout == "allow"
         approval.state = ApprovalState.APPROVED if allow else ApprovalState.EXPIRED
-        approval.decided_at = now_rfc3339()
+        approval.decided_at, approval.decided_ts = now_rfc3339(), self._clock()
         approval.votes.append(Vote("timeout", [], allow, f"expired; on_timeout {approval.on_timeout}",
                                    approval.decided_at))
-        if self.store.transition(approval, ApprovalState.PENDING):
+        if await self._db(self.store.transition, approval, ApprovalState.PENDING):
             self._signal(approval.id)
             self._notify("approval.expired", approval)
-
-    def executed(self, approval_id: str, result: dict[str, Any]) -> None:
-        """Store the one execution's result, for every retry of the call."""
-        approval = self.store.get(approval_id)
-        if approval is None or approval.state is not ApprovalState.EXECUTING:
-            return
-        approval.state = ApprovalState.EXECUTED
-        approval.result = result
-        self.store.transition(approval, ApprovalState.EXECUTING)
-        self._signal(approval_id)
-
-    def orphaned(self, principal_id: str, call_id: str, tool: str) -> dict[str, Any] | None:
-        """A retry of an approved call whose tool is gone: the stored result, or "no longer available".
-
-        A still-pending request is left as it is (the tool may come back before it is decided).
-        """
-        for approval in self.store.for_call(principal_id, call_id):
-            if approval.tool != tool:
-                continue
-            if approval.state is ApprovalState.EXECUTED and approval.result is not None:
-                return approval.result
-            if approval.state is ApprovalState.APPROVED:
-                approval.state = ApprovalState.EXECUTING
-                if self.store.transition(approval, ApprovalState.APPROVED):
-                    result = _refusal(call_id, "tool_unavailable",
-                                      f"The tool {tool} is no longer available, so the approved call was not run.",
-                                      approval.id)
-                    self.executed(approval.id, result)
-                    return result
-            if approval.state is ApprovalState.DENIED:
-                return _refusal(call_id, "reject", _denial_message(approval), approval.id)
-        return None
-
-    def recover(self) -> int:
-        """At start: runs claimed by a process that died never recorded their outcome; say so.
-
-        Returns how many were marked. Their tools may or may not have run, so they are not run again.
-        """
-        stale = self.store.in_state(ApprovalState.EXECUTING)
-        for approval in stale:
-            self.executed(approval.id, _refusal(
-                approval.call_id, "interrupted",
-                "The approved call was interrupted by a gateway restart; it may or may not have taken effect.",
-                approval.id))
-        return len(stale)
 
     def _notify(self, event: str, approval: Approval) -> None:
         if self.notifier is not None:
             self.notifier.notify(event, approval)
 
     async def aclose(self) -> None:
-        """Let webhook deliveries in flight finish (briefly)."""
+        """Stop lease renewals and retries, and let webhook deliveries in flight finish (briefly)."""
+        for task in [*self._heartbeats.values(), *self._background]:
+            task.cancel()
+        await asyncio.gather(*self._heartbeats.values(), *self._background, return_exceptions=True)
+        self._heartbeats.clear()
         if self.notifier is not None:
             await self.notifier.aclose()
 
@@ -279,10 +493,16 @@ class ApprovalService:
             event.set()
 
     async def sweep(self, interval: float = APPROVAL_SWEEP_SECONDS) -> None:
-        """Expire requests nobody is waiting on, so pages and webhooks see it; runs until cancelled."""
+        """Expire requests nobody is waiting on, and mark abandoned runs; runs until cancelled."""
         while True:
-            for approval in self.store.due(self._clock()):
-                self.expire(approval)
+            try:
+                now = self._clock()
+                for approval in await self._db(self.store.due, now):
+                    await self.expire(approval)
+                for approval in await self._db(self.store.abandoned, now):
+                    await self._interrupt(approval, now)
+            except StoreUnavailable as exc:  # try again next time; the sweeper must not die
+                log.warning("approval sweep skipped: %s", exc)
             await asyncio.sleep(interval)
 
 
@@ -303,12 +523,28 @@ def _denial_message(approval: Approval) -> str:
     return f"Denied by an approver: {comment}" if comment else "Denied by an approver."
 
 
-def _refusal(call_id: str, decision: str, message: str, approval_id: str) -> dict[str, Any]:
+def _expired_message(approval: Approval) -> str:
+    if not approval.retired:
+        return "Nobody approved this call in time, so it was not run."
+    if approval.decided_ts is not None and approval.decided_ts > approval.expires_ts and \
+            not any(v.approver == "timeout" for v in approval.votes):
+        return f"Approval {approval.id} was given after the request had expired, so the call was not run. " \
+            "Call again to ask for a new approval."
+    return (f"Approval {approval.id} was valid for {_duration(approval.valid_for)} after it was given and "
+            "has expired unused, so the call was not run. Call again to ask for a new approval.")
+
+
+def _duration(seconds: float) -> str:
+    whole = int(seconds)
+    if whole % 3600 == 0:
+        return f"{whole // 3600}h"
+    return f"{whole // 60}m" if whole % 60 == 0 else f"{whole}s"
+
+
+def _refusal(call_id: str, decision: str, message: str, approval_id: str | None) -> dict[str, Any]:
     """A refusal in the stored-outcome shape (what CallOutcome.to_rest gives)."""
+    meta = {"gateway/call_id": call_id, "gateway/decision": decision}
+    if approval_id is not None:
+        meta["gateway/approval_id"] = approval_id
     return {"call_id": call_id, "decision": decision, "is_error": True,
-            "content": [{"type": "text", "text": message}], "structured": None,
-            "meta": {"gateway/call_id": call_id, "gateway/decision": decision, "gateway/approval_id": approval_id}}
-
-
-def _rfc3339(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+            "content": [{"type": "text", "text": message}], "structured": None, "meta": meta}

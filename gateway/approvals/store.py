@@ -1,19 +1,34 @@
 """Approval requests in SQLite, beside the sessions; every state change is compare-and-set.
 
-The in-process lock serialises writers; the ``WHERE state = ?`` guard on each transition is what
-makes "approved → executing" happen once even if two callers race for it.
+The lock serialises this process's use of the connection; the ``WHERE state = ?`` guard on each
+transition is what makes "approved → executing" happen once even if two callers (or two gateway
+processes on one file) race for it. The methods block: the service calls them through
+``SqliteStore.run``, on the store's worker thread, never on the event loop. A database that stays
+locked past the busy timeout raises ``StoreUnavailable``.
+
+A request holds its key — (principal, tool, call id, digest) — while it is not *retired*; the
+unique index covers only those rows, so a request whose approval lapsed leaves room for a new one.
+Who may decide a request is kept as rows of ``approval_audience`` ("group:NAME", "user:ID", "*"),
+so a page of the requests an approver may see is one indexed query.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ParamSpec, TypeVar
 
-from gateway.approvals.model import Approval, ApprovalState, Requirement, Vote
+from gateway.approvals.model import Approval, ApprovalState, Requirement, Vote, json_safe
+from gateway.errors import StoreUnavailable
+from gateway.limits import DEFAULT_APPROVAL_VALID_SECONDS
 from gateway.policy.call import Principal
 from gateway.store.sqlite import SqliteStore
 
-__all__ = ["ApprovalStore"]
+__all__ = ["ApprovalStore", "ListFilter"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS approvals (
@@ -26,21 +41,65 @@ CREATE TABLE IF NOT EXISTS approvals (
     created_at TEXT NOT NULL,
     data TEXT NOT NULL
 );
-CREATE UNIQUE INDEX IF NOT EXISTS approvals_call ON approvals (principal, call_id, digest);
+CREATE TABLE IF NOT EXISTS approval_audience (
+    approval_id TEXT NOT NULL,
+    entry TEXT NOT NULL,
+    PRIMARY KEY (approval_id, entry)
+);
+CREATE INDEX IF NOT EXISTS approval_audience_entry ON approval_audience (entry, approval_id);
 CREATE INDEX IF NOT EXISTS approvals_state ON approvals (state, expires_ts);
 """
+
+# Columns added after the first release; an older file gets them (and its rows filled in) on open.
+_ADDED_COLUMNS = {
+    "tool": "TEXT NOT NULL DEFAULT ''",
+    "retired": "INTEGER NOT NULL DEFAULT 0",
+    "owner": "TEXT",
+    "lease_ts": "REAL",
+}
+
+# The binding: one live request per principal, exposed tool, call id and arguments. (The first
+# release's index left the tool out, so one approval could release a call to another tool.)
+_KEY_INDEX = (
+    "DROP INDEX IF EXISTS approvals_call",
+    "CREATE UNIQUE INDEX IF NOT EXISTS approvals_key ON approvals (principal, tool, call_id, digest)"
+    " WHERE retired = 0",
+    "CREATE INDEX IF NOT EXISTS approvals_created ON approvals (created_at DESC, id)",
+)
+
+_COLUMNS = "data, owner, lease_ts, retired"
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _guarded(method: Callable[P, R]) -> Callable[P, R]:
+    """Map SQLite's failures (a file locked past the busy timeout, a broken file) to ``StoreUnavailable``."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"the approvals database is unavailable ({exc})") from exc
+
+    return wrapper
 
 
 def _dump(a: Approval) -> str:
     data = a.to_dict()
     data["principal"]["claims"] = a.principal.claims
     data["expires_ts"] = a.expires_ts
+    data["decided_ts"] = a.decided_ts
     data["result"] = a.result
-    return json.dumps(data, ensure_ascii=False, default=str)
+    # Strict JSON, so whatever reads it back (the API, the page, the CLI) can always show it.
+    return json.dumps(json_safe(data), ensure_ascii=False, allow_nan=False)
 
 
-def _load(text: str) -> Approval:
-    d: dict[str, Any] = json.loads(text)
+def _load(row: tuple[Any, ...]) -> Approval:
+    text, owner, lease_ts, retired = row
+    # json_safe: rows written before strict JSON may hold NaN, which no JSON response can carry.
+    d: dict[str, Any] = json_safe(json.loads(text))
     p = d["principal"]
     return Approval(
         id=d["id"], call_id=d["call_id"], digest=d["args_digest"],
@@ -53,81 +112,197 @@ def _load(text: str) -> Approval:
         votes=[Vote(v["approver"], v["groups"], v["approve"], v["comment"], v["at"], v.get("rules", []))
                for v in d["votes"]],
         result=d.get("result"), decided_at=d.get("decided_at"),
+        valid_for=float(d.get("valid_for_seconds", DEFAULT_APPROVAL_VALID_SECONDS)),
+        decided_ts=d.get("decided_ts", _timestamp(d.get("decided_at"))),
+        owner=owner, lease_ts=lease_ts, retired=bool(retired),
     )
 
 
+def _timestamp(stamp: str | None) -> float | None:
+    """A stored RFC 3339 time as a UNIX time (rows from before ``decided_ts`` was kept)."""
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ListFilter:
+    """Which requests a listing shows; None means any."""
+
+    state: str | None = None
+    tool: str | None = None
+    principal: str | None = None
+    text: str | None = None  # found anywhere in the request (tool, arguments, messages, votes)
+    audience: tuple[str, ...] | None = None  # only requests one of these may decide (see model.seen_as)
+
+    def where(self) -> tuple[str, tuple[Any, ...]]:
+        """The SQL condition and its parameters."""
+        terms: list[str] = []
+        params: list[Any] = []
+        for column, value in (("state", self.state), ("tool", self.tool), ("principal", self.principal)):
+            if value is not None:
+                terms.append(f"{column} = ?")
+                params.append(value)
+        if self.text:
+            terms.append("instr(lower(data), lower(?)) > 0")
+            params.append(self.text)
+        if self.audience is not None:
+            marks = ", ".join("?" * len(self.audience))
+            terms.append(f"id IN (SELECT approval_id FROM approval_audience WHERE entry IN ({marks}))")
+            params.extend(self.audience)
+        return ("WHERE " + " AND ".join(terms) if terms else ""), tuple(params)
+
+
 class ApprovalStore:
-    """CRUD and guarded transitions for approval requests."""
+    """CRUD and guarded transitions for approval requests (blocking: call through ``run``)."""
 
     def __init__(self, store: SqliteStore) -> None:
         self._db = store.connection
         self._lock = store.lock
+        self.run = store.run
+        self.instance_id = store.instance_id
         with self._lock:
             self._db.executescript(_SCHEMA)
+            self._migrate()
 
+    def _migrate(self) -> None:
+        """Bring a file written by an older gateway up to this schema (idempotent)."""
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(approvals)")}
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for column, kind in _ADDED_COLUMNS.items():
+                if column not in have:
+                    self._db.execute(f"ALTER TABLE approvals ADD COLUMN {column} {kind}")
+            if "tool" not in have:
+                for approval_id, text in self._db.execute("SELECT id, data FROM approvals").fetchall():
+                    approval = _load((text, None, None, 0))
+                    self._db.execute("UPDATE approvals SET tool = ? WHERE id = ?", (approval.tool, approval_id))
+                    self._add_audience(approval)
+            for statement in _KEY_INDEX:
+                self._db.execute(statement)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    def _add_audience(self, approval: Approval) -> None:
+        self._db.executemany("INSERT OR IGNORE INTO approval_audience (approval_id, entry) VALUES (?, ?)",
+                             [(approval.id, entry) for entry in approval.audience()])
+
+    @_guarded
     def insert(self, approval: Approval) -> Approval:
-        """Store a new request; if one exists for the same principal, call id and arguments, return that."""
+        """Store a new request; if a live one holds the same key, return that one instead."""
         with self._lock:
-            row = self._db.execute(
-                "SELECT data FROM approvals WHERE principal = ? AND call_id = ? AND digest = ?",
-                (approval.principal.id, approval.call_id, approval.digest)).fetchone()
-            if row is not None:
-                return _load(row[0])
-            self._db.execute(
-                "INSERT INTO approvals (id, call_id, principal, digest, state, expires_ts, created_at, data)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (approval.id, approval.call_id, approval.principal.id, approval.digest, str(approval.state),
-                 approval.expires_ts, approval.created_at, _dump(approval)))
+            found = self._find(approval.principal.id, approval.tool, approval.call_id, approval.digest)
+            if found is not None:
+                return found
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(
+                    "INSERT INTO approvals (id, call_id, principal, digest, state, expires_ts, created_at, data, tool)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (approval.id, approval.call_id, approval.principal.id, approval.digest, str(approval.state),
+                     approval.expires_ts, approval.created_at, _dump(approval), approval.tool))
+                self._add_audience(approval)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
         return approval
 
-    def find(self, principal: str, call_id: str, digest: str) -> Approval | None:
-        """The request for this principal's call id and arguments."""
-        with self._lock:
-            row = self._db.execute(
-                "SELECT data FROM approvals WHERE principal = ? AND call_id = ? AND digest = ?",
-                (principal, call_id, digest)).fetchone()
-        return _load(row[0]) if row else None
+    def _find(self, principal: str, tool: str, call_id: str, digest: str) -> Approval | None:
+        row = self._db.execute(
+            f"SELECT {_COLUMNS} FROM approvals WHERE principal = ? AND tool = ? AND call_id = ? AND digest = ?"
+            " AND retired = 0", (principal, tool, call_id, digest)).fetchone()
+        return _load(row) if row else None
 
-    def for_call(self, principal: str, call_id: str) -> list[Approval]:
-        """Every request for this principal's call id (one per set of arguments), newest first."""
+    @_guarded
+    def find(self, principal: str, tool: str, call_id: str, digest: str) -> Approval | None:
+        """The live request for this principal's call of ``tool`` with this id and these arguments."""
+        with self._lock:
+            return self._find(principal, tool, call_id, digest)
+
+    @_guarded
+    def for_call(self, principal: str, call_id: str, tool: str) -> list[Approval]:
+        """Every live request for this principal's call id to ``tool`` (one per set of arguments), newest first."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT data FROM approvals WHERE principal = ? AND call_id = ? ORDER BY created_at DESC",
-                (principal, call_id)).fetchall()
-        return [_load(r[0]) for r in rows]
+                f"SELECT {_COLUMNS} FROM approvals WHERE principal = ? AND call_id = ? AND tool = ? AND retired = 0"
+                " ORDER BY created_at DESC", (principal, call_id, tool)).fetchall()
+        return [_load(r) for r in rows]
 
+    @_guarded
     def in_state(self, state: ApprovalState) -> list[Approval]:
         """Every request in one state."""
         with self._lock:
-            rows = self._db.execute("SELECT data FROM approvals WHERE state = ?", (str(state),)).fetchall()
-        return [_load(r[0]) for r in rows]
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM approvals WHERE state = ?", (str(state),)).fetchall()
+        return [_load(r) for r in rows]
 
+    @_guarded
     def get(self, approval_id: str) -> Approval | None:
         """One request by id."""
         with self._lock:
-            row = self._db.execute("SELECT data FROM approvals WHERE id = ?", (approval_id,)).fetchone()
-        return _load(row[0]) if row else None
+            row = self._db.execute(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (approval_id,)).fetchone()
+        return _load(row) if row else None
 
-    def list_requests(self, state: str | None = None, limit: int = 200, offset: int = 0) -> tuple[list[Approval], int]:
-        """One page of requests, newest first, optionally in one state; and how many there are in all."""
-        where, params = ("WHERE state = ?", (state,)) if state else ("", ())
+    @_guarded
+    def list_requests(self, state: str | None = None, limit: int = 200, offset: int = 0,
+                      which: ListFilter | None = None) -> tuple[list[Approval], int]:
+        """One page of requests, newest first, filtered; and how many match in all."""
+        which = which or ListFilter(state=state)
+        where, params = which.where()
         with self._lock:
             total = self._db.execute(f"SELECT COUNT(*) FROM approvals {where}", params).fetchone()[0]
-            rows = self._db.execute(f"SELECT data FROM approvals {where} ORDER BY created_at DESC, id"
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM approvals {where} ORDER BY created_at DESC, id"
                                     " LIMIT ? OFFSET ?", (*params, limit, offset)).fetchall()
-        return [_load(r[0]) for r in rows], int(total)
+        return [_load(r) for r in rows], int(total)
 
+    @_guarded
     def due(self, now_ts: float) -> list[Approval]:
         """Pending requests whose time is up."""
         with self._lock:
-            rows = self._db.execute("SELECT data FROM approvals WHERE state = ? AND expires_ts <= ?",
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM approvals WHERE state = ? AND expires_ts <= ?",
                                     (str(ApprovalState.PENDING), now_ts)).fetchall()
-        return [_load(r[0]) for r in rows]
+        return [_load(r) for r in rows]
 
-    def transition(self, approval: Approval, expected: ApprovalState) -> bool:
-        """Save ``approval`` only if its stored state is still ``expected``; False if someone else won."""
+    @_guarded
+    def abandoned(self, now_ts: float) -> list[Approval]:
+        """Executing requests whose claim's lease ran out: the process executing them is gone."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM approvals WHERE state = ? AND (lease_ts IS NULL OR lease_ts < ?)",
+                (str(ApprovalState.EXECUTING), now_ts)).fetchall()
+        return [_load(r) for r in rows]
+
+    @_guarded
+    def transition(self, approval: Approval, expected: ApprovalState, owner: str | None = None) -> bool:
+        """Save ``approval`` only if its stored state is still ``expected`` (and, given ``owner``, the claim
+        is still that process's); False if someone else won."""
+        guard, params = ("AND owner = ?", (owner,)) if owner is not None else ("", ())
         with self._lock:
             cursor = self._db.execute(
-                "UPDATE approvals SET state = ?, data = ? WHERE id = ? AND state = ?",
-                (str(approval.state), _dump(approval), approval.id, str(expected)))
+                f"UPDATE approvals SET state = ?, data = ?, retired = ?, owner = ?, lease_ts = ?"
+                f" WHERE id = ? AND state = ? {guard}",
+                (str(approval.state), _dump(approval), int(approval.retired), approval.owner, approval.lease_ts,
+                 approval.id, str(expected), *params))
+            return cursor.rowcount == 1
+
+    @_guarded
+    def renew(self, approval_id: str, owner: str, lease_ts: float) -> bool:
+        """Extend this process's claim on an executing request; False if the claim is no longer its own."""
+        with self._lock:
+            cursor = self._db.execute(
+                "UPDATE approvals SET lease_ts = ? WHERE id = ? AND state = ? AND owner = ?",
+                (lease_ts, approval_id, str(ApprovalState.EXECUTING), owner))
+            return cursor.rowcount == 1
+
+    @_guarded
+    def interrupt(self, approval: Approval, now_ts: float) -> bool:
+        """Save ``approval`` (marked interrupted) only if it is still executing under a lease that ran out."""
+        with self._lock:
+            cursor = self._db.execute(
+                "UPDATE approvals SET state = ?, data = ?, owner = NULL, lease_ts = NULL"
+                " WHERE id = ? AND state = ? AND (lease_ts IS NULL OR lease_ts < ?)",
+                (str(approval.state), _dump(approval), approval.id, str(ApprovalState.EXECUTING), now_ts))
             return cursor.rowcount == 1

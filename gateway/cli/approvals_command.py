@@ -14,7 +14,7 @@ import sys
 import time
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx2
 
@@ -46,6 +46,11 @@ def register(sub: Any) -> None:
     listing = actions.add_parser("list", parents=[common], help="approval requests, newest first")
     listing.add_argument("--state", choices=(*STATES, "all"), default="pending",
                          help="only requests in this state (default: pending)")
+    listing.add_argument("--tool", help="only requests for this tool")
+    listing.add_argument("--principal", help="only requests asked for by this principal")
+    listing.add_argument("--search", help="only requests that mention this text (arguments, messages, votes)")
+    listing.add_argument("--limit", type=int, default=200, help="at most this many (default: 200)")
+    listing.add_argument("--offset", type=int, default=0, help="skip this many of the newest first")
     listing.set_defaults(func=list_approvals)
     show = actions.add_parser("show", parents=[common], help="one request in full")
     show.add_argument("id")
@@ -115,9 +120,18 @@ def _run(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] 
 
 def list_approvals(args: argparse.Namespace) -> int:
     """`gateway approvals list`."""
-    query = "" if args.state == "all" else f"?state={args.state}"
-    return _run(args, "GET", f"/v1/approvals{query}", None,
-                lambda data: _table(data["approvals"], args.state))
+    params = {"state": None if args.state == "all" else args.state, "tool": args.tool,
+              "principal": args.principal, "q": args.search, "limit": args.limit, "offset": args.offset}
+    query = urlencode({k: v for k, v in params.items() if v is not None})
+
+    def text(data: dict[str, Any]) -> str:
+        table = _table(data["approvals"], args.state)
+        shown, total = len(data["approvals"]), data.get("total", 0)
+        if shown and total > args.offset + shown:
+            table += f"\n({shown} of {total} shown; see more with --offset {args.offset + shown})"
+        return table
+
+    return _run(args, "GET", f"/v1/approvals?{query}", None, text)
 
 
 def show_approval(args: argparse.Namespace) -> int:

@@ -121,6 +121,7 @@ class ApiKeySpec(_Strict):
     sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$")
     key: SecretRef | None = None
     approver: bool = False  # may decide approvals (issue: approvals)
+    admin: bool = False  # an approver who sees every approval request, not only those their groups may decide
 
     @model_validator(mode="after")
     def _one(self) -> ApiKeySpec:

@@ -1,8 +1,13 @@
 """The approver API: list, read and decide approval requests.
 
-    GET  /v1/approvals?state=pending&limit=200&offset=0   → {approvals, total, offset, limit}
-    GET  /v1/approvals/{id}               (approvers, and the caller who asked)
-    POST /v1/approvals/{id}/decision      {approve: bool, comment}  → 200 | 403 | 404 | 409
+    GET  /v1/approvals?state=pending&tool=&principal=&q=&limit=200&offset=0
+                                          → {approvals, total, offset, limit}
+    GET  /v1/approvals/{id}               (approvers who may see it, and the caller who asked)
+    POST /v1/approvals/{id}/decision      {approve: bool, comment}  → 200 | 403 | 404 | 409 | 503
+
+An approver sees the requests some requirement lets them decide (their user id, one of their
+groups, or a rule open to any approver); a key with ``admin: true`` sees every request. A request
+an approver may not see is "not found" to them. A locked database answers 503 ``store-unavailable``.
 """
 
 from __future__ import annotations
@@ -13,40 +18,60 @@ from starlette.routing import Route
 
 from gateway.approvals.model import ApprovalState
 from gateway.approvals.service import ApprovalService
-from gateway.errors import ApprovalError
+from gateway.approvals.store import ListFilter
+from gateway.errors import ApprovalError, StoreUnavailable
 from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
-from gateway.limits import MAX_APPROVALS_PAGE
+from gateway.limits import MAX_APPROVALS_FILTER_CHARS, MAX_APPROVALS_PAGE
 
 __all__ = ["approval_routes"]
 
 _STATES = {str(s) for s in ApprovalState}
 
 
+def _unavailable(exc: StoreUnavailable) -> JSONResponse:
+    return error_response(exc.status, exc.code, "The approvals database is busy; try again shortly.")
+
+
 def approval_routes(service: ApprovalService) -> list[Route]:
     """Routes for approvers (they expect ``RequireIdentity`` in front)."""
 
     async def list_approvals(request: Request) -> JSONResponse:
-        if not identity_of(request.scope).approver:
+        identity = identity_of(request.scope)
+        if not (identity.approver or identity.admin):
             return error_response(403, "not-an-approver", "This key may not see approval requests.")
-        state = request.query_params.get("state")
+        query = request.query_params
+        state = query.get("state") or None
         if state is not None and state not in _STATES:
             return error_response(400, "invalid-state", f"state must be one of {', '.join(sorted(_STATES))}")
+        texts = {name: query.get(name) or None for name in ("tool", "principal", "q")}
+        if any(v is not None and len(v) > MAX_APPROVALS_FILTER_CHARS for v in texts.values()):
+            return error_response(400, "invalid-filter", f"filters are at most {MAX_APPROVALS_FILTER_CHARS} characters")
         try:
-            limit = int(request.query_params.get("limit", 200))
-            offset = int(request.query_params.get("offset", 0))
+            limit = int(query.get("limit", 200))
+            offset = int(query.get("offset", 0))
         except ValueError:
             return error_response(400, "invalid-page", "limit and offset must be whole numbers")
         if not (1 <= limit <= MAX_APPROVALS_PAGE and 0 <= offset < 2**63):  # SQLite integers are 64-bit
             return error_response(400, "invalid-page", f"limit must be 1..{MAX_APPROVALS_PAGE}, offset 0 or more")
-        page, total = service.store.list_requests(state, limit, offset)
+        which = ListFilter(state=state, tool=texts["tool"], principal=texts["principal"], text=texts["q"],
+                           audience=service.audience(identity.principal, identity.admin))
+        try:
+            page, total = await service.listing(which, limit, offset)
+        except StoreUnavailable as exc:
+            return _unavailable(exc)
         return JSONResponse({"approvals": [a.to_dict() for a in page], "total": total, "offset": offset,
                              "limit": limit})
 
     async def get_approval(request: Request) -> JSONResponse:
         identity = identity_of(request.scope)
-        approval = service.store.get(request.path_params["approval_id"])
-        if approval is None or not (identity.approver or identity.principal.id == approval.principal.id):
+        try:
+            approval = await service.get(request.path_params["approval_id"])
+        except StoreUnavailable as exc:
+            return _unavailable(exc)
+        reader = identity.approver or identity.admin
+        if approval is None or not (identity.principal.id == approval.principal.id or (
+                reader and service.may_see(approval, identity.principal, identity.admin))):
             return error_response(404, "approval-not-found", "No such approval request.")
         return JSONResponse(approval.to_dict())
 
@@ -61,9 +86,11 @@ def approval_routes(service: ApprovalService) -> list[Route]:
         if not isinstance(approve, bool) or not isinstance(comment, str):
             return error_response(400, "invalid-decision", "Send {\"approve\": true|false, \"comment\": \"...\"}.")
         try:
-            approval = service.decide(request.path_params["approval_id"], identity.principal, approve, comment)
+            approval = await service.decide(request.path_params["approval_id"], identity.principal, approve, comment)
         except ApprovalError as exc:
             return error_response(exc.status, exc.code, str(exc))
+        except StoreUnavailable as exc:
+            return _unavailable(exc)
         return JSONResponse(approval.to_dict())
 
     return [

@@ -34,6 +34,7 @@ class ApprovalResult:
     approval_id: str | None = None
     pending: bool = False  # the caller stopped waiting; the approval is still open
     replay: dict[str, Any] | None = None  # the stored result of the one execution, for a retry
+    decision: str = "reject"  # the refusal's decision name when not approved ("store_unavailable", ...)
 
 
 class ApprovalGate(Protocol):
@@ -43,11 +44,15 @@ class ApprovalGate(Protocol):
         """Wait for the decision (or until the caller stops waiting)."""
         ...
 
-    def executed(self, approval_id: str, result: dict[str, Any]) -> None:
+    async def executed(self, approval_id: str, result: dict[str, Any]) -> None:
         """Record the result of the one execution an approval allowed."""
         ...
 
-    def orphaned(self, principal_id: str, call_id: str, tool: str) -> dict[str, Any] | None:
+    async def released(self, approval_id: str) -> None:
+        """The execution never reached the upstream: the approval may be used again."""
+        ...
+
+    async def orphaned(self, principal_id: str, call_id: str, tool: str) -> dict[str, Any] | None:
         """For a retry whose tool is gone: the outcome of its approval, if it has one."""
         ...
 
@@ -59,11 +64,15 @@ class NoApprovals:
         """Refuse, naming why."""
         return ApprovalResult(False, "This call needs approval, and this gateway has no approval service.")
 
-    def executed(self, approval_id: str, result: dict[str, Any]) -> None:
+    async def executed(self, approval_id: str, result: dict[str, Any]) -> None:
         """Nothing to record."""
         del approval_id, result
 
-    def orphaned(self, principal_id: str, call_id: str, tool: str) -> dict[str, Any] | None:
+    async def released(self, approval_id: str) -> None:
+        """Nothing to release."""
+        del approval_id
+
+    async def orphaned(self, principal_id: str, call_id: str, tool: str) -> dict[str, Any] | None:
         """No approvals, so nothing is ever orphaned."""
         del principal_id, call_id, tool
         return None

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import AuditWriteError, InvalidArgumentsError, UnknownToolError, UpstreamError
+from gateway.errors import AuditWriteError, InvalidArgumentsError, UnknownToolError, UpstreamError, UpstreamNotReached
 from gateway.limits import MAX_AUDIT_ERROR_CHARS, MAX_ID_CHARS
 from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
 from gateway.pipeline.audit import AuditLog
@@ -42,6 +42,8 @@ log = logging.getLogger("gateway.pipeline")
 TOOL_FAILED = "The tool failed. Try again later or use another tool."
 POLICY_FAILED = "The policies could not be evaluated for this call, so it was refused."
 INTERRUPTED = "The approved call was interrupted while it ran; it may or may not have taken effect."
+NOT_REACHED = ("The tool's service could not be reached, so the approved call was not sent. The approval is still "
+               "valid: call again to run it.")
 
 
 def _unavailable(tool: str) -> str:
@@ -137,7 +139,7 @@ class Gateway:
         tool = self.registry.get(request.tool)
         if tool is None:
             # A retry of an approved call whose tool has gone since gets a plain answer, not -32602.
-            orphan = self.approvals.orphaned(request.principal.id, request.call_id, request.tool)
+            orphan = await self.approvals.orphaned(request.principal.id, request.call_id, request.tool)
             if orphan is not None:
                 return self._finish(trace, None, session, _outcome(orphan), policy_set, count=False)
             self._finish(trace, None, session, refusal(request.call_id, "unknown_tool", "unknown tool"),
@@ -199,7 +201,7 @@ class Gateway:
         if approval.replay is not None:
             return _outcome(approval.replay)
         if not approval.approved:
-            outcome = refusal(request.call_id, "pending" if approval.pending else "reject",
+            outcome = refusal(request.call_id, approval.decision,
                               approval.message or "The call was not approved.", approval_id=approval.approval_id)
             outcome.pending_approval = approval.approval_id if approval.pending else None
             return outcome
@@ -216,10 +218,16 @@ class Gateway:
                 else:
                     outcome = await self._execute(trace, current, policy_set, call, decision)
             except BaseException:
-                self.approvals.executed(approval_id, refusal(request.call_id, "interrupted", INTERRUPTED).to_rest())
+                await self.approvals.executed(approval_id,
+                                              refusal(request.call_id, "interrupted", INTERRUPTED).to_rest())
                 raise
             outcome.meta[f"{META}approval_id"] = approval_id
-            self.approvals.executed(approval_id, outcome.to_rest())
+            if trace.upstream.get("reached") is False:
+                # Nothing was sent, so the approval is not used up: a retry within its validity runs.
+                await self.approvals.released(approval_id)
+                outcome = refusal(request.call_id, "tool_failed", NOT_REACHED, approval_id=approval_id)
+            else:
+                await self.approvals.executed(approval_id, outcome.to_rest())
             return outcome
 
         task = asyncio.ensure_future(run_once())
@@ -242,6 +250,9 @@ class Gateway:
         except InvalidArgumentsError as exc:  # arguments the upstream's request cannot carry safely
             trace.upstream = {"status": "not_called", "error": str(exc)}
             return refusal(request.call_id, "invalid_arguments", f"The arguments were refused: {exc}")
+        except UpstreamNotReached as exc:  # provably never sent (see errors.UpstreamNotReached)
+            trace.upstream = {"status": "failed", "reached": False, "error": str(exc)[:MAX_AUDIT_ERROR_CHARS]}
+            return refusal(request.call_id, "tool_failed", TOOL_FAILED)
         except UpstreamError as exc:
             trace.upstream = {"status": "failed", "error": str(exc)[:MAX_AUDIT_ERROR_CHARS]}
             return refusal(request.call_id, "tool_failed", TOOL_FAILED)

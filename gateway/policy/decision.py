@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gateway.limits import DEFAULT_APPROVAL_VALID_SECONDS
+
 __all__ = [
     "STRICTNESS",
     "Action",
@@ -111,6 +113,7 @@ class ApprovalRequirement:
     timeout_seconds: float
     on_timeout: Verdict
     via: str
+    valid_for_seconds: float = DEFAULT_APPROVAL_VALID_SECONDS  # how long an approval may be used
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""

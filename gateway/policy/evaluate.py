@@ -232,7 +232,7 @@ def _requirement(template: ApprovalRequirement, message: str | None) -> Approval
     if not message or message == template.message:
         return template
     return ApprovalRequirement(template.rule, message, template.approvers, template.timeout_seconds,
-                               template.on_timeout, template.via)
+                               template.on_timeout, template.via, template.valid_for_seconds)
 
 
 def _since(started: float) -> float:

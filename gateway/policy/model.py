@@ -68,11 +68,20 @@ class ApprovalSpec(_Strict):
     timeout: str | int = "15m"
     on_timeout: Literal["reject", "allow"] = "reject"
     via: Literal["page", "elicitation"] = "page"
+    # How long an approved call may still be run after the decision; None: 10m (limits.py).
+    valid_for: str | int | None = None
 
     @field_validator("timeout")
     @classmethod
     def _timeout(cls, value: str | int) -> str | int:
         parse_duration(value)
+        return value
+
+    @field_validator("valid_for")
+    @classmethod
+    def _valid_for(cls, value: str | int | None) -> str | int | None:
+        if value is not None:
+            parse_duration(value)
         return value
 
 

@@ -1,8 +1,14 @@
-"""The embedded store: one SQLite file, WAL mode, one connection guarded by a lock.
+"""The embedded store: one SQLite file, WAL mode, two connections.
 
-Session rows are small and written once per call; SQLite on local disk does that in tens of
-microseconds, so calls write through inline rather than through a thread pool. An in-memory
-copy of each session serves reads.
+The event loop never waits for the database file. Reads of session rows use the loop's own
+connection (in WAL mode a reader never waits for a writer); every write goes through one worker
+thread that owns the second connection, with a busy timeout, so another process holding the file
+locked delays the writes and never the loop. Session rows are written behind (the in-memory copy
+is what calls read); approval work is awaited through ``run`` (see gateway/approvals/store.py).
+
+Each process that opens the store gets an ``instance_id``: claims it makes on shared rows (an
+approved call it is executing) carry it, so a second process on the same file can tell a live
+claim from one whose owner died.
 
 A session belongs to the principal that named it: rows are keyed by (principal, session id),
 so one key naming another's session id gets a session of its own, never the other's counters.
@@ -13,17 +19,26 @@ so a session terminated before the upgrade stays terminated for whoever used it.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import sqlite3
 import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from gateway.limits import MAX_CACHED_SESSIONS
+from gateway.limits import MAX_CACHED_SESSIONS, SQLITE_BUSY_TIMEOUT_SECONDS
 
 __all__ = ["SessionState", "SqliteStore"]
+
+log = logging.getLogger("gateway.store")
+
+T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -40,7 +55,7 @@ CREATE TABLE IF NOT EXISTS sessions (
 """
 
 # Sessions keyed by id alone (before sessions belonged to principals) move under this owner,
-# which no principal has: the rows are only ever copied from, by ``_legacy_row``.
+# which no principal has: the rows are only ever copied from, when a principal first names one.
 _UNOWNED = ""
 
 _MIGRATE_UNOWNED = f"""
@@ -77,16 +92,35 @@ class SessionState:
 class SqliteStore:
     """Sessions in SQLite; safe to share between the event loop and worker threads."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, busy_timeout: float = SQLITE_BUSY_TIMEOUT_SECONDS) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
+        self.instance_id = uuid.uuid4().hex  # this process's name on the claims it makes
+        target, uri = self.path, False
+        if self.path == ":memory:":  # the connections must see one database
+            target, uri = f"file:gateway-{self.instance_id}?mode=memory&cache=shared", True
+        else:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+
+        def connect() -> sqlite3.Connection:
+            db = sqlite3.connect(target, check_same_thread=False, isolation_level=None, uri=uri,
+                                 timeout=busy_timeout)
+            db.execute("PRAGMA synchronous=NORMAL")
+            return db
+
+        self._db = connect()  # session reads, on the event loop (a WAL reader never waits)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
         self._migrate()
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
+        self._writer = connect()  # approvals, on their worker thread
+        self._writer_lock = threading.Lock()
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-db")
+        self._session_writer = connect()  # session rows, written behind on their own thread
+        self._session_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-sessions")
+        self._dirty: dict[tuple[str, str], tuple[Any, ...]] = {}  # session rows to write; the newest state of each
+        self._dirty_lock = threading.Lock()
+        self._flush_queued = False
+        self._closing = False
         self._sessions: dict[tuple[str, str], SessionState] = {}
 
     def _migrate(self) -> None:
@@ -97,16 +131,27 @@ class SqliteStore:
 
     @property
     def connection(self) -> sqlite3.Connection:
-        """The shared connection, for stores that add their own tables (hold ``lock``)."""
-        return self._db
+        """The approvals' connection, for stores that add their own tables (hold ``lock``; use from ``run``)."""
+        return self._writer
 
     @property
     def lock(self) -> threading.Lock:
-        """The lock that guards the connection."""
-        return self._lock
+        """The lock that guards ``connection``."""
+        return self._writer_lock
+
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        """Run blocking database work on the store's worker thread, and await its result."""
+        return await asyncio.get_running_loop().run_in_executor(self._worker, work, *args)
 
     def close(self) -> None:
-        """Close the database."""
+        """Finish queued writes (one more try each), then close the database."""
+        with self._dirty_lock:
+            self._closing = True
+        self._session_worker.shutdown(wait=True)
+        self._worker.shutdown(wait=True)
+        self._session_writer.close()
+        with self._writer_lock:
+            self._writer.close()
         with self._lock:
             self._db.close()
 
@@ -116,16 +161,16 @@ class SqliteStore:
         found = self._sessions.get(key)
         if found is not None:
             return found
+        select = f"SELECT {_COLUMNS} FROM sessions WHERE principal = ? AND id = ?"
         with self._lock:
-            select = f"SELECT {_COLUMNS} FROM sessions WHERE principal = ? AND id = ?"
             row = self._db.execute(select, key).fetchone()
-            if row is None:
+            new = row is None
+            if new:  # an unowned row from before the migration, else a fresh session
                 row = self._db.execute(select, (_UNOWNED, session_id)).fetchone() or \
                     (now_rfc3339(), 0, "{}", 0, 0, None)
-                self._db.execute(f"INSERT INTO sessions (principal, id, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                                 (*key, *row))
-            state = SessionState(session_id, row[0], row[1], json.loads(row[2]), row[3], bool(row[4]), row[5],
-                                 principal)
+        state = SessionState(session_id, row[0], row[1], json.loads(row[2]), row[3], bool(row[4]), row[5], principal)
+        if new:
+            self._save(state)
         if len(self._sessions) >= MAX_CACHED_SESSIONS:
             self._sessions.pop(next(iter(self._sessions)))
         self._sessions[key] = state
@@ -146,9 +191,44 @@ class SqliteStore:
         self._save(state)
 
     def _save(self, state: SessionState) -> None:
-        values: tuple[Any, ...] = (state.calls, json.dumps(state.calls_by_tool), state.rejected,
-                                   int(state.terminated), state.terminate_message, state.principal, state.id)
-        with self._lock:
-            self._db.execute(
-                "UPDATE sessions SET calls = ?, calls_by_tool = ?, rejected = ?, terminated = ?,"
-                " terminate_message = ? WHERE principal = ? AND id = ?", values)
+        """Queue the session's row to be written behind; the in-memory copy is what calls read.
+
+        Writes of one session are coalesced to its newest state, so a locked file delays them
+        without growing a queue.
+        """
+        values: tuple[Any, ...] = (state.principal, state.id, state.started_at, state.calls,
+                                   json.dumps(state.calls_by_tool), state.rejected, int(state.terminated),
+                                   state.terminate_message)
+        with self._dirty_lock:
+            self._dirty[(state.principal, state.id)] = values
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        """Make sure one flush is queued (call holding ``_dirty_lock``)."""
+        if self._flush_queued or self._closing:
+            return
+        self._flush_queued = True
+        self._session_worker.submit(self._flush)
+
+    def _flush(self) -> None:
+        with self._dirty_lock:
+            rows, self._dirty, self._flush_queued = list(self._dirty.values()), {}, False
+        try:
+            self._session_writer.execute("BEGIN IMMEDIATE")
+            self._session_writer.executemany(_UPSERT_SESSION, rows)
+            self._session_writer.execute("COMMIT")
+        except sqlite3.Error as exc:  # locked past the busy timeout: keep the rows and try again
+            if self._session_writer.in_transaction:
+                self._session_writer.execute("ROLLBACK")
+            log.warning("%d session rows not saved yet: %s", len(rows), exc)
+            with self._dirty_lock:
+                for row in rows:
+                    self._dirty.setdefault((row[0], row[1]), row)  # a newer state queued meanwhile wins
+                self._schedule_flush()
+
+
+_UPSERT_SESSION = (
+    f"INSERT INTO sessions (principal, id, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT(principal, id) DO UPDATE SET calls = excluded.calls,"
+    " calls_by_tool = excluded.calls_by_tool, rejected = excluded.rejected,"
+    " terminated = excluded.terminated, terminate_message = excluded.terminate_message")

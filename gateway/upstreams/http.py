@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import httpx2
 
-from gateway.errors import InvalidArgumentsError, UpstreamError
+from gateway.errors import InvalidArgumentsError, UpstreamError, UpstreamNotReached
 from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_KEEPALIVE_SECONDS, UPSTREAM_MAX_CONNECTIONS
 from gateway.upstreams.base import ToolResult, UpstreamTool, text_result
 from gateway.values import text
@@ -100,7 +100,7 @@ class HttpUpstream:
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
         if self._client is None:
-            raise UpstreamError(f"upstream {self.name} is not started")
+            raise UpstreamNotReached(f"upstream {self.name} is not started")
         method, url, query, body = self.request_for(tool, arguments)
         try:
             # One deadline for the whole exchange: httpx's timeout is per read, so an upstream
@@ -109,6 +109,8 @@ class HttpUpstream:
                 method, url, params=query or None, json=body, headers=self._headers, timeout=timeout
             ) as response:
                 content = await _read_capped(response, self.max_response_bytes)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:  # no connection, so nothing was sent
+            raise UpstreamNotReached(f"{self.name}: {method} {url} not reached: {type(exc).__name__}: {exc}") from exc
         except (httpx2.TimeoutException, TimeoutError) as exc:  # one read's timeout, or the whole deadline
             raise UpstreamError(f"{self.name}: {method} {url} timed out after {timeout}s") from exc
         except httpx2.HTTPError as exc:

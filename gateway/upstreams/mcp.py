@@ -19,7 +19,7 @@ import mcp_types as types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, UpstreamNotReached
 from gateway.limits import MAX_RESPONSE_BYTES
 from gateway.upstreams.base import ToolResult, UpstreamTool, resolve_command
 from gateway.upstreams.environment import child_environment
@@ -117,10 +117,13 @@ class McpUpstream:
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
         if self._client is None:
-            await self.start()  # reconnect after a crash; raises UpstreamError if it cannot
+            try:
+                await self.start()  # reconnect after a crash
+            except UpstreamError as exc:  # no session, so the call was never written
+                raise UpstreamNotReached(str(exc)) from exc
         client = self._client
         if client is None:
-            raise UpstreamError(f"{self.name}: not connected")
+            raise UpstreamNotReached(f"{self.name}: not connected")
         try:
             result = await asyncio.wait_for(client.call_tool(tool, arguments), timeout)
         except TimeoutError:

@@ -126,3 +126,25 @@ async def test_an_unreachable_gateway_exits_2(refused_url: str) -> None:
     run = await gateway("approvals", "list", "--url", refused_url, "--key", "bob-key")
     assert run.code == 2
     assert run.err.startswith(f"gateway approvals: cannot connect to the gateway at {refused_url}")
+
+
+async def test_list_filters_and_pages_on_the_server(serve: Any, approval_desk: Any) -> None:
+    refund = approval_desk.add()
+    shell = approval_desk.add(tool="shell_exec", args={"cmd": "uptime"}, principal="agent-7")
+    approval_desk.add(tool="shell_exec", args={"cmd": "ls"})
+    base = await serve(approval_desk.app())
+    auth = ["--url", base, "--key", "bob-key", "--format", "json"]
+
+    async def ids(*args: str) -> set[str]:
+        run = await gateway("approvals", "list", *args, *auth)
+        assert run.code == 0, run.err
+        return {a["id"] for a in json.loads(run.out)["approvals"]}
+
+    assert await ids("--tool", "payments_refund") == {refund.id}
+    assert await ids("--principal", "agent-7") == {shell.id}
+    assert await ids("--search", "uptime") == {shell.id}
+    assert await ids("--tool", "shell_exec", "--principal", "alice", "--search", "uptime") == set()
+    first = await gateway("approvals", "list", "--limit", "2", "--url", base, "--key", "bob-key")
+    assert first.code == 0, first.err
+    assert first.out.rstrip().endswith("(2 of 3 shown; see more with --offset 2)")
+    assert len(await ids("--limit", "2", "--offset", "2")) == 1

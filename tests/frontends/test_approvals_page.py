@@ -10,7 +10,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from gateway.approvals.model import ApprovalState
+from gateway.approvals.model import ApprovalState, Requirement
 
 try:
     from playwright.async_api import Page, async_playwright, expect
@@ -163,3 +163,37 @@ async def test_the_page_needs_no_key_and_pins_its_own_script(serve: Any, approva
     assert "default-src 'none'" in csp and "script-src 'sha256-" in csp and "connect-src 'self'" in csp
     assert "/*! approvals.js */" not in listing.text and "function api(" in listing.text
     assert api.status_code == 401
+
+
+@needs_browser
+async def test_the_page_pages_through_and_filters_every_request_the_approver_may_decide(
+        serve: Any, approval_desk: Any, phone: Page) -> None:
+    for _ in range(225):
+        approval_desk.add()
+    shells = [approval_desk.add(tool="shell_exec", args={"cmd": "uptime"}, principal="agent-7") for _ in range(5)]
+    approval_desk.add(tool="vault_read", requirements=[Requirement("vault", "Security only", ["group:security"])])
+    base = await serve(approval_desk.app())
+    await sign_in(phone, base, "bob-key")
+
+    count, more, cards = phone.get_by_test_id("count"), phone.get_by_test_id("more"), phone.get_by_test_id("approval")
+    await expect(count).to_have_text("Showing 100 of 230")  # not the vault request: bob is no security approver
+    await expect(cards).to_have_count(100)
+    await more.click()
+    await expect(count).to_have_text("Showing 200 of 230")
+    await more.click()
+    await expect(count).to_have_text("Showing 230 of 230")  # past the 200 newest
+    await expect(cards).to_have_count(230)
+    await expect(more).to_be_hidden()
+
+    await phone.get_by_test_id("filter-tool").fill("shell_exec")
+    await expect(count).to_have_text("Showing 5 of 5")
+    await expect(cards).to_have_count(5)
+    for shell in shells:
+        await expect(phone.locator(f'[data-approval-id="{shell.id}"]')).to_be_visible()
+    await phone.get_by_test_id("filter-tool").fill("")
+    await phone.get_by_test_id("filter-principal").fill("agent-7")
+    await phone.get_by_test_id("filter-text").fill("uptime")
+    await expect(cards).to_have_count(5)
+    await phone.get_by_test_id("filter-text").fill("no such text")
+    await expect(phone.get_by_test_id("empty")).to_have_text("No requests match these filters.")
+    await expect(cards).to_have_count(0)

@@ -1,8 +1,11 @@
-// The approvals page: lists pending requests from the approver API and posts decisions.
+// The approvals page: lists the requests this approver may decide (filtered, paged through the
+// approver API, which filters on the server) and posts decisions.
 // Every piece of data is put on the page as text (textContent / text nodes), never as HTML.
 "use strict";
 (() => {
   const REFRESH_MS = 2000;
+  const SHOWN_STEP = 100; // requests added by "Show more"
+  const API_PAGE = 500; // the API's largest page (MAX_APPROVALS_PAGE)
   const KEY_STORAGE = "gateway.approverKey";
 
   // "/prefix/approvals" or "/prefix/approvals/ID": the API lives at "/prefix/v1/approvals".
@@ -16,6 +19,7 @@
   let timer = null;
   let serverOffset = 0; // ms to add to the local clock to get the server's (from the Date header)
   let scrolled = false;
+  let wanted = SHOWN_STEP; // how many matching requests to show
 
   // -- small DOM helpers (text only) -------------------------------------------------------------
 
@@ -107,11 +111,13 @@
 
   // -- refreshing ----------------------------------------------------------------------------------
 
+  let generation = 0; // only the newest refresh renders and schedules the next one
   async function refresh() {
     clearTimeout(timer);
     if (!key) return;
-    const listed = await api("GET", "/v1/approvals?state=pending");
-    if (!key) return; // signed out meanwhile
+    const mine = ++generation;
+    const listed = await load();
+    if (!key || mine !== generation) return; // signed out, or a newer refresh started meanwhile
     if (!listed.ok) {
       if (listed.status === 401) return signOut("That key was not accepted. Check it and sign in again.");
       if (listed.status === 403) return signOut(`${listed.error.message} Use an approver's key.`);
@@ -125,10 +131,55 @@
         else if (one.status === 404) show($("banner"), `There is no approval request ${focusId}.`);
       }
       render(approvals);
+      const total = listed.data.total;
+      show($("count"), total ? `Showing ${Math.min(listed.data.approvals.length, total)} of ${total}` : "");
+      $("more").hidden = listed.data.approvals.length >= total;
       show($("status"), `Updated ${new Date().toLocaleTimeString()}`);
     }
     timer = setTimeout(refresh, REFRESH_MS);
   }
+
+  // The filters as API query parameters, for one page.
+  function query(offset, limit) {
+    const params = new URLSearchParams();
+    if ($("f-state").value) params.set("state", $("f-state").value);
+    for (const [id, name] of [["f-tool", "tool"], ["f-principal", "principal"], ["f-text", "q"]]) {
+      const value = $(id).value.trim();
+      if (value) params.set(name, value);
+    }
+    params.set("limit", String(limit));
+    params.set("offset", String(offset));
+    return params.toString();
+  }
+
+  // The first `wanted` matching requests, in API pages; and how many match in all.
+  async function load() {
+    const approvals = [];
+    let total = 0;
+    for (let offset = 0; offset < wanted; offset += API_PAGE) {
+      const page = await api("GET", `/v1/approvals?${query(offset, Math.min(API_PAGE, wanted - offset))}`);
+      if (!page.ok) return page;
+      approvals.push(...page.data.approvals);
+      total = page.data.total;
+      if (offset + page.data.approvals.length >= total) break;
+    }
+    return { ok: true, status: 200, data: { approvals, total } };
+  }
+
+  let filterTimer = null;
+  function filtersChanged() {
+    clearTimeout(filterTimer);
+    filterTimer = setTimeout(() => {
+      wanted = SHOWN_STEP;
+      $("empty").textContent = $("f-state").value === "pending" && !$("f-tool").value && !$("f-principal").value
+        && !$("f-text").value ? "No requests are waiting for approval. This page refreshes itself."
+        : "No requests match these filters.";
+      refresh();
+    }, 250);
+  }
+  $("filters").addEventListener("input", filtersChanged);
+  $("filters").addEventListener("submit", (event) => { event.preventDefault(); filtersChanged(); });
+  $("more").addEventListener("click", () => { wanted += SHOWN_STEP; refresh(); });
 
   function render(approvals) {
     // The focused request first, then the ones whose time runs out first.
