@@ -13,8 +13,9 @@ A driver returns what the model read as each tool result and the agent's final o
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from agent_framework import Agent as MafAgent
 from agent_framework import MCPStreamableHTTPTool
@@ -37,27 +38,39 @@ class AgentRun:
     output: str
 
 
-Driver = Callable[[str, str, Mapping[str, str], str], Awaitable[AgentRun]]
+class Driver(Protocol):
+    """``await driver(model_url, mcp_url, headers, prompt, stream=False)``: one agent run."""
+
+    def __call__(self, model_url: str, mcp_url: str, headers: Mapping[str, str], prompt: str, *,
+                 stream: bool = False) -> Awaitable[AgentRun]: ...
 
 
 def _model_client(model_url: str) -> AsyncOpenAI:
     return AsyncOpenAI(base_url=f"{model_url}/v1", api_key="fake-model-key", max_retries=0)
 
 
-async def run_openai_agents(model_url: str, mcp_url: str, headers: Mapping[str, str], prompt: str) -> AgentRun:
-    """One run of an OpenAI Agents SDK agent with the gateway as an MCP server."""
+async def run_openai_agents(model_url: str, mcp_url: str, headers: Mapping[str, str], prompt: str, *,
+                            stream: bool = False) -> AgentRun:
+    """One run of an OpenAI Agents SDK agent with the gateway as an MCP server (streamed, if asked)."""
     async with (_model_client(model_url) as openai_client,
                 MCPServerStreamableHttp(params={"url": mcp_url, "headers": dict(headers)}) as gateway):
         model = OpenAIChatCompletionsModel(model=MODEL, openai_client=openai_client)
         agent = Agent(name="tester", instructions=INSTRUCTIONS, model=model, mcp_servers=[gateway])
         # Tracing would export spans to OpenAI's servers; these tests never leave 127.0.0.1.
-        result = await Runner.run(agent, prompt, run_config=RunConfig(tracing_disabled=True))
-    output = str(result.final_output)
+        config = RunConfig(tracing_disabled=True)
+        if stream:
+            streamed = Runner.run_streamed(agent, prompt, run_config=config)
+            async for _ in streamed.stream_events():
+                pass
+            output = str(streamed.final_output)
+        else:
+            output = str((await Runner.run(agent, prompt, run_config=config)).final_output)
     return AgentRun(tool_results_of(output), output)
 
 
-async def run_maf(model_url: str, mcp_url: str, headers: Mapping[str, str], prompt: str) -> AgentRun:
-    """One run of a Microsoft Agent Framework agent with the gateway as an MCP tool."""
+async def run_maf(model_url: str, mcp_url: str, headers: Mapping[str, str], prompt: str, *,
+                  stream: bool = False) -> AgentRun:
+    """One run of a Microsoft Agent Framework agent with the gateway as an MCP tool (streamed, if asked)."""
     async with (_model_client(model_url) as openai_client,
                 MCPStreamableHTTPTool(name="gateway", url=mcp_url, static_headers=dict(headers)) as gateway):
         # MAF hides a tool's error text from the model by default ("Error: Function failed."); a refusal
@@ -65,8 +78,13 @@ async def run_maf(model_url: str, mcp_url: str, headers: Mapping[str, str], prom
         client = OpenAIChatCompletionClient(model=MODEL, async_client=openai_client,
                                             function_invocation_configuration={"include_detailed_errors": True})
         agent = MafAgent(client=client, name="tester", instructions=INSTRUCTIONS, tools=gateway)
-        response = await agent.run(prompt)
-    output = response.text
+        if stream:
+            updates = agent.run(prompt, stream=True)
+            async for _ in updates:
+                pass
+            output = (await updates.get_final_response()).text
+        else:
+            output = (await agent.run(prompt)).text
     return AgentRun(tool_results_of(output), output)
 
 
