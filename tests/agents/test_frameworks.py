@@ -217,3 +217,16 @@ async def test_approve_after_the_hold_retry_gets_the_one_execution(stage: Stage,
     assert from_upstream(second), second
     assert stage.upstream.runs == [("deploy", call)]
     assert [a["id"] for a in await stage.approvals()] == approved
+
+
+@pytest.mark.xfail(strict=True, reason="issue 8 part 1: a run id is scoped to the principal that sends it")
+async def test_a_run_id_is_scoped_to_its_principal(stage: Stage, framework: str) -> None:
+    """Another key sending the same run id gets its own run: alice's terminated budget is not bob's."""
+    await stage.start(budget(1))
+    shared = run_id()
+    alice = await stage.run(framework, script((DEPLOY, {"service": "a-0"}), (DEPLOY, {"service": "a-1"})),
+                            run_id=shared)
+    assert "This run has used its budget of deploys." in alice.tool_results[1]
+    bob = await stage.run(framework, script((DEPLOY, {"service": "b-0"})), who="bob", run_id=shared)
+    [seen] = bob.tool_results
+    assert from_upstream(seen), seen
