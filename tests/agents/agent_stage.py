@@ -1,0 +1,120 @@
+"""``Stage``: a fake model, an upstream, gateways in front of it, agent runs and approver calls.
+
+    fake model      tests/agents/fake_model.py: a scripted OpenAI-compatible model
+    upstream        ``CountingUpstream`` (tests/gateway/approval_support.py): an MCP server over
+                    streamable HTTP behind the gateway as ``ops`` (``ops_deploy``, ``ops_slow``, ...);
+                    it records every run, so "ran once, with these arguments" is read from the upstream
+    the gateway     ``await stage.start(policy)``: gateway.yaml (``PEOPLE``'s keys) and the policy in a
+                    tmp dir, ``load_config`` -> ``build_app`` -> uvicorn; stopped after the test
+    the agents      ``await stage.run(framework, prompt, run_id=...)``: one agent run of that framework
+                    (tests/agents/drivers.py), the gateway as its MCP server, the fake as its model
+
+A scenario is a policy, a script for the fake model (``script(...)``) and assertions on what the model
+read, what the upstream ran, and what the approver API shows. Imported by name (not from conftest,
+which several folders have).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import yaml
+
+# approval_support lives beside the gateway tests; it is a plain module imported by name.
+sys.path.insert(0, str(Path(__file__).parent.parent / "gateway"))
+
+from approval_support import PUBLIC_URL, CountingUpstream, api_keys, auth_header
+from drivers import DRIVERS, AgentRun
+from fake_model import FakeModel
+from loopback import serve_app
+
+from gateway.app import build_app
+from gateway.config.load import load_config
+
+__all__ = ["RUN_SECONDS", "STEP_SECONDS", "CountingUpstream", "Stage"]
+
+Json = dict[str, Any]
+
+STEP_SECONDS = 20.0  # the most one wait (a server starting, an approval showing up) may take
+RUN_SECONDS = 30.0  # the most one agent run may take, held calls included
+
+
+class Stage:
+    """A fake model, an upstream, gateways in front of it and approver calls; closed at the end of a test."""
+
+    def __init__(self, root: Path, model: FakeModel, model_url: str, upstream: CountingUpstream,
+                 stack: contextlib.AsyncExitStack) -> None:
+        self.root = root
+        self.model = model
+        self.model_url = model_url
+        self.upstream = upstream
+        self.stack = stack
+        self.url = ""  # of the last gateway started
+
+    async def start(self, policy_text: str, **config: Any) -> str:
+        """A gateway in front of the upstream with this policy; returns its base URL."""
+        root = self.root / f"gw-{len(list(self.root.glob('gw-*')))}"
+        (root / "policies").mkdir(parents=True)
+        (root / "policies" / "agents.yaml").write_text(policy_text, encoding="utf-8")
+        spec = {"policies": ["policies"], "store": {"sqlite": "data/gateway.sqlite3"},
+                "audit": {"file": "data/audit.jsonl"}, "auth": {"api_keys": api_keys()},
+                "approvals": {"public_url": PUBLIC_URL},
+                "upstreams": [{"name": "ops", "mcp": {"url": f"{self.upstream.url}/mcp"}}], **config}
+        (root / "gateway.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+        app = build_app(load_config(root / "gateway.yaml"))
+        self.url = await self.stack.enter_async_context(serve_app(app, startup=STEP_SECONDS, grace=1))
+        return self.url
+
+    def headers(self, who: str = "alice", run_id: str | None = None) -> dict[str, str]:
+        """The MCP client's headers: the API key, and the run id when given."""
+        return {**auth_header(who), **({"X-Gateway-Session": run_id} if run_id else {})}
+
+    async def run(self, framework: str, prompt: str, who: str = "alice", run_id: str | None = None,
+                  seconds: float = RUN_SECONDS, stream: bool = False) -> AgentRun:
+        """One agent run of ``framework`` against the last gateway started (as ``who``, in run ``run_id``)."""
+        driver = DRIVERS[framework]
+        async with asyncio.timeout(seconds):
+            return await driver(self.model_url, f"{self.url}/mcp", self.headers(who, run_id), prompt, stream=stream)
+
+    def hook(self, name: str, action: Callable[[list[str]], Awaitable[None]]) -> None:
+        """Have the fake model await ``action(results so far)`` before a scripted call naming ``name``."""
+        self.model.hooks[name] = action
+
+    # the approver API
+
+    async def api(self, method: str, path: str, who: str = "dave", **kwargs: Any) -> httpx2.Response:
+        """One request to the gateway's /v1 API as ``who``."""
+        async with httpx2.AsyncClient(base_url=self.url, headers=auth_header(who), timeout=STEP_SECONDS) as client:
+            return await client.request(method, path, **kwargs)
+
+    async def approvals(self, state: str | None = None) -> list[Json]:
+        """Every approval request (in ``state``, if given)."""
+        params = {"state": state} if state else {}
+        response = await self.api("GET", "/v1/approvals", params=params)
+        assert response.status_code == 200, response.text
+        found: list[Json] = response.json()["approvals"]
+        return found
+
+    async def wait_pending(self, tool: str) -> Json:
+        """The one pending approval request for ``tool``, once the held call has created it."""
+        deadline = time.monotonic() + STEP_SECONDS
+        while True:
+            found = [a for a in await self.approvals("pending") if a["tool"] == tool]
+            if found:
+                assert len(found) == 1, found
+                return found[0]
+            assert time.monotonic() < deadline, f"no pending approval for {tool} within {STEP_SECONDS}s"
+            await asyncio.sleep(0.02)
+
+    async def decide(self, approval_id: str, approve: bool, who: str = "dave", comment: str = "") -> None:
+        """Approve or deny through the approver API."""
+        response = await self.api("POST", f"/v1/approvals/{approval_id}/decision",
+                                   who=who, json={"approve": approve, "comment": comment})
+        assert response.status_code == 200, response.text

@@ -1,0 +1,147 @@
+"""A scripted stand-in for an OpenAI-compatible model: ``POST /v1/chat/completions``, plain and streamed.
+
+The script is the prompt. The agent's user message is a JSON ``Script``: the tool calls to make, in
+order. The fake reads the conversation it is sent, so it keeps no state between requests and any
+number of agent runs can share it at once:
+
+- while fewer tool results than scripted calls are in the conversation, it answers with the next
+  call (one ``tool_calls`` entry, arguments as given);
+- then it answers with text: ``{"tool_results": [...]}``, the content of every tool message it
+  received, in order. That final answer is how a test reads what the model saw.
+
+A scripted call may name a ``before`` hook: the fake awaits ``hooks[name](tool_results_so_far)``
+before answering with that call, so a test can act (approve a held request, say) at the exact point
+in the run where the model has read one result and is about to make the next call.
+
+Every request body is kept in ``requests``. Both frameworks are driven through Chat Completions:
+OpenAI Agents defaults to the Responses API, but its ``OpenAIChatCompletionsModel`` is a supported,
+documented model class, and MAF's ``OpenAIChatCompletionClient`` is the Chat Completions client; one
+small, well-known wire format is simpler and more reliable to fake than two. What the frameworks do
+with MCP, which is what these tests are about, does not depend on the model API.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+__all__ = ["FakeModel", "ScriptedCall", "script", "tool_results_of"]
+
+Json = dict[str, Any]
+Hook = Callable[[list[str]], Awaitable[None]]
+
+MODEL = "fake-model"
+
+
+@dataclass(frozen=True)
+class ScriptedCall:
+    """One tool call the fake model will make; ``before`` names a hook awaited first."""
+
+    tool: str
+    args: Json = field(default_factory=dict)
+    before: str | None = None
+
+
+def script(*calls: ScriptedCall | tuple[str, Json]) -> str:
+    """The prompt that makes the fake model make these calls, in order, then report what it read."""
+    steps = [c if isinstance(c, ScriptedCall) else ScriptedCall(*c) for c in calls]
+    return json.dumps({"calls": [{"tool": s.tool, "args": s.args, "before": s.before} for s in steps]})
+
+
+def tool_results_of(final_output: str) -> list[str]:
+    """The tool results the model saw, from its final answer."""
+    results: list[str] = json.loads(final_output)["tool_results"]
+    return results
+
+
+def _text(content: Any) -> str:
+    """A message's content as text: a string, or a list of content parts (text parts joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else json.dumps(content)
+
+
+class FakeModel:
+    """The scripted model: an ASGI app, the requests it got, and the hooks a script may await."""
+
+    def __init__(self) -> None:
+        self.requests: list[Json] = []
+        self.hooks: dict[str, Hook] = {}
+        self._ids = 0
+
+    def app(self) -> Starlette:
+        """The Starlette app to serve (tests/loopback.py ``serve_app``)."""
+        return Starlette(routes=[Route("/v1/chat/completions", self._completions, methods=["POST"])])
+
+    def offered_tools(self, request: Json) -> list[str]:
+        """The function names the framework offered in one request."""
+        return [t["function"]["name"] for t in request.get("tools") or [] if t.get("type") == "function"]
+
+    async def _completions(self, request: Request) -> Response:
+        body: Json = await request.json()
+        self.requests.append(body)
+        message = await self._answer(body)
+        if body.get("stream"):
+            return StreamingResponse(self._stream(message, body), media_type="text/event-stream")
+        self._ids += 1
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        return JSONResponse({
+            "id": f"chatcmpl-{self._ids}", "object": "chat.completion", "created": int(time.time()), "model": MODEL,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        })
+
+    async def _answer(self, body: Json) -> Json:
+        """The assistant message for this conversation: the next scripted call, or the report."""
+        messages: list[Json] = body.get("messages") or []
+        prompt = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+        try:
+            calls = json.loads(prompt)["calls"]
+        except (ValueError, KeyError, TypeError):
+            return {"role": "assistant", "content": f"not a script: {prompt[:200]!r}"}
+        seen = [_text(m.get("content")) for m in messages if m.get("role") == "tool"]
+        if len(seen) >= len(calls):
+            return {"role": "assistant", "content": json.dumps({"tool_results": seen})}
+        step = calls[len(seen)]
+        if step.get("before"):
+            await self.hooks[step["before"]](seen)
+        if step["tool"] not in self.offered_tools(body):
+            report = {"tool_results": seen, "not_offered": step["tool"], "offered": self.offered_tools(body)}
+            return {"role": "assistant", "content": json.dumps(report)}
+        call = {"id": f"call_{len(seen)}_{step['tool']}", "type": "function",
+                "function": {"name": step["tool"], "arguments": json.dumps(step["args"])}}
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+    async def _stream(self, message: Json, body: Json) -> AsyncIterator[bytes]:
+        """The same answer as Server-Sent Events of ``chat.completion.chunk`` objects."""
+        self._ids += 1
+        base = {"id": f"chatcmpl-{self._ids}", "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": MODEL}
+
+        def chunk(delta: Json, finish: str | None = None, **extra: Any) -> bytes:
+            data = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+                    **extra}
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        yield chunk({"role": "assistant", "content": ""})
+        if message.get("tool_calls"):
+            for index, call in enumerate(message["tool_calls"]):
+                yield chunk({"tool_calls": [{"index": index, **call}]})
+            yield chunk({}, "tool_calls")
+        else:
+            yield chunk({"content": message["content"]})
+            yield chunk({}, "stop")
+        if (body.get("stream_options") or {}).get("include_usage"):
+            usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+            yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n".encode()
+        yield b"data: [DONE]\n\n"
