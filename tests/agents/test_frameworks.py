@@ -219,7 +219,6 @@ async def test_approve_after_the_hold_retry_gets_the_one_execution(stage: Stage,
     assert [a["id"] for a in await stage.approvals()] == approved
 
 
-@pytest.mark.xfail(strict=True, reason="issue 8 part 1: a run id is scoped to the principal that sends it")
 async def test_a_run_id_is_scoped_to_its_principal(stage: Stage, framework: str) -> None:
     """Another key sending the same run id gets its own run: alice's terminated budget is not bob's."""
     await stage.start(budget(1))
