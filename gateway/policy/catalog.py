@@ -1,0 +1,76 @@
+"""The tool catalog a policy set is checked against: each exposed tool's name, schema and hints.
+
+Pure data, no I/O: `gateway tools` writes it as JSON (a snapshot for offline checks in CI), and
+`gateway check --config` builds it from the live upstreams. Rule matching uses the same glob as
+decisions, so a check and a decision never disagree about which tools a rule covers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.policy.cel.functions import glob
+
+__all__ = ["CATALOG_VERSION", "Catalog", "CatalogTool"]
+
+# The version of the JSON snapshot's shape; a snapshot of another version is refused, not guessed at.
+CATALOG_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogTool:
+    """One exposed tool as policies see it (``tool.*``), plus its input schema (``args``)."""
+
+    name: str
+    upstream: str = ""
+    title: str = ""
+    description: str = ""
+    input_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
+    annotations: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The tool's entry in a snapshot."""
+        return {"name": self.name, "upstream": self.upstream, "title": self.title, "description": self.description,
+                "input_schema": dict(self.input_schema), "annotations": dict(self.annotations)}
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """Every exposed tool, by name."""
+
+    tools: Mapping[str, CatalogTool]
+
+    @classmethod
+    def of(cls, tools: Iterable[CatalogTool]) -> Catalog:
+        """A catalog of these tools."""
+        return cls({t.name: t for t in tools})
+
+    def matching(self, patterns: Sequence[str] | None) -> list[CatalogTool]:
+        """The tools a rule's ``tools:`` list covers (None: every tool), in name order."""
+        if patterns is None:
+            return [self.tools[n] for n in sorted(self.tools)]
+        return [self.tools[n] for n in sorted(self.tools) if any(n == p or glob(n, p) for p in patterns)]
+
+    def to_json(self) -> dict[str, Any]:
+        """The snapshot `gateway tools --format json` prints."""
+        return {"version": CATALOG_VERSION, "tools": [self.tools[n].to_json() for n in sorted(self.tools)]}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Catalog:
+        """A catalog from a snapshot; ValueError saying what is wrong with it."""
+        shaped = isinstance(data, dict) and isinstance(data.get("tools"), list)
+        if not shaped or data.get("version") != CATALOG_VERSION:
+            raise ValueError(f"not a tool catalog snapshot of version {CATALOG_VERSION}: expected"
+                             " {\"version\": 1, \"tools\": [...]} as `gateway tools --format json` writes")
+        tools = []
+        for i, entry in enumerate(data["tools"]):
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                raise ValueError(f"tools[{i}] needs a string 'name'")
+            schema, hints = entry.get("input_schema", {"type": "object"}), entry.get("annotations", {})
+            if not isinstance(schema, dict) or not isinstance(hints, dict):
+                raise ValueError(f"tools[{i}] ({entry['name']}): 'input_schema' and 'annotations' must be objects")
+            tools.append(CatalogTool(entry["name"], str(entry.get("upstream", "")), str(entry.get("title") or ""),
+                                     str(entry.get("description") or ""), schema, hints))
+        return cls.of(tools)
