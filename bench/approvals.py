@@ -371,7 +371,7 @@ def failures_from_audit(audit: Path, callers: Sequence[Caller], counts: dict[str
     found: list[dict[str, Any]] = []
     for line in audit.read_text().splitlines() if bad and audit.exists() else []:
         event = json.loads(line)
-        if event.get("call_id") in bad and len(found) < 5:
+        if event.get("event") == "call.outcome" and event.get("call_id") in bad and len(found) < 5:
             found.append({k: event.get(k) for k in ("call_id", "time", "verdict", "message", "approval",
                                                     "upstream_outcome", "latency")})
     return found

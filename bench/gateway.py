@@ -344,6 +344,8 @@ def audit_breakdown(audit: Path, rows: Sequence[Row]) -> list[dict[str, Any]]:
     modes = {"seq": "sequential", "conc": "concurrent"}
     for line in audit.read_text().splitlines() if audit.exists() else []:
         event = json.loads(line)
+        if event.get("event") != "call.outcome":  # intents and reloads carry no timings
+            continue
         mode = modes.get(str(event.get("call_id", "")).split("-", 1)[0])
         if mode is not None and event["latency"]["upstream_ms"] is not None:
             groups.setdefault((event["frontend"], mode), []).append(event["latency"])
