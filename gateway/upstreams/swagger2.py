@@ -123,7 +123,8 @@ def _parameter(param: dict[str, Any]) -> dict[str, Any]:
     if isinstance(param.get("schema"), dict):  # not Swagger 2.0, but some hand-written specs do it
         out["schema"] = _schema(param["schema"])
     else:
-        out["schema"] = _schema({k: param[k] for k in _SCHEMA_KEYS if k in param})
+        # Swagger 2.0 requires a type; where a hand-written spec leaves it out, the value travels as text.
+        out["schema"] = _schema({"type": "string", **{k: param[k] for k in _SCHEMA_KEYS if k in param}})
     return out
 
 
