@@ -38,6 +38,7 @@ __all__ = ["check_openapi", "load_openapi", "openapi_upstream", "operations_from
 
 _METHODS = ("get", "post", "put", "patch", "delete")
 _BODY = "body"  # the argument that holds a request body that is not an object
+_FORM = "application/x-www-form-urlencoded"
 _NAME_MAX = 64
 _UNSAFE_NAME = re.compile(r"[^a-zA-Z0-9_-]+")
 _UNSAFE_PARAM = re.compile(r"[^A-Za-z0-9_]+")
@@ -52,6 +53,7 @@ class _Body(NamedTuple):
     required: list[str]
     additional: Any = None  # the object's additionalProperties, when it says
     wrapped: bool = False  # the body is the ``body`` argument itself, not the remaining arguments
+    form: bool = False  # sent as application/x-www-form-urlencoded
 
 
 class _Built(NamedTuple):
@@ -303,7 +305,8 @@ def _operation(bundle: SpecBundle, name: str, method: str, template: str, item: 
                    f"{label}: x-mcp-annotations must be a mapping",
                    "e.g. x-mcp-annotations: {idempotentHint: true}")
     tool = UpstreamTool(name, description, schema, summary or None, {**annotations, **(extension or {})})
-    operation = HttpOperation.build(tool, method.upper(), path, tuple(query), body=body is not None)
+    operation = HttpOperation.build(tool, method.upper(), path, tuple(query), body=body is not None,
+                                    form=body is not None and body.form)
     return operation, body is not None and body.wrapped
 
 
@@ -329,22 +332,26 @@ def _parameter_schema(param: dict[str, Any]) -> Any:
 
 
 def _request_body(resolver: Resolver, op: dict[str, Any], name: str, label: str, where: Where) -> _Body | None:
-    """What the JSON request body adds to the input schema; None when there is no body."""
+    """What the JSON (or form) request body adds to the input schema; None when there is no body."""
     body = resolver.target(op.get("requestBody"))
     if not isinstance(body, dict):
         return None
     content = _mapping(body.get("content"))
     json_type = next((t for t in content if _is_json(t)), None)
-    if json_type is None:
-        raise Bad((*where, "requestBody"), "openapi-body",
-                   f"{label}: the request body is not JSON ({', '.join(content) or 'no content'})",
-                   f"the gateway sends JSON bodies only; leave the operation out with exclude: [{name}]")
-    schema = _writable(resolver.schema(_mapping(content[json_type]).get("schema", {})))
+    # A form is a flat object of fields, so it is sent only when its schema is one.
+    form_type = next((t for t in content if t.split(";")[0].strip().lower() == _FORM), None)
+    chosen = json_type or form_type
+    schema = _writable(resolver.schema(_mapping(content[chosen]).get("schema", {}))) if chosen else None
     shape = _object_shape(schema)
+    if json_type is None and (form_type is None or shape is None):
+        raise Bad((*where, "requestBody"), "openapi-body",
+                  f"{label}: the request body is not JSON ({', '.join(content) or 'no content'})",
+                  "the gateway sends JSON bodies and flat urlencoded forms only;"
+                  f" leave the operation out with exclude: [{name}]")
     if shape is None:
         return _Body({_BODY: schema}, [_BODY] if body.get("required") is True else [], wrapped=True)
     # An optional body whose schema requires fields still tells the agent what a useful body holds.
-    return shape
+    return shape._replace(form=json_type is None)
 
 
 def _mapping(value: Any) -> dict[str, Any]:

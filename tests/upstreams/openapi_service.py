@@ -100,8 +100,11 @@ def create_app(documents: dict[str, tuple[str, str]] | None = None) -> Starlette
     async def record(request: Request) -> dict[str, Any]:
         raw = await request.body()
         seen = {"method": request.method, "path": request.url.path,
-                "query": sorted(request.query_params.multi_items()),
-                "json": json.loads(raw) if raw else None}
+                "query": sorted(request.query_params.multi_items())}
+        if request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+            seen["form"] = sorted((await request.form()).multi_items())
+        else:
+            seen["json"] = json.loads(raw) if raw else None
         requests.append(seen)
         return seen
 
@@ -125,7 +128,8 @@ def create_app(documents: dict[str, tuple[str, str]] | None = None) -> Starlette
     routes = [Route("/spec.json", spec), Route("/moved.json", moved),
               *(Route(path, document) for path in served),
               Route("/get", echo), Route("/anything/{anything}", echo, methods=["GET", "POST"]),
-              Route("/status/{codes}", status), Route("/api/pets/{petId}", echo, methods=["GET", "POST"])]
+              Route("/status/{codes}", status), Route("/api/pets/{petId}", echo, methods=["GET", "POST"]),
+              Route("/redirect-to", echo, methods=["GET", "POST"])]
     app = Starlette(routes=routes)
     app.state.requests = requests
     return app

@@ -32,7 +32,6 @@ from gateway.upstreams.openapi import openapi_upstream
 
 Serve = Callable[[ASGIApp], Awaitable[str]]
 TIMEOUT = 5.0
-FORM_OP = "post_redirect-to"  # its body is form data, which the gateway does not send
 
 
 def spec_of(spec: str | Path, **fields: Any) -> OpenApiUpstreamSpec:
@@ -63,12 +62,12 @@ def httpbin_file(tmp_path: Path, **top: Any) -> Path:
 
 
 HTTPBIN_TOOLS = ["get_get", "get_anything_anything", "post_anything_anything", "get_status_codes",
-                 "get_bytes_n", "get_response-headers", "get_redirect-to"]
+                 "get_bytes_n", "get_response-headers", "get_redirect-to", "post_redirect-to"]
 
 
 def test_a_swagger_2_document_like_httpbins_becomes_tools(tmp_path: Path) -> None:
     path = httpbin_file(tmp_path, host="httpbin.example")
-    upstream = openapi_upstream("bin", spec_of(path, exclude=[FORM_OP]), tmp_path, {})
+    upstream = openapi_upstream("bin", spec_of(path), tmp_path, {})
     assert [t.name for t in upstream.tools()] == HTTPBIN_TOOLS
     # host + basePath + the first of its schemes
     assert upstream.base_url == "https://httpbin.example"
@@ -93,26 +92,34 @@ def test_a_swagger_2_document_like_httpbins_becomes_tools(tmp_path: Path) -> Non
 
 def test_swagger_2_schemes_pick_the_scheme_and_base_path_is_kept(tmp_path: Path) -> None:
     path = httpbin_file(tmp_path, host="api.example:8443", basePath="/v2", schemes=["http"])
-    upstream = openapi_upstream("bin", spec_of(path, exclude=[FORM_OP]), tmp_path, {})
+    upstream = openapi_upstream("bin", spec_of(path), tmp_path, {})
     assert upstream.request_for("get_status_codes", {"codes": 418})[1] == "http://api.example:8443/v2/status/418"
 
 
-def test_a_swagger_2_form_data_operation_is_named_with_a_way_out(tmp_path: Path) -> None:
-    path = httpbin_file(tmp_path, host="httpbin.example")
+def test_swagger_2_form_data_becomes_the_fields_of_a_form(tmp_path: Path) -> None:
+    upstream = openapi_upstream("bin", spec_of(httpbin_file(tmp_path, host="httpbin.example")), tmp_path, {})
+    assert schema_of(upstream, "post_redirect-to") == {"type": "object", "properties": {
+        "url": {"type": "string"}, "status_code": {"type": "integer"}}, "required": ["url"]}
+
+
+def test_a_multipart_upload_is_named_with_a_way_out(tmp_path: Path) -> None:
+    upload = {"post": {"operationId": "upload", "consumes": ["multipart/form-data"], "parameters": [
+        {"in": "formData", "name": "file", "type": "file", "required": True}], "responses": {}}}
+    path = httpbin_file(tmp_path, host="httpbin.example", paths={**HTTPBIN_SWAGGER["paths"], "/upload": upload})
     with pytest.raises(ConfigError) as excinfo:
         openapi_upstream("bin", spec_of(path), tmp_path, {})
     d = only_error(excinfo)
-    assert d["code"] == "openapi-body" and "application/x-www-form-urlencoded" in d["message"]
-    assert f"exclude: [{FORM_OP}]" in d["hint"]
+    assert d["code"] == "openapi-body" and "multipart/form-data" in d["message"]
+    assert "exclude: [upload]" in d["hint"]
 
 
 def test_a_swagger_2_file_without_a_host_needs_base_url(tmp_path: Path) -> None:
     path = httpbin_file(tmp_path)  # httpbin's spec has no host: it is relative to where it is served
     with pytest.raises(ConfigError) as excinfo:
-        openapi_upstream("bin", spec_of(path, exclude=[FORM_OP]), tmp_path, {})
+        openapi_upstream("bin", spec_of(path), tmp_path, {})
     d = only_error(excinfo)
     assert d["code"] == "openapi-server" and "base_url" in d["hint"]
-    given = openapi_upstream("bin", spec_of(path, exclude=[FORM_OP], base_url="http://127.0.0.1:9"), tmp_path, {})
+    given = openapi_upstream("bin", spec_of(path, base_url="http://127.0.0.1:9"), tmp_path, {})
     assert given.base_url == "http://127.0.0.1:9"
 
 
@@ -237,7 +244,7 @@ def test_a_ref_cannot_lead_out_of_the_specs_directory(tmp_path: Path, ref: str, 
 async def test_a_spec_url_is_fetched_at_start_and_calls_reach_the_service(serve: Serve, tmp_path: Path) -> None:
     app = create_app()
     base = await serve(app)
-    upstream = openapi_upstream("bin", spec_of(f"{base}/spec.json", exclude=[FORM_OP]), tmp_path, {})
+    upstream = openapi_upstream("bin", spec_of(f"{base}/spec.json"), tmp_path, {})
     assert upstream.tools() == []  # nothing is fetched before the upstream starts
     await upstream.start()
     try:
@@ -251,6 +258,9 @@ async def test_a_spec_url_is_fetched_at_start_and_calls_reach_the_service(serve:
         assert not got.is_error
         teapot = await upstream.call("get_status_codes", {"codes": 418}, TIMEOUT)
         assert teapot.is_error and teapot.text.startswith("HTTP 418")
+        form = await upstream.call("post_redirect-to", {"url": "https://example.com/?a=1&b", "status_code": 307},
+                                   TIMEOUT)
+        assert not form.is_error, form.text
     finally:
         await upstream.close()
     assert app.state.requests == [
@@ -258,6 +268,8 @@ async def test_a_spec_url_is_fetched_at_start_and_calls_reach_the_service(serve:
          "json": {"name": "Rex", "tag": None, "owner": {"email": "a@example.com"}}},
         {"method": "GET", "path": "/get", "query": [("show_env", "false")], "json": None},
         {"method": "GET", "path": "/status/418", "query": [], "json": None},
+        {"method": "POST", "path": "/redirect-to", "query": [],
+         "form": [("status_code", "307"), ("url", "https://example.com/?a=1&b")]},
     ]
 
 
@@ -367,7 +379,7 @@ async def test_a_broken_document_at_a_url_names_the_url_line_and_column(serve: S
 # --- the gateway, configured with a spec URL -----------------------------------------------------
 
 
-def gateway_yaml(root: Path, spec: str, exclude: tuple[str, ...] = (FORM_OP,)) -> Path:
+def gateway_yaml(root: Path, spec: str, exclude: tuple[str, ...] = ()) -> Path:
     config = {
         "policies": ["policies"], "store": {"sqlite": "data/gateway.sqlite3"},
         "auth": {"anonymous": {"id": "tester"}},
@@ -410,9 +422,9 @@ async def test_gateway_check_fetches_a_spec_url(serve: Serve, tmp_path: Path) ->
     # In a worker thread: the service runs in this event loop, which must keep serving meanwhile.
     config, problems = await asyncio.to_thread(check_config, good, fetch_specs=True)
     assert problems == [] and config is not None
-    broken = gateway_yaml(tmp_path / "broken", f"{base}/spec.json", exclude=())
+    broken = gateway_yaml(tmp_path / "broken", f"{base}/spec.json", exclude=("*",))
     _, problems = await asyncio.to_thread(check_config, broken, fetch_specs=True)
-    assert [d.code for d in problems] == ["openapi-body"]  # the document's own problems, found by check
+    assert [d.code for d in problems] == ["openapi-no-operations"]  # found only by fetching the spec
 
 
 def test_gateway_check_says_when_a_spec_url_is_unreachable(tmp_path: Path, refused_url: str) -> None:
