@@ -12,14 +12,19 @@ its path, and the API itself, recording every API request it answers in ``app.st
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.limits import MAX_OPENAPI_DOCUMENT_BYTES
+
 __all__ = ["HTTPBIN_SWAGGER", "create_app"]
+
+HUGE_MIB = MAX_OPENAPI_DOCUMENT_BYTES // (1024 * 1024) + 2  # what /huge.json streams: past the limit
 
 HTTPBIN_SWAGGER: dict[str, Any] = {
     "swagger": "2.0",
@@ -95,6 +100,7 @@ HTTPBIN_SWAGGER: dict[str, Any] = {
 def create_app(documents: dict[str, tuple[str, str]] | None = None) -> Starlette:
     """The service; ``documents`` maps a path to (text, media type) served as-is."""
     requests: list[dict[str, Any]] = []
+    fetched: list[str] = []  # the documents asked for, by path
     served = dict(documents or {})
 
     async def record(request: Request) -> dict[str, Any]:
@@ -112,8 +118,15 @@ def create_app(documents: dict[str, tuple[str, str]] | None = None) -> Starlette
         return JSONResponse(HTTPBIN_SWAGGER)
 
     async def document(request: Request) -> Response:
+        fetched.append(request.url.path)
         text, media_type = served[request.url.path]
         return Response(text, media_type=media_type)
+
+    async def huge(request: Request) -> Response:
+        async def spaces() -> AsyncIterator[bytes]:  # no content-length: only counting can stop it
+            for _ in range(HUGE_MIB):
+                yield b" " * 1024 * 1024
+        return StreamingResponse(spaces(), media_type="application/json")
 
     async def echo(request: Request) -> Response:
         return JSONResponse(await record(request))
@@ -125,11 +138,12 @@ def create_app(documents: dict[str, tuple[str, str]] | None = None) -> Starlette
     async def moved(request: Request) -> Response:
         return RedirectResponse("/spec.json", status_code=302)
 
-    routes = [Route("/spec.json", spec), Route("/moved.json", moved),
+    routes = [Route("/spec.json", spec), Route("/moved.json", moved), Route("/huge.json", huge),
               *(Route(path, document) for path in served),
               Route("/get", echo), Route("/anything/{anything}", echo, methods=["GET", "POST"]),
               Route("/status/{codes}", status), Route("/api/pets/{petId}", echo, methods=["GET", "POST"]),
               Route("/redirect-to", echo, methods=["GET", "POST"])]
     app = Starlette(routes=routes)
     app.state.requests = requests
+    app.state.fetched = fetched
     return app

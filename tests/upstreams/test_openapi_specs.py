@@ -27,6 +27,7 @@ from gateway.app import build_app, server_options
 from gateway.config.load import check_config, load_config
 from gateway.config.model import OpenApiUpstreamSpec
 from gateway.errors import ConfigError
+from gateway.limits import MAX_OPENAPI_DOCUMENT_BYTES
 from gateway.upstreams.http import HttpUpstream
 from gateway.upstreams.openapi import openapi_upstream
 
@@ -332,11 +333,13 @@ async def test_a_url_spec_cannot_make_the_gateway_fetch_another_origin(serve: Se
     assert d["code"] == "openapi-ref" and f"is not on the spec's origin {base}" in d["message"]
     assert d["file"] == f"{base}/v3/openapi.yaml"
     assert upstream.tools() == []
+    assert served.state.fetched == ["/v3/openapi.yaml"] and elsewhere.state.fetched == []  # never asked
 
 
 @pytest.mark.parametrize("path, why", [
     ("/nothing-here.json", "HTTP 404"),
     ("/moved.json", "HTTP 302 (redirect to /spec.json)"),  # redirects are not followed
+    ("/huge.json", f"more than {MAX_OPENAPI_DOCUMENT_BYTES} bytes"),  # streamed without a length
 ])
 async def test_a_spec_url_that_does_not_answer_200_is_named(serve: Serve, tmp_path: Path, path: str,
                                                             why: str) -> None:
