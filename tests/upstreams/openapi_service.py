@@ -147,3 +147,11 @@ def create_app(documents: dict[str, tuple[str, str]] | None = None) -> Starlette
     app.state.requests = requests
     app.state.fetched = fetched
     return app
+
+
+if __name__ == "__main__":  # launched by a gateway in the tests: python openapi_service.py PORT
+    import sys
+
+    import uvicorn
+
+    uvicorn.run(create_app(), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import textwrap
@@ -441,3 +442,23 @@ def test_gateway_check_says_when_a_spec_url_is_unreachable(tmp_path: Path, refus
     assert f"upstream 'bin': cannot fetch OpenAPI spec {refused_url}/spec.json" in out
     # Loading the config to serve does not fetch: the upstream fetches its spec when it starts.
     assert check_config(path)[1] == []
+
+
+async def test_a_launched_service_gives_its_own_spec_url(tmp_path: Path) -> None:
+    with socket.socket() as sock:  # a free port for the service (released for it to bind)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config_file = gateway_yaml(tmp_path, f"http://127.0.0.1:{port}/spec.json")
+    config = yaml.safe_load(config_file.read_text())
+    config["upstreams"][0]["openapi"]["launch"] = {
+        "command": "python", "args": [str(Path(__file__).with_name("openapi_service.py")), str(port)]}
+    config_file.write_text(yaml.safe_dump(config))
+    loaded = load_config(config_file)
+    async with serve_app(build_app(loaded), options=server_options(loaded)) as url, \
+            httpx2.AsyncClient(base_url=url, timeout=10) as client:
+        # Launched, then asked for its spec, whose relative server is the launched service itself.
+        called = await client.post("/v1/tools/bin_get_anything_anything/invoke",
+                                   json={"arguments": {"anything": "launched"}})
+        assert called.status_code == 200, called.text
+        assert called.json()["structured"] == {
+            "method": "GET", "path": "/anything/launched", "query": [], "json": None}
