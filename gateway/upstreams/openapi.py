@@ -205,7 +205,9 @@ def _operations(bundle: SpecBundle, include: list[str],
 
     def report(bad: Bad) -> None:
         pos = doc.position(bad.where)
-        problems.append(Diagnostic(bad.code, bad.message, doc.file, pos.line, pos.column, hint=bad.hint))
+        # A JSON document has no positions (line 1 for everything): its JSON pointer says where instead.
+        message = bad.message if doc.positions else f"{bad.message} (at {_pointer(bad.where)})"
+        problems.append(Diagnostic(bad.code, message, doc.file, pos.line, pos.column, hint=bad.hint))
 
     for template, item in (paths or {}).items() if isinstance(paths, dict) else ():
         try:
@@ -239,6 +241,11 @@ def _operations(bundle: SpecBundle, include: list[str],
     if problems:
         raise ConfigError(problems)
     return operations
+
+
+def _pointer(where: Where) -> str:
+    """``where`` as a JSON pointer (RFC 6901), as it would be written in a $ref."""
+    return "#/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in where)
 
 
 def _selected(names: set[str], include: list[str], exclude: list[str]) -> bool:

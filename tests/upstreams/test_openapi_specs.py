@@ -337,6 +337,21 @@ async def test_a_url_spec_cannot_make_the_gateway_fetch_another_origin(serve: Se
     assert served.state.fetched == ["/v3/openapi.yaml"] and elsewhere.state.fetched == []  # never asked
 
 
+async def test_an_error_in_a_json_spec_at_a_url_names_its_json_pointer(serve: Serve, tmp_path: Path) -> None:
+    doc = {"openapi": "3.0.3", "info": {"title": "t", "version": "1"}, "paths": {
+        "/pets/{id}": {"get": {"operationId": "getPet", "parameters": [{"$ref": "#/components/parameters/Nope"}]}}}}
+    base = await serve(create_app({"/openapi.json": (json.dumps(doc), "application/json")}))
+    upstream = openapi_upstream("pets", spec_of(f"{base}/openapi.json"), tmp_path, {})
+    try:
+        with pytest.raises(ConfigError) as excinfo:
+            await upstream.start()
+    finally:
+        await upstream.close()
+    d = only_error(excinfo)
+    assert d["file"] == f"{base}/openapi.json" and d["message"] == (
+        "$ref '#/components/parameters/Nope' points at nothing (at #/paths/~1pets~1{id}/get)")
+
+
 @pytest.mark.parametrize("path, why", [
     ("/nothing-here.json", "HTTP 404"),
     ("/moved.json", "HTTP 302 (redirect to /spec.json)"),  # redirects are not followed
