@@ -80,7 +80,9 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
         launch = spec.openapi.launch
     if launch is None:
         return http
-    return LaunchedUpstream(http, http.base_url, launch.command, launch.args,
+    # A spec URL's upstream learns its base URL when it starts: until then the spec's origin is the service's.
+    answers_on = http.base_url or (spec.openapi.spec if spec.openapi else "")
+    return LaunchedUpstream(http, answers_on, launch.command, launch.args,
                             {k: resolve_secret(v, base) for k, v in launch.env.items()},
                             config.path(launch.cwd) if launch.cwd else base, launch.env_passthrough)
 

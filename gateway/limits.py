@@ -170,3 +170,13 @@ APPROVAL_POLL_SECONDS = 0.5
 # The longest filter text `GET /v1/approvals` accepts (tool, principal, q): names and search
 # words are short; a longer one is a mistake or an attempt to make the search expensive.
 MAX_APPROVALS_FILTER_CHARS = 200
+
+# OpenAPI upstreams: a spec document (or a document its external $refs name) larger than this is
+# refused, whether read from a file or fetched from a URL; real specs run to a few MiB (GitHub's
+# REST API, among the largest, is about 12 MiB).
+MAX_OPENAPI_DOCUMENT_BYTES = 32 * 1024 * 1024
+# Documents one spec may pull in through external $refs: real multi-file specs have tens.
+MAX_OPENAPI_DOCUMENTS = 100
+# A spec URL (and each document its $refs name) must be fetched within this long, at start and in
+# `gateway check --config`.
+OPENAPI_FETCH_TIMEOUT_SECONDS = 10.0

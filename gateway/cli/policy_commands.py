@@ -53,7 +53,7 @@ def check(args: argparse.Namespace) -> int:
     if args.config:
         from gateway.config.load import check_config
 
-        config, problems = check_config(args.config)
+        config, problems = check_config(args.config, fetch_specs=True)
         diagnostics.extend(problems)
         if config is not None and not paths:
             paths = [str(p) for p in config.policy_paths()]

@@ -69,8 +69,12 @@ def resolve_secret(value: str | SecretRef, base: Path) -> str:
         raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from None
 
 
-def check_config(file: str | Path) -> tuple[LoadedConfig | None, list[Diagnostic]]:
-    """Load and check a config; None when anything is wrong."""
+def check_config(file: str | Path, *, fetch_specs: bool = False) -> tuple[LoadedConfig | None, list[Diagnostic]]:
+    """Load and check a config; None when anything is wrong.
+
+    ``fetch_specs``: also fetch OpenAPI specs given as URLs (`gateway check` does; serving fetches
+    them when each upstream starts).
+    """
     path = Path(file)
     doc, problems, _ = read_document(path)
     if doc is None:
@@ -82,7 +86,7 @@ def check_config(file: str | Path) -> tuple[LoadedConfig | None, list[Diagnostic
     if spec is None:
         return None, problems
     loaded = LoadedConfig(spec, path.resolve(), doc)
-    problems.extend(_semantic_problems(loaded))
+    problems.extend(_semantic_problems(loaded, fetch_specs))
     return (None if problems else loaded), problems
 
 
@@ -111,7 +115,9 @@ def _secrets(value: Any, path: tuple[str | int, ...]) -> list[tuple[tuple[str | 
     return found
 
 
-def _semantic_problems(cfg: LoadedConfig) -> list[Diagnostic]:
+def _semantic_problems(cfg: LoadedConfig, fetch_specs: bool) -> list[Diagnostic]:
+    from gateway.upstreams.openapi_spec import is_url  # upstream code stays out of plain config loading
+
     doc, spec = cfg.document, cfg.spec
     out: list[Diagnostic] = []
 
@@ -132,16 +138,17 @@ def _semantic_problems(cfg: LoadedConfig) -> list[Diagnostic]:
                 err(("upstreams", i, kind, "headers", name), "secret-literal",
                     f"header {name!r} holds a credential written into the config",
                     "write it as {env: VARIABLE} or {file: PATH}")
-        if up.openapi is not None and not cfg.path(up.openapi.spec).is_file():
+        if up.openapi is not None and not is_url(up.openapi.spec) and not cfg.path(up.openapi.spec).is_file():
             err(("upstreams", i, "openapi", "spec"), "not-found", f"OpenAPI spec {up.openapi.spec!r} not found",
                 f"the path is read relative to {cfg.base}")
         elif up.openapi is not None:
-            from gateway.upstreams.openapi import openapi_upstream  # the spec's own errors, before serve
+            from gateway.upstreams.openapi import check_openapi  # the spec's own errors, before serve
 
-            try:
-                openapi_upstream(up.name, up.openapi, cfg.base, {})
-            except ConfigError as exc:
-                out.extend(exc.diagnostics)
+            for d in check_openapi(up.name, up.openapi, cfg.base, fetch=fetch_specs):
+                if d.code == "openapi-unreachable":  # said at the config's `spec:` line
+                    err(("upstreams", i, "openapi", "spec"), d.code, f"upstream {up.name!r}: {d.message}", d.hint)
+                else:
+                    out.append(d)
     for path, ref in _secrets(spec, ()):
         try:
             resolve_secret(ref, cfg.base)

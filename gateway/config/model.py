@@ -225,9 +225,9 @@ class HttpUpstreamSpec(_Strict):
 
 
 class OpenApiUpstreamSpec(_Strict):
-    """A REST service described by an OpenAPI 3.x document; each operation becomes a tool."""
+    """A REST service described by an OpenAPI 3.x or Swagger 2.0 document; each operation becomes a tool."""
 
-    spec: str
+    spec: str  # a file (relative to the config) or an http(s) URL, fetched when the upstream starts
     base_url: str | None = Field(None, pattern=r"^https?://")
     launch: LaunchSpec | None = None
     headers: dict[str, str | SecretRef] = Field(default_factory=dict)

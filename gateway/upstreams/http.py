@@ -37,13 +37,14 @@ class HttpOperation:
     query: tuple[str, ...] = ()
     body: bool = True
     path_params: tuple[str, ...] = field(default=())
+    form: bool = False  # the body is sent as application/x-www-form-urlencoded, not JSON
 
     @classmethod
     def build(cls, tool: UpstreamTool, method: str, path: str, query: tuple[str, ...] = (),
-              body: bool | None = None) -> HttpOperation:
+              body: bool | None = None, *, form: bool = False) -> HttpOperation:
         """An operation with its path parameters found once."""
         sends_body = method in ("POST", "PUT", "PATCH") if body is None else body
-        return cls(tool, method, path, query, sends_body, tuple(_PLACEHOLDER.findall(path)))
+        return cls(tool, method, path, query, sends_body, tuple(_PLACEHOLDER.findall(path)), form)
 
 
 class HttpUpstream:
@@ -102,11 +103,13 @@ class HttpUpstream:
         if self._client is None:
             raise UpstreamNotReached(f"upstream {self.name} is not started")
         method, url, query, body = self.request_for(tool, arguments)
+        form = self._operations[tool].form and isinstance(body, dict)
+        payload = {"data": {k: _query_value(v) for k, v in body.items() if v is not None}} if form else {"json": body}
         try:
             # One deadline for the whole exchange: httpx's timeout is per read, so an upstream
             # dripping a byte at a time would never trip it.
             async with asyncio.timeout(timeout), self._client.stream(
-                method, url, params=query or None, json=body, headers=self._headers, timeout=timeout
+                method, url, params=query or None, headers=self._headers, timeout=timeout, **payload
             ) as response:
                 content = await _read_capped(response, self.max_response_bytes)
         except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:  # no connection, so nothing was sent

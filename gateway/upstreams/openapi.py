@@ -1,4 +1,4 @@
-"""An OpenAPI 3.x upstream: every operation in the document becomes a tool on an ``HttpUpstream``.
+"""An OpenAPI upstream: every operation in the document becomes a tool on an ``HttpUpstream``.
 
     operationId            -> tool name (else ``{method}_{path}``), sanitized to ^[a-zA-Z0-9_-]{1,64}$
     summary + description  -> description (summary also the title)
@@ -6,19 +6,20 @@
     JSON request body      -> an object's properties merged at top level, anything else under ``body``
     GET / DELETE           -> readOnlyHint / destructiveHint, overridden by ``x-mcp-annotations``
 
-Local ``$ref``s are inlined once, when the upstream is built; a recursive schema is unrolled
-``_MAX_REF_DEPTH`` references deep and is ``{}`` (any value) past that.
+The document is a file (read when the upstream is built, so its errors stop the config) or a URL
+(fetched when the upstream starts, with the upstream's HTTP client); OpenAPI 3.0, 3.1 or Swagger 2.0,
+with external ``$ref``s (see ``openapi_spec``). References are inlined by ``openapi_refs``.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import concurrent.futures
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import httpx2
 
@@ -27,30 +28,22 @@ from gateway.diagnostics import Diagnostic
 from gateway.errors import ConfigError
 from gateway.limits import MAX_RESPONSE_BYTES
 from gateway.policy.cel.functions import glob
-from gateway.sourcemap import YamlDocument, load_yaml
+from gateway.sourcemap import YamlDocument
 from gateway.upstreams.base import UpstreamTool
 from gateway.upstreams.http import HttpOperation, HttpUpstream
+from gateway.upstreams.openapi_refs import LITERAL_KEYS, Bad, Resolver, Where
+from gateway.upstreams.openapi_spec import SpecBundle, fetch_bundle, is_url, load_bundle, read_spec_file
 
-__all__ = ["load_openapi", "openapi_upstream", "operations_from_openapi"]
-
-# $refs followed along one chain before the schema there is left as {}: deep enough for real
-# models, and it is what stops a recursive schema. (Candidate for gateway/limits.py.)
-_MAX_REF_DEPTH = 10
-# Schema nodes inlined for one operation; past it further $refs become {}, so that a document
-# whose references fan out cannot blow up into an enormous tool schema. (Candidate for limits.py.)
-_MAX_SCHEMA_NODES = 20_000
+__all__ = ["check_openapi", "load_openapi", "openapi_upstream", "operations_from_openapi"]
 
 _METHODS = ("get", "post", "put", "patch", "delete")
 _BODY = "body"  # the argument that holds a request body that is not an object
+_FORM = "application/x-www-form-urlencoded"
 _NAME_MAX = 64
 _UNSAFE_NAME = re.compile(r"[^a-zA-Z0-9_-]+")
 _UNSAFE_PARAM = re.compile(r"[^A-Za-z0-9_]+")
 _PATH_PLACEHOLDER = _SERVER_VARIABLE = re.compile(r"\{([^}]+)\}")
 _METHOD_HINTS: dict[str, dict[str, Any]] = {"get": {"readOnlyHint": True}, "delete": {"destructiveHint": True}}
-# Values that are data, not schemas: never read as $refs or rewritten.
-_LITERAL_KEYS = frozenset({"example", "examples", "default", "enum", "const"})
-
-_Where = tuple[str | int, ...]
 
 
 class _Body(NamedTuple):
@@ -60,20 +53,21 @@ class _Body(NamedTuple):
     required: list[str]
     additional: Any = None  # the object's additionalProperties, when it says
     wrapped: bool = False  # the body is the ``body`` argument itself, not the remaining arguments
+    form: bool = False  # sent as application/x-www-form-urlencoded
 
 
-class _Bad(Exception):
-    """One problem with the document, at a JSON path; collected into a ConfigError."""
+class _Built(NamedTuple):
+    """What an upstream needs from a document: where requests go, the operations, the wrapped ones."""
 
-    def __init__(self, where: _Where, code: str, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.where, self.code, self.message, self.hint = where, code, message, hint
+    base_url: str
+    operations: list[HttpOperation]
+    wrapped: frozenset[str]
 
 
 def load_openapi(path: Path) -> dict[str, Any]:
-    """The OpenAPI document at ``path`` (JSON or YAML); raises ``ConfigError`` naming file:line:col."""
-    data = _read(path).data
-    assert isinstance(data, dict)  # _read guarantees a mapping
+    """The OpenAPI document at ``path`` (JSON or YAML) in 3.x shape; raises ``ConfigError`` naming file:line:col."""
+    data = read_spec_file(path).data
+    assert isinstance(data, dict)  # read_spec_file guarantees a mapping
     return data
 
 
@@ -84,34 +78,75 @@ def operations_from_openapi(document: dict[str, Any], include: list[str], exclud
     An operation whose body is not an object takes it as the ``body`` argument, which only the
     upstream from ``openapi_upstream`` unwraps (a plain ``HttpUpstream`` would send ``{"body": ...}``).
     """
-    return [op for op, _ in _operations(YamlDocument(source, document), include, exclude)]
+    bundle = SpecBundle(YamlDocument(source, document), source)
+    return [op for op, _ in _operations(bundle, include, exclude)]
 
 
 def openapi_upstream(name: str, spec: OpenApiUpstreamSpec, base_dir: Path, headers: dict[str, str],
                      client: httpx2.AsyncClient | None = None, max_response_bytes: int = MAX_RESPONSE_BYTES,
                      ) -> HttpUpstream:
-    """An ``HttpUpstream`` built from the spec file named in the config (read relative to ``base_dir``)."""
+    """An ``HttpUpstream`` from the spec the config names: a file (read now, relative to ``base_dir``)
+    or a URL (fetched when the upstream starts)."""
+    if is_url(spec.spec):
+        return _OpenApiUpstream(name, spec.base_url or "", [], headers, client, wrapped=frozenset(),
+                                max_response_bytes=max_response_bytes, fetch=(spec.spec, spec))
     path = Path(os.path.expanduser(spec.spec))
-    doc = _read(path if path.is_absolute() else base_dir / path)
-    found = _operations(doc, spec.include, spec.exclude)
-    if not found:
-        raise ConfigError([Diagnostic(
-            "openapi-no-operations", f"upstream {name!r}: no operations left after include/exclude",
-            doc.file, hint=f"include {spec.include} and exclude {spec.exclude} match no operationId")])
-    base_url = spec.base_url or _server_url(doc)
-    wrapped = frozenset(op.tool.name for op, wraps in found if wraps)
-    return _OpenApiUpstream(name, base_url, [op for op, _ in found], headers, client, wrapped=wrapped,
+    built = _build(name, spec, load_bundle(path if path.is_absolute() else base_dir / path), None)
+    return _OpenApiUpstream(name, built.base_url, built.operations, headers, client, wrapped=built.wrapped,
                             max_response_bytes=max_response_bytes)
 
 
+def check_openapi(name: str, spec: OpenApiUpstreamSpec, base_dir: Path, *, fetch: bool) -> list[Diagnostic]:
+    """What is wrong with the upstream's spec; a URL spec is fetched only when ``fetch`` (as `gateway check` does).
+
+    Runs the fetch on its own event loop in a worker thread, so it works whether or not the caller
+    is inside one.
+    """
+    async def probe() -> None:
+        upstream = openapi_upstream(name, spec, base_dir, {})
+        try:
+            await upstream.start()
+        finally:
+            await upstream.close()
+
+    try:
+        if not is_url(spec.spec):
+            openapi_upstream(name, spec, base_dir, {})
+        elif fetch:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                pool.submit(asyncio.run, probe()).result()
+    except ConfigError as exc:
+        return exc.diagnostics
+    return []
+
+
 class _OpenApiUpstream(HttpUpstream):
-    """An HTTP upstream where a non-object request body arrives as the ``body`` argument."""
+    """An HTTP upstream where a non-object request body arrives as the ``body`` argument.
+
+    With ``fetch`` (the spec's URL and the config), the operations come from the document fetched
+    on the first successful ``start``; until then the upstream has no tools.
+    """
 
     def __init__(self, name: str, base_url: str, operations: list[HttpOperation], headers: dict[str, str],
                  client: httpx2.AsyncClient | None, *, wrapped: frozenset[str],
-                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+                 max_response_bytes: int = MAX_RESPONSE_BYTES,
+                 fetch: tuple[str, OpenApiUpstreamSpec] | None = None) -> None:
         super().__init__(name, base_url, operations, headers, client, max_response_bytes)
         self._wrapped = wrapped  # tool names whose body is the ``body`` argument
+        self._fetch = fetch
+
+    async def start(self) -> None:
+        await super().start()
+        if self._fetch is None or self._operations:
+            return
+        url, spec = self._fetch
+        assert self._client is not None  # HttpUpstream.start made one
+        # The spec is fetched without the upstream's headers: they are credentials for the API,
+        # and the spec may live elsewhere.
+        built = _build(self.name, spec, await fetch_bundle(self._client, url), url)
+        self._base = built.base_url.rstrip("/")
+        self._operations = {op.tool.name: op for op in built.operations}
+        self._wrapped = built.wrapped
 
     def request_for(self, tool: str, arguments: dict[str, Any]) -> tuple[str, str, dict[str, Any], Any]:
         method, url, query, body = super().request_for(tool, arguments)
@@ -120,48 +155,19 @@ class _OpenApiUpstream(HttpUpstream):
         return method, url, query, body
 
 
-# --- reading -------------------------------------------------------------------------------------
-
-
-def _read(path: Path) -> YamlDocument:
-    file = str(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise ConfigError([Diagnostic("unreadable", f"cannot read OpenAPI spec {file}: {exc.strerror}", file,
-                                      hint="check the upstream's openapi.spec path")]) from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError([Diagnostic("encoding", f"OpenAPI spec is not UTF-8: {exc.reason}", file)]) from exc
-    if path.suffix.lower() == ".json":
-        # JSON is parsed as JSON (YAML 1.1 reads some JSON numbers differently); its values have
-        # no recorded positions, so later errors point at line 1.
-        try:
-            doc = YamlDocument(file, json.loads(text))
-        except json.JSONDecodeError as exc:
-            raise ConfigError([Diagnostic("json-syntax", f"JSON syntax error: {exc.msg}", file,
-                                          exc.lineno, exc.colno)]) from exc
-    else:
-        try:
-            parsed, problems = load_yaml(text, file)
-        except RecursionError as exc:  # a self-referencing YAML alias
-            raise ConfigError([Diagnostic("yaml-syntax", "YAML nests too deeply (a recursive alias?)",
-                                          file)]) from exc
-        if parsed is None or problems:
-            raise ConfigError(problems)
-        doc = parsed
-    if not isinstance(doc.data, dict):
-        raise ConfigError([Diagnostic("openapi-document", "an OpenAPI document must be a mapping", file)])
-    version = doc.data.get("openapi")
-    if not (isinstance(version, str) and version.startswith("3.")):
-        pos = doc.position(("openapi",))
+def _build(name: str, spec: OpenApiUpstreamSpec, bundle: SpecBundle, spec_url: str | None) -> _Built:
+    found = _operations(bundle, spec.include, spec.exclude)
+    if not found:
         raise ConfigError([Diagnostic(
-            "openapi-version", f"unsupported OpenAPI version {version!r}; need 3.0 or 3.1", file,
-            pos.line, pos.column, hint="convert a Swagger 2.0 document to OpenAPI 3 first")])
-    return doc
+            "openapi-no-operations", f"upstream {name!r}: no operations left after include/exclude",
+            bundle.root.file, hint=f"include {spec.include} and exclude {spec.exclude} match no operationId")])
+    base_url = spec.base_url or _server_url(bundle.root, spec_url)
+    return _Built(base_url, [op for op, _ in found], frozenset(op.tool.name for op, wraps in found if wraps))
 
 
-def _server_url(doc: YamlDocument) -> str:
-    """The first ``servers[].url``, with its variables at their defaults; must be absolute."""
+def _server_url(doc: YamlDocument, spec_url: str | None) -> str:
+    """The first ``servers[].url``, with its variables at their defaults, resolved against the spec's
+    URL when it has one; must be absolute."""
     servers = doc.data.get("servers")
     server = servers[0] if isinstance(servers, list) and servers and isinstance(servers[0], dict) else {}
     raw = server.get("url")
@@ -172,10 +178,12 @@ def _server_url(doc: YamlDocument) -> str:
         return str(var.get("default", m.group(0))) if isinstance(var, dict) else m.group(0)
 
     url = _SERVER_VARIABLE.sub(default, raw) if isinstance(raw, str) else ""
+    if spec_url is not None:  # OpenAPI: a relative server URL is relative to where the document is
+        url = urljoin(spec_url, url or "/")
     parts = urlsplit(url)
     if parts.scheme in ("http", "https") and parts.hostname and "{" not in url:
         return url
-    where: _Where = ("servers", 0, "url") if raw is not None else ("servers",)
+    where: Where = ("servers", 0, "url") if raw is not None else ("servers",)
     pos = doc.position(where)
     got = f"servers[0].url is {raw!r}" if raw is not None else "the document has no servers[].url"
     raise ConfigError([Diagnostic(
@@ -186,22 +194,25 @@ def _server_url(doc: YamlDocument) -> str:
 # --- operations ----------------------------------------------------------------------------------
 
 
-def _operations(doc: YamlDocument, include: list[str],
+def _operations(bundle: SpecBundle, include: list[str],
                 exclude: list[str]) -> list[tuple[HttpOperation, bool]]:
     """(operation, whether its body is the ``body`` argument) per included operation."""
+    doc = bundle.root
     paths = doc.data.get("paths") if isinstance(doc.data, dict) else None
     problems: list[Diagnostic] = []
     operations: list[tuple[HttpOperation, bool]] = []
     seen: dict[str, str] = {}
 
-    def report(bad: _Bad) -> None:
+    def report(bad: Bad) -> None:
         pos = doc.position(bad.where)
-        problems.append(Diagnostic(bad.code, bad.message, doc.file, pos.line, pos.column, hint=bad.hint))
+        # A JSON document has no positions (line 1 for everything): its JSON pointer says where instead.
+        message = bad.message if doc.positions else f"{bad.message} (at {_pointer(bad.where)})"
+        problems.append(Diagnostic(bad.code, message, doc.file, pos.line, pos.column, hint=bad.hint))
 
     for template, item in (paths or {}).items() if isinstance(paths, dict) else ():
         try:
-            item = _Resolver(doc.data, ("paths", template)).target(item)
-        except _Bad as bad:
+            item = Resolver(bundle, ("paths", template)).target(item)
+        except Bad as bad:
             report(bad)
             continue
         if not isinstance(item, dict):
@@ -210,7 +221,7 @@ def _operations(doc: YamlDocument, include: list[str],
             op = item.get(method)
             if not isinstance(op, dict):
                 continue
-            where: _Where = ("paths", template, method)
+            where: Where = ("paths", template, method)
             op_id = op.get("operationId")
             derived = f"{method}_{str(template).strip('/')}"
             label = op_id if isinstance(op_id, str) and op_id else derived
@@ -218,18 +229,23 @@ def _operations(doc: YamlDocument, include: list[str],
             if not _selected({label, name}, include, exclude):
                 continue
             if name in seen:
-                report(_Bad(where, "openapi-duplicate-tool",
+                report(Bad(where, "openapi-duplicate-tool",
                             f"{method.upper()} {template} and {seen[name]} both become tool {name!r}",
                             "give the operations distinct operationIds, or exclude one"))
                 continue
             seen[name] = f"{method.upper()} {template}"
             try:
-                operations.append(_operation(doc.data, name, method, str(template), item, op, where))
-            except _Bad as bad:
+                operations.append(_operation(bundle, name, method, str(template), item, op, where))
+            except Bad as bad:
                 report(bad)
     if problems:
         raise ConfigError(problems)
     return operations
+
+
+def _pointer(where: Where) -> str:
+    """``where`` as a JSON pointer (RFC 6901), as it would be written in a $ref."""
+    return "#/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in where)
 
 
 def _selected(names: set[str], include: list[str], exclude: list[str]) -> bool:
@@ -243,9 +259,9 @@ def _tool_name(label: str) -> str:
     return _UNSAFE_NAME.sub("_", label).strip("_")[:_NAME_MAX]
 
 
-def _operation(document: dict[str, Any], name: str, method: str, template: str, item: dict[str, Any],
-               op: dict[str, Any], where: _Where) -> tuple[HttpOperation, bool]:
-    resolver = _Resolver(document, where)
+def _operation(bundle: SpecBundle, name: str, method: str, template: str, item: dict[str, Any],
+               op: dict[str, Any], where: Where) -> tuple[HttpOperation, bool]:
+    resolver = Resolver(bundle, where)
     label = f"operation {name} ({method.upper()} {template})"
     properties: dict[str, Any] = {}
     required: list[str] = []
@@ -254,7 +270,7 @@ def _operation(document: dict[str, Any], name: str, method: str, template: str, 
 
     def add(arg: str, schema: Any, needed: bool) -> None:
         if arg in properties:
-            raise _Bad(where, "openapi-name-clash", f"{label}: two parameters are both named {arg!r}",
+            raise Bad(where, "openapi-name-clash", f"{label}: two parameters are both named {arg!r}",
                        "rename one of them in the document")
         properties[arg] = schema
         if needed:
@@ -277,7 +293,7 @@ def _operation(document: dict[str, Any], name: str, method: str, template: str, 
     if body is not None:
         clash = sorted(set(body.properties) & set(properties))
         if clash:
-            raise _Bad(where, "openapi-name-clash",
+            raise Bad(where, "openapi-name-clash",
                        f"{label}: body field(s) {', '.join(clash)} clash with a path or query parameter",
                        "rename the parameter or the body field in the document, or exclude the operation")
         properties.update(body.properties)
@@ -292,15 +308,16 @@ def _operation(document: dict[str, Any], name: str, method: str, template: str, 
     annotations: dict[str, Any] = _METHOD_HINTS.get(method, {})
     extension = op.get("x-mcp-annotations")
     if extension is not None and not isinstance(extension, dict):
-        raise _Bad((*where, "x-mcp-annotations"), "openapi-annotations",
+        raise Bad((*where, "x-mcp-annotations"), "openapi-annotations",
                    f"{label}: x-mcp-annotations must be a mapping",
                    "e.g. x-mcp-annotations: {idempotentHint: true}")
     tool = UpstreamTool(name, description, schema, summary or None, {**annotations, **(extension or {})})
-    operation = HttpOperation.build(tool, method.upper(), path, tuple(query), body=body is not None)
+    operation = HttpOperation.build(tool, method.upper(), path, tuple(query), body=body is not None,
+                                    form=body is not None and body.form)
     return operation, body is not None and body.wrapped
 
 
-def _parameters(resolver: _Resolver, item: dict[str, Any], op: dict[str, Any]) -> list[dict[str, Any]]:
+def _parameters(resolver: Resolver, item: dict[str, Any], op: dict[str, Any]) -> list[dict[str, Any]]:
     """Path-level parameters overridden by the operation's own, by (name, in)."""
     found: dict[tuple[Any, Any], dict[str, Any]] = {}
     for level in (item.get("parameters"), op.get("parameters")):
@@ -321,23 +338,27 @@ def _parameter_schema(param: dict[str, Any]) -> Any:
     return schema
 
 
-def _request_body(resolver: _Resolver, op: dict[str, Any], name: str, label: str, where: _Where) -> _Body | None:
-    """What the JSON request body adds to the input schema; None when there is no body."""
+def _request_body(resolver: Resolver, op: dict[str, Any], name: str, label: str, where: Where) -> _Body | None:
+    """What the JSON (or form) request body adds to the input schema; None when there is no body."""
     body = resolver.target(op.get("requestBody"))
     if not isinstance(body, dict):
         return None
     content = _mapping(body.get("content"))
     json_type = next((t for t in content if _is_json(t)), None)
-    if json_type is None:
-        raise _Bad((*where, "requestBody"), "openapi-body",
-                   f"{label}: the request body is not JSON ({', '.join(content) or 'no content'})",
-                   f"the gateway sends JSON bodies only; leave the operation out with exclude: [{name}]")
-    schema = _writable(resolver.schema(_mapping(content[json_type]).get("schema", {})))
+    # A form is a flat object of fields, so it is sent only when its schema is one.
+    form_type = next((t for t in content if t.split(";")[0].strip().lower() == _FORM), None)
+    chosen = json_type or form_type
+    schema = _writable(resolver.schema(_mapping(content[chosen]).get("schema", {}))) if chosen else None
     shape = _object_shape(schema)
+    if json_type is None and (form_type is None or shape is None):
+        raise Bad((*where, "requestBody"), "openapi-body",
+                  f"{label}: the request body is not JSON ({', '.join(content) or 'no content'})",
+                  "the gateway sends JSON bodies and flat urlencoded forms only;"
+                  f" leave the operation out with exclude: [{name}]")
     if shape is None:
         return _Body({_BODY: schema}, [_BODY] if body.get("required") is True else [], wrapped=True)
     # An optional body whose schema requires fields still tells the agent what a useful body holds.
-    return shape
+    return shape._replace(form=json_type is None)
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -375,7 +396,7 @@ def _writable(schema: Any) -> Any:
         return [_writable(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: (v if k in _LITERAL_KEYS else _writable(v)) for k, v in schema.items() if k != "properties"}
+    out = {k: (v if k in LITERAL_KEYS else _writable(v)) for k, v in schema.items() if k != "properties"}
     props = schema.get("properties")
     if isinstance(props, dict):
         gone = {k for k, v in props.items() if isinstance(v, dict) and v.get("readOnly") is True}
@@ -384,69 +405,4 @@ def _writable(schema: Any) -> Any:
             out["required"] = [r for r in out["required"] if r not in gone]
     return out
 
-
-# --- references ----------------------------------------------------------------------------------
-
-
-@dataclass
-class _Resolver:
-    """Inlines local ``$ref``s for one operation, within the depth and size limits."""
-
-    document: dict[str, Any]
-    where: _Where
-    nodes: int = 0
-
-    def target(self, node: Any) -> Any:
-        """A ``$ref`` object's target (followed until it is not a reference); other nodes as they are."""
-        for _ in range(_MAX_REF_DEPTH):
-            if not (isinstance(node, dict) and isinstance(node.get("$ref"), str)):
-                return node
-            node = self._lookup(node["$ref"])
-        return {}
-
-    def schema(self, node: Any, depth: int = 0) -> Any:
-        """``node`` with every ``$ref`` inside inlined and OpenAPI 3.0 keywords made JSON Schema."""
-        self.nodes += 1
-        if isinstance(node, list):
-            return [self.schema(v, depth) for v in node]
-        if not isinstance(node, dict):
-            return node
-        ref = node.get("$ref")
-        if isinstance(ref, str):
-            if depth >= _MAX_REF_DEPTH or self.nodes > _MAX_SCHEMA_NODES:
-                return {}
-            target = self._lookup(ref)
-            siblings = {k: v for k, v in node.items() if k != "$ref"}  # OpenAPI 3.1 allows these
-            return self.schema({**target, **siblings} if isinstance(target, dict) else target, depth + 1)
-        out = {k: (v if k in _LITERAL_KEYS else self.schema(v, depth)) for k, v in node.items()}
-        return _json_schema(out)
-
-    def _lookup(self, ref: str) -> Any:
-        if not ref.startswith("#/"):
-            raise _Bad(self.where, "openapi-ref", f"only local $refs (#/...) are supported, got {ref!r}",
-                       "bundle the document into one file first, e.g. `redocly bundle`")
-        node: Any = self.document
-        for raw in ref[2:].split("/"):
-            key = unquote(raw).replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and key in node:
-                node = node[key]
-            elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
-                node = node[int(key)]
-            else:
-                raise _Bad(self.where, "openapi-ref", f"$ref {ref!r} points at nothing",
-                           "check the component's name and path")
-        return node
-
-
-def _json_schema(node: dict[str, Any]) -> dict[str, Any]:
-    """OpenAPI 3.0's ``nullable`` and boolean ``exclusiveMinimum/Maximum`` in JSON Schema's terms."""
-    if node.get("nullable") is True and isinstance(node.get("type"), str):
-        node = {k: v for k, v in node.items() if k != "nullable"}
-        node["type"] = [node["type"], "null"]
-    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
-        if isinstance(node.get(exclusive), bool):
-            node = dict(node)
-            if node.pop(exclusive) and bound in node:
-                node[exclusive] = node.pop(bound)
-    return node
 

@@ -422,7 +422,8 @@ def test_binary_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("text, code", [
-    ("swagger: '2.0'\npaths: {}\n", "openapi-version"),
+    ("swagger: '1.2'\npaths: {}\n", "openapi-version"),
+    ("swaggerVersion: '1.2'\napis: []\n", "openapi-version"),
     ("openapi: 3\npaths: {}\n", "openapi-version"),
     ("- just\n- a list\n", "openapi-document"),
     ("", "openapi-document"),
@@ -496,8 +497,10 @@ def test_every_broken_operation_is_reported_at_once_with_its_line(write: Write) 
     assert len(excinfo.value.diagnostics) == 5, excinfo.value
     dangling = got["openapi-ref:$ref '#/components/parameters/Missing' points at nothing"]
     assert (dangling.file, dangling.line) == (str(path), line_of("operationId: dangling"))
-    external = got["openapi-ref:only local $refs (#/...) are supported, got 'shared.yaml#/components/parameters/Page'"]
-    assert external.line == line_of("operationId: external") and "bundle" in (external.hint or "")
+    shared = path.parent / "shared.yaml"  # named by a $ref, but not there
+    external = got[f"openapi-ref:$ref '{shared}#/components/parameters/Page'"]
+    assert "cannot read" in external.message and "No such file" in external.message
+    assert external.line == line_of("operationId: external") and "exclude" in (external.hint or "")
     clash = got["openapi-name-clash:operation clash (POST /clash/{name})"]
     assert "body field(s) name clash with a path or query parameter" in clash.message
     upload = got["openapi-body:operation upload (POST /upload)"]
