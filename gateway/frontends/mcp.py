@@ -23,7 +23,7 @@ from gateway.frontends.identity import identity_of
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, MAX_CACHED_SESSIONS
 from gateway.pipeline import CallRequest, Gateway
-from gateway.pipeline.request import call_id_of, iteration_of
+from gateway.pipeline.request import call_id_of, gave_call_id, iteration_of
 
 __all__ = ["CALL_ID_META", "McpFrontend"]
 
@@ -85,6 +85,7 @@ class McpFrontend:
             principal=identity.principal,
             session_id=session_id,
             call_id=call_id_of(meta.get(CALL_ID_META)),
+            call_id_given=gave_call_id(meta.get(CALL_ID_META)),
             iteration=iteration_of(meta.get(ITERATION_META)),
             progress=_progress(ctx, meta),
             frontend="mcp",

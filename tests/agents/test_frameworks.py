@@ -195,8 +195,6 @@ async def test_two_concurrent_runs_of_one_key_keep_their_own_budgets(stage: Stag
 # --- what issue 8 parts 1-2 will make true -------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 8 part 2: a held call answers 'pending' before the client times out, "
-                                       "and a retry with the same arguments binds to the same approval request")
 async def test_approve_after_the_hold_retry_gets_the_one_execution(stage: Stage, framework: str) -> None:
     """The gateway's default hold ends before the framework's default timeout; the model reads "pending",
     an approver approves, the model calls again with the same arguments and reads the one run's result."""
