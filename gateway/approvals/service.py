@@ -239,7 +239,7 @@ class ApprovalService:
     async def _told(self, approval: Approval) -> None:
         """A caller is being given this request's outcome: a request bound by its run lets go of its key,
         so the next identical call in the run is a new decision."""
-        if approval.by_run and not approval.retired:
+        if not approval.retired and (approval.by_run or _lapse_of(approval) is not None):
             await self._db(self.store.retire, approval.id)
 
     async def _claim(self, approval: Approval, now: float) -> bool:
@@ -260,14 +260,18 @@ class ApprovalService:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _lapsed(self, approval: Approval, now: float) -> bool:
-        """Retire an approved request that may no longer be used; True if it was (or someone else did)."""
+    async def _lapsed(self, approval: Approval, now: float, *, retire: bool = True) -> bool:
+        """Expire an approved request that may no longer be used; True if it was (or someone else did).
+
+        A caller finding it retires it at once (it is told so now); the sweeper leaves it holding its key
+        until the agent's next identical call is told "expired unused" (see ``_told``).
+        """
         valid_until = approval.valid_until_ts
         late_vote = approval.decided_ts is not None and approval.decided_ts > approval.expires_ts and \
             not any(v.approver == "timeout" for v in approval.votes)
         if not late_vote and (valid_until is None or now <= valid_until):
             return False
-        approval.state, approval.retired = ApprovalState.EXPIRED, True
+        approval.state, approval.retired = ApprovalState.EXPIRED, retire
         reason = "approved after the request expired" if late_vote else \
             f"approved, but not used within {_duration(approval.valid_for)}"
         approval.votes.append(Vote("validity", [], False, reason, now_rfc3339()))
@@ -541,7 +545,7 @@ class ApprovalService:
                 for approval in await self._db(self.store.due, now):
                     await self.expire(approval)
                 for approval in await self._db(self.store.in_state, ApprovalState.APPROVED):
-                    await self._lapsed(approval, now)  # approved, never called again: expired unused
+                    await self._lapsed(approval, now, retire=False)  # approved, never called again: expired unused
                 for approval in await self._db(self.store.abandoned, now):
                     await self._interrupt(approval, now)
             except StoreUnavailable as exc:  # try again next time; the sweeper must not die
@@ -566,8 +570,13 @@ def _denial_message(approval: Approval) -> str:
     return f"Denied by an approver: {comment}" if comment else "Denied by an approver."
 
 
+def _lapse_of(approval: Approval) -> Vote | None:
+    """The record of an approval that expired unused (or was given too late), if it did."""
+    return next((v for v in approval.votes if v.approver == "validity"), None)
+
+
 def _expired_message(approval: Approval) -> str:
-    if not approval.retired:
+    if _lapse_of(approval) is None:
         return "Nobody approved this call in time, so it was not run."
     if approval.decided_ts is not None and approval.decided_ts > approval.expires_ts and \
             not any(v.approver == "timeout" for v in approval.votes):
