@@ -110,8 +110,7 @@ async def test_a_held_call_answers_pending_before_the_clients_timeout(bench):
     assert 0.9 <= time.monotonic() - started < 2.5
     approval_id = assert_pending(result)
     assert result.structured_content == {"pending": True, "approval_id": approval_id,
-                                         "expires_at": result.meta["gateway/expires_at"],
-                                         "retry": "call this tool again with the same arguments to get the outcome"}
+                                         "expires_at": result.meta["gateway/expires_at"], "message": text_of(result)}
     assert bench.upstream.ran("deploy") == 0
     stored = await bench.approval(gw, approval_id)
     assert stored["state"] == "pending" and stored["bound_by"] == "run"
