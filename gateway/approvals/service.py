@@ -135,6 +135,10 @@ class ApprovalService:
         if approval.state is not ApprovalState.PENDING or elicit is None \
                 or not any(r.via == "elicitation" and r.satisfied_by is None for r in approval.requirements):
             return await self._await(approval.id, held, deadline)
+        if held.request.wait_seconds is None:
+            # The client declared elicitation and its user is being asked: the question is the client's
+            # own UI, so the hold does not cut it short; the answer, an approver or the expiry ends the wait.
+            deadline = max(deadline, approval.expires_ts)
         # Ask the end user while waiting, not before: an approver on the page, the timeout or the
         # caller's deadline must end the wait even if the user never answers.
         asking = asyncio.create_task(self._elicit(approval, held, elicit))

@@ -153,12 +153,16 @@ _APPROVE_SCHEMA = {"type": "object", "properties": {"approve": {"type": "boolean
 
 
 def _elicitation(ctx: ServerRequestContext[Any, Any]) -> Any:
-    """Ask the end user through their client, when it declared elicitation; None answer = cannot ask."""
+    """Ask the end user through their client, when it declared elicitation (else None); None answer = cannot ask."""
+    try:
+        if not ctx.session.check_client_capability(_ELICIT):
+            return None
+    except Exception as exc:  # e.g. a client in the stateless protocol era: no way to ask
+        log.info("elicitation not possible: %s", exc)
+        return None
 
     async def ask(message: str) -> bool | None:
         try:
-            if not ctx.session.check_client_capability(_ELICIT):
-                return None
             result = await ctx.session.elicit_form(message=message, requested_schema=_APPROVE_SCHEMA,
                                                    related_request_id=ctx.request_id)
         except Exception as exc:  # e.g. a client in the stateless protocol era: fall back to the page

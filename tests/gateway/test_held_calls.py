@@ -295,3 +295,20 @@ async def cli(*args: str, url: str) -> str:
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, err.decode()
     return out.decode()
+
+
+async def test_an_end_user_answering_an_elicitation_is_not_cut_short_by_the_hold(bench):
+    """A client that declared elicitation is asking its user: the hold does not end the call under them."""
+    gw = await bench.start(held_rule(hold="1s").replace('approvers: ["group:ops"]', "via: elicitation"))
+    asked: list[str] = []
+
+    async def slow_yes(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        await asyncio.sleep(1.5)  # longer than the hold
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    async with bench.mcp(gw, "alice", elicit=slow_yes) as client:
+        result = await client.call_tool(DEPLOY, {"service": "billing"}, read_timeout_seconds=STEP_SECONDS)
+    assert len(asked) == 1
+    assert result.is_error is False and result.structured_content["args"] == {"service": "billing"}, text_of(result)
+    assert bench.upstream.ran("deploy", service="billing") == 1
