@@ -128,7 +128,7 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     notifier = WebhookNotifier.from_specs(spec.approvals.webhooks, config.base, page) \
         if spec.approvals.webhooks else None
     approvals = ApprovalService(ApprovalStore(store), notifier, page,
-                                redact=redactor if spec.approvals.redact else None)
+                                redact=redactor if spec.approvals.redact else None, audit=audit.write)
     per_principal = spec.limits.per_principal
     limits = PrincipalLimits(per_principal.max_concurrent_calls, per_principal.calls_per_minute)
     return Gateway(policies, registry, store, audit, env=spec.env, call_timeout=config.call_timeout,

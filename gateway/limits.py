@@ -159,6 +159,13 @@ APPROVAL_HEARTBEAT_SECONDS = 3.0
 # `approval.valid_for` does not say (seconds). After that a retry needs a new approval.
 DEFAULT_APPROVAL_VALID_SECONDS = 600.0
 
+# How long an MCP call that needs approval is held open before the gateway answers "pending"
+# (with the request id and "call again with the same arguments"), when the rule's `approval.hold`
+# does not say (seconds). Below common MCP clients' read timeouts: the OpenAI Agents SDK gives up
+# after 5 s, the TypeScript SDK after 60 s, MAF after 300 s; a client that gave up shows its model
+# an error instead of the instruction to call again.
+DEFAULT_APPROVAL_HOLD_SECONDS = 4.0
+
 # If the one execution's result cannot be stored (the database is locked), storing it is retried
 # this often until it succeeds; the claim's lease is renewed meanwhile, so no one marks it interrupted.
 APPROVAL_RESULT_RETRY_SECONDS = 0.5

@@ -155,6 +155,10 @@ class Approval:
     owner: str | None = None  # the gateway process executing it (while executing)
     lease_ts: float | None = None  # when that process's claim runs out unless renewed
     retired: bool = False  # no longer holds its key: the next call with it asks afresh
+    # Bound by (principal, run, tool, digest) because the caller gave no call id: a retry of the same
+    # call in the same run finds it until its outcome has been given to a caller.
+    by_run: bool = False
+    executed_at: str | None = None  # when the one execution's outcome was recorded
 
     @property
     def valid_until_ts(self) -> float | None:
@@ -185,7 +189,49 @@ class Approval:
             "votes": [v.to_dict() for v in self.votes], "decided_at": self.decided_at,
             "valid_for_seconds": self.valid_for,
             "valid_until": None if self.valid_until_ts is None else rfc3339(self.valid_until_ts),
+            "bound_by": "run" if self.by_run else "call_id", "executed_at": self.executed_at,
+            "execution": self.execution(),
         }
+
+    def execution(self) -> dict[str, Any]:
+        """What became of the call itself, whatever the decision: {state, at, until, label} (and outcome).
+
+        States: "awaiting_decision", "awaiting_call" (approved; runs when the agent calls again, until
+        ``until``), "running", "ran", "expired_unused", "not_run" (denied, or nobody decided in time).
+        """
+        until = None if self.valid_until_ts is None else rfc3339(self.valid_until_ts)
+        lapse = next((v for v in self.votes if v.approver == "validity"), None)
+        if self.state is ApprovalState.PENDING:
+            return _execution("awaiting_decision", None, self.expires_at, "waiting for a decision")
+        if self.state is ApprovalState.APPROVED:
+            return _execution("awaiting_call", self.decided_at, until,
+                              f"approved, waiting for the agent to call again (until {until})")
+        if self.state is ApprovalState.EXECUTING:
+            return _execution("running", None, None, "running now")
+        if self.state is ApprovalState.EXECUTED:
+            outcome = _outcome_of(self.result)
+            at = self.executed_at or self.decided_at
+            return _execution("ran", at, None, f"ran at {at}: {outcome}") | {"outcome": outcome}
+        if lapse is not None:
+            return _execution("expired_unused", lapse.at, until, f"expired unused at {lapse.at} ({lapse.comment})")
+        return _execution("not_run", self.decided_at, None, "not run")
+
+
+def _execution(state: str, at: str | None, until: str | None, label: str) -> dict[str, Any]:
+    return {"state": state, "at": at, "until": until, "label": label}
+
+
+def _outcome_of(result: dict[str, Any] | None) -> str:
+    """A one-line account of a stored outcome: "ok", "tool error", or the refusal's decision and text."""
+    if not result:
+        return "no result recorded"
+    if not result.get("is_error"):
+        return "ok"
+    decision = str(result.get("decision", ""))
+    if decision in ("allow", "approve", "rewrite"):
+        return "tool error"
+    texts = [b.get("text", "") for b in result.get("content") or [] if isinstance(b, dict)]
+    return f"{decision}: {' '.join(texts)}"[:200]
 
 
 def rfc3339(ts: float) -> str:

@@ -47,6 +47,7 @@ from gateway.limits import (
     APPROVAL_PROGRESS_SECONDS,
     APPROVAL_RESULT_RETRY_SECONDS,
     APPROVAL_SWEEP_SECONDS,
+    DEFAULT_APPROVAL_HOLD_SECONDS,
     DEFAULT_APPROVAL_VALID_SECONDS,
 )
 from gateway.pipeline.approvals import ApprovalResult, HeldCall
@@ -89,8 +90,9 @@ class ApprovalService:
     def __init__(self, store: ApprovalStore, notifier: Notifier | None = None, page_url: str = "/approvals",
                  clock: Callable[[], float] = time.time, redact: Callable[[Any], Any] | None = None, *,
                  lease_seconds: float = APPROVAL_LEASE_SECONDS, heartbeat_seconds: float = APPROVAL_HEARTBEAT_SECONDS,
-                 ) -> None:
+                 audit: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.store = store
+        self._audit = audit  # the audit log's writer, for what happens with no call in flight (a lapse)
         self._redact = redact  # applied to the arguments before a request is stored, listed or announced
         self.notifier = notifier
         self.page_url = page_url.rstrip("/")
@@ -123,11 +125,20 @@ class ApprovalService:
 
     async def _hold(self, held: HeldCall) -> ApprovalResult:
         approval = await self._find_or_create(held)
-        deadline = None if held.request.wait_seconds is None else self._clock() + held.request.wait_seconds
+        # REST callers say how long they wait (?wait=); an MCP call is held for the rule's ``hold``, then
+        # answered "pending, call again" before the client's own read timeout gives up on it.
+        wait = held.request.wait_seconds
+        if wait is None:
+            wait = min((a.hold_seconds for a in held.decision.approvals), default=DEFAULT_APPROVAL_HOLD_SECONDS)
+        deadline = self._clock() + wait
         elicit: Elicit | None = held.request.elicit
         if approval.state is not ApprovalState.PENDING or elicit is None \
                 or not any(r.via == "elicitation" and r.satisfied_by is None for r in approval.requirements):
             return await self._await(approval.id, held, deadline)
+        if held.request.wait_seconds is None:
+            # The client declared elicitation and its user is being asked: the question is the client's
+            # own UI, so the hold does not cut it short; the answer, an approver or the expiry ends the wait.
+            deadline = max(deadline, approval.expires_ts)
         # Ask the end user while waiting, not before: an approver on the page, the timeout or the
         # caller's deadline must end the wait even if the user never answers.
         asking = asyncio.create_task(self._elicit(approval, held, elicit))
@@ -140,7 +151,12 @@ class ApprovalService:
     async def _find_or_create(self, held: HeldCall) -> Approval:
         request, decision = held.request, held.decision
         digest = args_digest(decision.args)  # over the real arguments; the stored copy is made JSON-safe
-        found = await self._db(self.store.find, request.principal.id, request.tool, request.call_id, digest)
+        by_run = not request.call_id_given
+        if by_run:  # no call id: a retry is the same principal, run, tool and final arguments
+            found = await self._db(self.store.find_by_run, request.principal.id, request.session_id, request.tool,
+                                   digest)
+        else:
+            found = await self._db(self.store.find, request.principal.id, request.tool, request.call_id, digest)
         if found is not None:
             return found
         now = self._clock()
@@ -154,7 +170,7 @@ class ApprovalService:
             requirements=[Requirement(a.rule, a.message or decision.message or "", list(a.approvers), None, a.via)
                           for a in decision.approvals],
             created_at=now_rfc3339(), expires_at=rfc3339(now + timeout), expires_ts=now + timeout,
-            on_timeout=on_timeout, valid_for=valid_for,
+            on_timeout=on_timeout, valid_for=valid_for, by_run=by_run,
         )
         if self._redact is not None:
             approval = approval.redacted(self._redact)
@@ -164,7 +180,7 @@ class ApprovalService:
             self._notify("approval.created", approval)
         return stored
 
-    async def _await(self, approval_id: str, held: HeldCall, deadline: float | None) -> ApprovalResult:
+    async def _await(self, approval_id: str, held: HeldCall, deadline: float) -> ApprovalResult:
         announced = False
         saw_running = False  # a run of this approval was under way while we waited
         while True:
@@ -178,10 +194,13 @@ class ApprovalService:
                 return ApprovalResult(False, "The approval request disappeared.", approval_id)
             state, now = approval.state, self._clock()
             if state is ApprovalState.EXECUTED:
+                await self._told(approval)
                 return ApprovalResult(False, approval_id=approval_id, replay=approval.result)
             if state is ApprovalState.DENIED:
+                await self._told(approval)
                 return ApprovalResult(False, _denial_message(approval), approval_id)
             if state is ApprovalState.EXPIRED:
+                await self._told(approval)
                 return ApprovalResult(False, _expired_message(approval), approval_id)
             if state is ApprovalState.APPROVED:
                 if saw_running:  # the run we waited for never reached the upstream; this caller may retry
@@ -204,17 +223,28 @@ class ApprovalService:
             if state is ApprovalState.PENDING and now >= approval.expires_ts:
                 await self.expire(approval)
                 continue
-            if deadline is not None and now >= deadline:
-                return ApprovalResult(False, f"Waiting for approval {approval_id}: {self.page_url}/{approval_id}",
-                                      approval_id, pending=True, decision="pending")
+            if now >= deadline:
+                return ApprovalResult(False, self._pending_message(approval), approval_id, pending=True,
+                                      decision="pending", expires_at=approval.expires_at)
             if not announced and held.request.progress is not None:
                 announced = True
                 await self._progress(held, approval)
-            limits = [approval.expires_ts - now, APPROVAL_PROGRESS_SECONDS]
-            if deadline is not None:
-                limits.append(deadline - now)
+            limits = [approval.expires_ts - now, APPROVAL_PROGRESS_SECONDS, deadline - now]
             if not await _wait(changed, max(0.01, min(limits))) and held.request.progress:
                 await self._progress(held, approval)
+
+    def _pending_message(self, approval: Approval) -> str:
+        """What the model reads when the hold is over: not run yet, which request, until when, what to do."""
+        return (f"Approval pending: this call to {approval.tool} needs a person's approval and has not run yet "
+                f"(approval request {approval.id}, {self.page_url}/{approval.id}; it expires at "
+                f"{approval.expires_at}). To get the outcome, call {approval.tool} again with exactly the same "
+                "arguments: once approved, that call runs it (once); if it was denied or expired, that call says so.")
+
+    async def _told(self, approval: Approval) -> None:
+        """A caller is being given this request's outcome: a request bound by its run lets go of its key,
+        so the next identical call in the run is a new decision."""
+        if not approval.retired and (approval.by_run or _lapse_of(approval) is not None):
+            await self._db(self.store.retire, approval.id)
 
     async def _claim(self, approval: Approval, now: float) -> bool:
         """approved → executing, owned by this process under a lease; False if another caller won."""
@@ -234,22 +264,39 @@ class ApprovalService:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _lapsed(self, approval: Approval, now: float) -> bool:
-        """Retire an approved request that may no longer be used; True if it was (or someone else did)."""
+    async def _lapsed(self, approval: Approval, now: float, *, retire: bool = True) -> bool:
+        """Expire an approved request that may no longer be used; True if it was (or someone else did).
+
+        A caller finding it retires it at once (it is told so now); the sweeper leaves it holding its key
+        until the agent's next identical call is told "expired unused" (see ``_told``).
+        """
         valid_until = approval.valid_until_ts
         late_vote = approval.decided_ts is not None and approval.decided_ts > approval.expires_ts and \
             not any(v.approver == "timeout" for v in approval.votes)
         if not late_vote and (valid_until is None or now <= valid_until):
             return False
-        approval.state, approval.retired = ApprovalState.EXPIRED, True
+        approval.state, approval.retired = ApprovalState.EXPIRED, retire
         reason = "approved after the request expired" if late_vote else \
             f"approved, but not used within {_duration(approval.valid_for)}"
         approval.votes.append(Vote("validity", [], False, reason, now_rfc3339()))
         if await self._db(self.store.transition, approval, ApprovalState.APPROVED):
             self._signal(approval.id)
             self._notify("approval.expired", approval)
+            self._audit_event("approval.lapsed", approval, reason=reason)
             log.info("approval %s lapsed: %s", approval.id, reason)
         return True
+
+    def _audit_event(self, event: str, approval: Approval, **fields: Any) -> None:
+        """Write an event about a request to the audit log; a failed write is logged (the state change stands)."""
+        if self._audit is None:
+            return
+        try:
+            self._audit({"event": event, "id": uuid.uuid4().hex, "time": now_rfc3339(), "approval_id": approval.id,
+                         "principal": {"id": approval.principal.id, "groups": list(approval.principal.groups)},
+                         "session": approval.session_id, "tool": approval.tool, "state": str(approval.state),
+                         "decided_at": approval.decided_at, "execution": approval.execution(), **fields})
+        except Exception as exc:  # an audit failure must not stop the sweeper
+            log.error("approval %s: %s not audited: %s", approval.id, event, exc)
 
     async def _progress(self, held: HeldCall, approval: Approval) -> None:
         assert held.request.progress is not None
@@ -300,7 +347,9 @@ class ApprovalService:
         self._signal(approval_id)
 
         def settle(approval: Approval) -> None:
-            approval.state, approval.result = ApprovalState.EXECUTED, result
+            approval.state, approval.result, approval.executed_at = ApprovalState.EXECUTED, result, now_rfc3339()
+            # The caller that ran it is given this outcome now: a run-bound request lets go of its key.
+            approval.retired = approval.retired or approval.by_run
 
         await self._settle(approval_id, settle, "result")
 
@@ -499,6 +548,8 @@ class ApprovalService:
                 now = self._clock()
                 for approval in await self._db(self.store.due, now):
                     await self.expire(approval)
+                for approval in await self._db(self.store.in_state, ApprovalState.APPROVED):
+                    await self._lapsed(approval, now, retire=False)  # approved, never called again: expired unused
                 for approval in await self._db(self.store.abandoned, now):
                     await self._interrupt(approval, now)
             except StoreUnavailable as exc:  # try again next time; the sweeper must not die
@@ -523,8 +574,13 @@ def _denial_message(approval: Approval) -> str:
     return f"Denied by an approver: {comment}" if comment else "Denied by an approver."
 
 
+def _lapse_of(approval: Approval) -> Vote | None:
+    """The record of an approval that expired unused (or was given too late), if it did."""
+    return next((v for v in approval.votes if v.approver == "validity"), None)
+
+
 def _expired_message(approval: Approval) -> str:
-    if not approval.retired:
+    if _lapse_of(approval) is None:
         return "Nobody approved this call in time, so it was not run."
     if approval.decided_ts is not None and approval.decided_ts > approval.expires_ts and \
             not any(v.approver == "timeout" for v in approval.votes):

@@ -6,8 +6,9 @@ processes on one file) race for it. The methods block: the service calls them th
 ``SqliteStore.run``, on the store's worker thread, never on the event loop. A database that stays
 locked past the busy timeout raises ``StoreUnavailable``.
 
-A request holds its key — (principal, tool, call id, digest) — while it is not *retired*; the
-unique index covers only those rows, so a request whose approval lapsed leaves room for a new one.
+A request holds its key — (principal, tool, call id, digest), or (principal, run, tool, digest) for a
+call that came without a call id — while it is not *retired*; the unique indexes cover only those
+rows, so a request whose approval lapsed (or whose outcome was given) leaves room for a new one.
 Who may decide a request is kept as rows of ``approval_audience`` ("group:NAME", "user:ID", "*"),
 so a page of the requests an approver may see is one indexed query.
 """
@@ -56,6 +57,8 @@ _ADDED_COLUMNS = {
     "retired": "INTEGER NOT NULL DEFAULT 0",
     "owner": "TEXT",
     "lease_ts": "REAL",
+    "session": "TEXT NOT NULL DEFAULT ''",
+    "by_run": "INTEGER NOT NULL DEFAULT 0",
 }
 
 # The binding: one live request per principal, exposed tool, call id and arguments. (The first
@@ -65,6 +68,10 @@ _KEY_INDEX = (
     "CREATE UNIQUE INDEX IF NOT EXISTS approvals_key ON approvals (principal, tool, call_id, digest)"
     " WHERE retired = 0",
     "CREATE INDEX IF NOT EXISTS approvals_created ON approvals (created_at DESC, id)",
+    # A call without a call id is bound by its run instead: one live request per principal, run, tool
+    # and arguments, so concurrent retries of it can never make a second request.
+    "CREATE UNIQUE INDEX IF NOT EXISTS approvals_run_key ON approvals (principal, session, tool, digest)"
+    " WHERE retired = 0 AND by_run = 1",
 )
 
 _COLUMNS = "data, owner, lease_ts, retired"
@@ -115,6 +122,7 @@ def _load(row: tuple[Any, ...]) -> Approval:
         valid_for=float(d.get("valid_for_seconds", DEFAULT_APPROVAL_VALID_SECONDS)),
         decided_ts=d.get("decided_ts", _timestamp(d.get("decided_at"))),
         owner=owner, lease_ts=lease_ts, retired=bool(retired),
+        by_run=d.get("bound_by") == "run", executed_at=d.get("executed_at"),
     )
 
 
@@ -174,6 +182,10 @@ class ApprovalStore:
             for column, kind in _ADDED_COLUMNS.items():
                 if column not in have:
                     self._db.execute(f"ALTER TABLE approvals ADD COLUMN {column} {kind}")
+            if "session" not in have:
+                for approval_id, text in self._db.execute("SELECT id, data FROM approvals").fetchall():
+                    self._db.execute("UPDATE approvals SET session = ? WHERE id = ?",
+                                     (_load((text, None, None, 0)).session_id, approval_id))
             if "tool" not in have:
                 for approval_id, text in self._db.execute("SELECT id, data FROM approvals").fetchall():
                     approval = _load((text, None, None, 0))
@@ -194,22 +206,54 @@ class ApprovalStore:
     def insert(self, approval: Approval) -> Approval:
         """Store a new request; if a live one holds the same key, return that one instead."""
         with self._lock:
-            found = self._find(approval.principal.id, approval.tool, approval.call_id, approval.digest)
+            found = self._holder(approval)
             if found is not None:
                 return found
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.execute(
-                    "INSERT INTO approvals (id, call_id, principal, digest, state, expires_ts, created_at, data, tool)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO approvals (id, call_id, principal, digest, state, expires_ts, created_at, data, tool,"
+                    " session, by_run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (approval.id, approval.call_id, approval.principal.id, approval.digest, str(approval.state),
-                     approval.expires_ts, approval.created_at, _dump(approval), approval.tool))
+                     approval.expires_ts, approval.created_at, _dump(approval), approval.tool,
+                     approval.session_id, int(approval.by_run)))
                 self._add_audience(approval)
                 self._db.execute("COMMIT")
+            except sqlite3.IntegrityError:
+                # Another gateway process on this file stored the same key first: that request is the one.
+                self._db.execute("ROLLBACK")
+                found = self._holder(approval)
+                if found is None:
+                    raise
+                return found
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
         return approval
+
+    def _holder(self, approval: Approval) -> Approval | None:
+        """The live request holding ``approval``'s key, if any."""
+        if approval.by_run:
+            return self._find_by_run(approval.principal.id, approval.session_id, approval.tool, approval.digest)
+        return self._find(approval.principal.id, approval.tool, approval.call_id, approval.digest)
+
+    def _find_by_run(self, principal: str, session: str, tool: str, digest: str) -> Approval | None:
+        row = self._db.execute(
+            f"SELECT {_COLUMNS} FROM approvals WHERE principal = ? AND session = ? AND tool = ? AND digest = ?"
+            " AND by_run = 1 AND retired = 0", (principal, session, tool, digest)).fetchone()
+        return _load(row) if row else None
+
+    @_guarded
+    def find_by_run(self, principal: str, session: str, tool: str, digest: str) -> Approval | None:
+        """The live request for a call without a call id: this principal's run, ``tool`` and arguments."""
+        with self._lock:
+            return self._find_by_run(principal, session, tool, digest)
+
+    @_guarded
+    def retire(self, approval_id: str) -> None:
+        """Free the request's key (its outcome was given): the next identical call is a new request."""
+        with self._lock:
+            self._db.execute("UPDATE approvals SET retired = 1 WHERE id = ?", (approval_id,))
 
     def _find(self, principal: str, tool: str, call_id: str, digest: str) -> Approval | None:
         row = self._db.execute(

@@ -151,11 +151,12 @@ def decide(args: argparse.Namespace) -> int:
 def _table(approvals: list[dict[str, Any]], state: str) -> str:
     if not approvals:
         return "No approval requests." if state == "all" else f"No {state} approval requests."
-    header = ("ID", "STATE", "TOOL", "REQUESTED BY", "CREATED", "TIME LEFT", "APPROVALS")
+    header = ("ID", "STATE", "TOOL", "REQUESTED BY", "CREATED", "TIME LEFT", "APPROVALS", "THE CALL")
     rows = [header] + [(
         _clean(a["id"]), a["state"], _clean(a["tool"]), _clean(a["principal"]["id"]), _clean(a["created_at"]),
         _left(a) if a["state"] == "pending" else "-",
         f"{sum(1 for r in a['requirements'] if r['satisfied_by'])}/{len(a['requirements'])}",
+        _execution(a),
     ) for a in approvals]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
@@ -173,6 +174,7 @@ def _details(a: dict[str, Any]) -> str:
         f"  Created:       {_clean(a['created_at'])}",
         f"  Expires:       {_clean(a['expires_at'])}{left}; if nobody decides it is "
         + ("allowed" if a["on_timeout"] == "allow" else "refused"),
+        f"  The call:      {_execution(a)}",
         "Requirements:",
     ]
     for r in a["requirements"]:
@@ -197,6 +199,12 @@ def _details(a: dict[str, Any]) -> str:
             lines.append(f"  {_clean(v['at'])}  {_clean(v['approver'])} {'approved' if v['approve'] else 'denied'}"
                          f"{comment}")
     return "\n".join(lines)
+
+
+def _execution(a: dict[str, Any]) -> str:
+    """What became of the call itself ("approved, waiting for the agent to call again (until ...)", "ran at ...")."""
+    execution = a.get("execution") or {}
+    return _clean(str(execution.get("label") or "-"))
 
 
 def _decided(a: dict[str, Any]) -> str:

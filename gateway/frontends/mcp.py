@@ -23,7 +23,7 @@ from gateway.frontends.identity import identity_of
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, MAX_CACHED_SESSIONS
 from gateway.pipeline import CallRequest, Gateway
-from gateway.pipeline.request import call_id_of, iteration_of
+from gateway.pipeline.request import call_id_of, gave_call_id, iteration_of
 
 __all__ = ["CALL_ID_META", "McpFrontend"]
 
@@ -85,6 +85,7 @@ class McpFrontend:
             principal=identity.principal,
             session_id=session_id,
             call_id=call_id_of(meta.get(CALL_ID_META)),
+            call_id_given=gave_call_id(meta.get(CALL_ID_META)),
             iteration=iteration_of(meta.get(ITERATION_META)),
             progress=_progress(ctx, meta),
             frontend="mcp",
@@ -152,12 +153,16 @@ _APPROVE_SCHEMA = {"type": "object", "properties": {"approve": {"type": "boolean
 
 
 def _elicitation(ctx: ServerRequestContext[Any, Any]) -> Any:
-    """Ask the end user through their client, when it declared elicitation; None answer = cannot ask."""
+    """Ask the end user through their client, when it declared elicitation (else None); None answer = cannot ask."""
+    try:
+        if not ctx.session.check_client_capability(_ELICIT):
+            return None
+    except Exception as exc:  # e.g. a client in the stateless protocol era: no way to ask
+        log.info("elicitation not possible: %s", exc)
+        return None
 
     async def ask(message: str) -> bool | None:
         try:
-            if not ctx.session.check_client_capability(_ELICIT):
-                return None
             result = await ctx.session.elicit_form(message=message, requested_schema=_APPROVE_SCHEMA,
                                                    related_request_id=ctx.request_id)
         except Exception as exc:  # e.g. a client in the stateless protocol era: fall back to the page

@@ -22,7 +22,7 @@ from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
 from gateway.limits import MAX_REST_WAIT_SECONDS
 from gateway.pipeline import CallRequest, Gateway
-from gateway.pipeline.request import call_id_of, id_text, iteration_of
+from gateway.pipeline.request import call_id_of, gave_call_id, id_text, iteration_of
 from gateway.policy.model import parse_duration
 from gateway.values import loads
 
@@ -85,6 +85,7 @@ def rest_routes(gateway: Gateway) -> list[Route]:
         call = CallRequest(
             tool=request.path_params["name"], arguments=arguments, principal=identity.principal,
             session_id=id_text(session_id), call_id=call_id_of(body.get("call_id")),
+            call_id_given=gave_call_id(body.get("call_id")),
             iteration=iteration_of(body.get("iteration")), frontend="rest", wait_seconds=wait,
             refused=refused,
         )

@@ -35,6 +35,7 @@ class ApprovalResult:
     pending: bool = False  # the caller stopped waiting; the approval is still open
     replay: dict[str, Any] | None = None  # the stored result of the one execution, for a retry
     decision: str = "reject"  # the refusal's decision name when not approved ("store_unavailable", ...)
+    expires_at: str | None = None  # while pending: when the request expires unless decided
 
 
 class ApprovalGate(Protocol):

@@ -26,7 +26,7 @@ from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
 from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.principal_limits import PrincipalLimits
 from gateway.pipeline.request import CallOutcome, CallRequest
-from gateway.pipeline.results import META, as_result_info, from_response_stage, refusal, skipped, tool_result
+from gateway.pipeline.results import META, as_result_info, from_response_stage, pending, refusal, skipped, tool_result
 from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall
 from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet
@@ -50,9 +50,13 @@ def _unavailable(tool: str) -> str:
     return f"The tool {tool} is no longer available, so the approved call was not run."
 
 
-def _outcome(stored: dict[str, Any]) -> CallOutcome:
-    """An outcome stored with an approval, returned again to a retry."""
-    return CallOutcome(**{k: stored[k] for k in _OUTCOME_FIELDS})
+def _outcome(stored: dict[str, Any], call_id: str | None = None) -> CallOutcome:
+    """An outcome stored with an approval, returned again to a retry (under the retry's call id, if given:
+    a retry without a call id is bound by its run and got a new one)."""
+    outcome = CallOutcome(**{k: stored[k] for k in _OUTCOME_FIELDS})
+    if call_id is not None and call_id != outcome.call_id:
+        outcome.call_id, outcome.meta = call_id, {**outcome.meta, f"{META}call_id": call_id}
+    return outcome
 AUDIT_FAILED = "The call could not be recorded, so it was not run."
 AUDIT_FAILED_AFTER_RUN = "The tool ran, but the call could not be recorded, so its result is withheld."
 
@@ -199,7 +203,9 @@ class Gateway:
             self.store.count_call(trace.session, tool.name)
             trace.counted = True
         if approval.replay is not None:
-            return _outcome(approval.replay)
+            return _outcome(approval.replay, request.call_id)
+        if approval.pending and approval.approval_id is not None:
+            return pending(request.call_id, approval.message or "", approval.approval_id, approval.expires_at)
         if not approval.approved:
             outcome = refusal(request.call_id, approval.decision,
                               approval.message or "The call was not approved.", approval_id=approval.approval_id)

@@ -10,7 +10,8 @@ from typing import Any
 from gateway.policy.call import Principal
 from gateway.values import printable, text
 
-__all__ = ["CallOutcome", "CallRequest", "Progress", "call_id_of", "id_text", "iteration_of", "new_call_id"]
+__all__ = ["CallOutcome", "CallRequest", "Progress", "call_id_of", "gave_call_id", "id_text", "iteration_of",
+           "new_call_id"]
 
 # The largest agent-loop iteration taken as given; anything else reads as 0.
 _MAX_ITERATION = 2**31 - 1
@@ -35,6 +36,11 @@ def id_text(value: Any) -> str:
 def call_id_of(value: Any) -> str:
     """The call id a caller gave, as text, or a fresh one when it gave none."""
     return new_call_id() if value is None or value == "" else id_text(value)
+
+
+def gave_call_id(value: Any) -> bool:
+    """Whether a caller named its call (``call_id_of`` makes one up otherwise)."""
+    return not (value is None or value == "")
 
 
 def iteration_of(value: Any) -> int:
@@ -63,6 +69,9 @@ class CallRequest:
     wait_seconds: float | None = None  # how long the caller will wait for an approval (None: until expiry)
     elicit: Any = None  # a frontend's way to ask the end user directly (MCP elicitation), if it has one
     refused: str | None = None  # why the frontend could not read the call: it is refused, and audited
+    # False when the gateway made the call id up: a retry is then recognised by its run, tool and
+    # arguments instead (see gateway/approvals/service.py).
+    call_id_given: bool = True
 
 
 @dataclass(slots=True)

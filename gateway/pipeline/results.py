@@ -8,7 +8,7 @@ from gateway.pipeline.request import CallOutcome
 from gateway.policy.call import ResultInfo
 from gateway.upstreams.base import ToolResult, text_result
 
-__all__ = ["META", "as_result_info", "from_response_stage", "refusal", "skipped", "tool_result"]
+__all__ = ["META", "as_result_info", "from_response_stage", "pending", "refusal", "skipped", "tool_result"]
 
 # Keys of the `_meta` the gateway adds to every result (MCP reserves un-prefixed names).
 META = "gateway/"
@@ -24,6 +24,16 @@ def refusal(call_id: str, decision: str, message: str, **extra: Any) -> CallOutc
     """An ``isError`` result whose text is a message meant for the model."""
     return CallOutcome(call_id, decision, True, [{"type": "text", "text": message}], None,
                        _meta(call_id, decision, **extra))
+
+
+def pending(call_id: str, message: str, approval_id: str, expires_at: str | None) -> CallOutcome:
+    """A held call's answer once the hold is over: a normal result (not ``isError``) the model reads and acts
+    on by calling again; ``_meta`` marks it pending (frameworks hide an error's text by default: MAF)."""
+    # The same facts as structured content: some frameworks show the model only that (MAF, structured_first).
+    structured = {"pending": True, "approval_id": approval_id, "expires_at": expires_at, "message": message}
+    return CallOutcome(call_id, "pending", False, [{"type": "text", "text": message}], structured,
+                       _meta(call_id, "pending", pending=True, approval_id=approval_id, expires_at=expires_at),
+                       pending_approval=approval_id)
 
 
 def skipped(call_id: str, value: Any) -> CallOutcome:

@@ -13,7 +13,12 @@ from typing import Any
 
 from gateway.diagnostics import Diagnostic
 from gateway.errors import CelCompileError
-from gateway.limits import DEFAULT_APPROVAL_VALID_SECONDS, MAX_EXPRESSION_CHARS, MAX_REDACT_PATTERN_CHARS
+from gateway.limits import (
+    DEFAULT_APPROVAL_HOLD_SECONDS,
+    DEFAULT_APPROVAL_VALID_SECONDS,
+    MAX_EXPRESSION_CHARS,
+    MAX_REDACT_PATTERN_CHARS,
+)
 from gateway.policy.cel import VARIABLES, Engine, ExprType, Program
 from gateway.policy.cel.globbing import glob_problem
 from gateway.policy.decision import Action, ApprovalRequirement, Mode, OnError, Stage, Verdict
@@ -276,6 +281,8 @@ def _compile_rule(
             via=spec_a.via if spec_a else "page",
             valid_for_seconds=parse_duration(spec_a.valid_for) if spec_a and spec_a.valid_for is not None
             else DEFAULT_APPROVAL_VALID_SECONDS,
+            hold_seconds=parse_duration(spec_a.hold) if spec_a and spec_a.hold is not None
+            else DEFAULT_APPROVAL_HOLD_SECONDS,
         )
     if len(c.diagnostics) > before:
         return None

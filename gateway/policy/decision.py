@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gateway.limits import DEFAULT_APPROVAL_VALID_SECONDS
+from gateway.limits import DEFAULT_APPROVAL_HOLD_SECONDS, DEFAULT_APPROVAL_VALID_SECONDS
 
 __all__ = [
     "STRICTNESS",
@@ -114,6 +114,7 @@ class ApprovalRequirement:
     on_timeout: Verdict
     via: str
     valid_for_seconds: float = DEFAULT_APPROVAL_VALID_SECONDS  # how long an approval may be used
+    hold_seconds: float = DEFAULT_APPROVAL_HOLD_SECONDS  # how long an MCP call is held before "pending"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""

@@ -7,6 +7,7 @@ Response stage: rewrites of the result, then reject/terminate rules on the final
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -231,8 +232,7 @@ def _message(bindings: _Bindings, rule: CompiledRule) -> tuple[str | None, str |
 def _requirement(template: ApprovalRequirement, message: str | None) -> ApprovalRequirement:
     if not message or message == template.message:
         return template
-    return ApprovalRequirement(template.rule, message, template.approvers, template.timeout_seconds,
-                               template.on_timeout, template.via, template.valid_for_seconds)
+    return dataclasses.replace(template, message=message)
 
 
 def _since(started: float) -> float:

@@ -70,6 +70,8 @@ class ApprovalSpec(_Strict):
     via: Literal["page", "elicitation"] = "page"
     # How long an approved call may still be run after the decision; None: 10m (limits.py).
     valid_for: str | int | None = None
+    # How long an MCP call is held open before the gateway answers "pending, call again"; None: 4s (limits.py).
+    hold: str | int | None = None
 
     @field_validator("timeout")
     @classmethod
@@ -77,7 +79,7 @@ class ApprovalSpec(_Strict):
         parse_duration(value)
         return value
 
-    @field_validator("valid_for")
+    @field_validator("valid_for", "hold")
     @classmethod
     def _valid_for(cls, value: str | int | None) -> str | int | None:
         if value is not None:

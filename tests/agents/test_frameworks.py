@@ -5,8 +5,8 @@ and retries) against the gateway on loopback; the scripted fake model makes the 
 what it read back (tests/agents/fake_model.py). A scenario asserts what the model read, what the
 upstream ran (``CountingUpstream`` records every run), and what the approver API shows.
 
-Tests marked ``xfail(strict=True)`` describe what issue 8 parts 1-2 (agent runs, held calls that outlast
-a client's timeout) will make true; they flip to failures-to-xfail, i.e. must be unmarked, when it lands.
+Tests marked ``xfail(strict=True)`` describe what issue 8 part 1 (agent runs) will make true; they flip to
+failures-to-xfail, i.e. must be unmarked, when it lands.
 """
 
 from __future__ import annotations
@@ -192,11 +192,9 @@ async def test_two_concurrent_runs_of_one_key_keep_their_own_budgets(stage: Stag
     assert len(stage.upstream.runs) == 6  # merged into one run, calls 4-6 would have been terminated
 
 
-# --- what issue 8 parts 1-2 will make true -------------------------------------------------------------
+# --- held calls that outlast the client (issue 8 part 2), and run ids -----------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 8 part 2: a held call answers 'pending' before the client times out, "
-                                       "and a retry with the same arguments binds to the same approval request")
 async def test_approve_after_the_hold_retry_gets_the_one_execution(stage: Stage, framework: str) -> None:
     """The gateway's default hold ends before the framework's default timeout; the model reads "pending",
     an approver approves, the model calls again with the same arguments and reads the one run's result."""
@@ -214,6 +212,8 @@ async def test_approve_after_the_hold_retry_gets_the_one_execution(stage: Stage,
                           seconds=10)  # the hold is below every client timeout: 5 s for OpenAI Agents
     first, second = run.tool_results
     assert approved and approved[0] in first  # "pending", naming the request
+    # What the model must read to act on it, under the framework's defaults (not hidden as an error).
+    assert "has not run yet" in first and "again with exactly the same arguments" in first, first
     assert from_upstream(second), second
     assert stage.upstream.runs == [("deploy", call)]
     assert [a["id"] for a in await stage.approvals()] == approved

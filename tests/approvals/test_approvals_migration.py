@@ -72,3 +72,29 @@ def test_an_old_database_is_migrated_and_the_tool_joins_the_key(tmp_path: Path) 
         sqlite.close()
     ApprovalStore(reopened := SqliteStore(db))  # migrating again changes nothing
     reopened.close()
+
+
+def test_an_old_database_gets_the_run_binding_and_its_rows_keep_their_call_id_binding(tmp_path: Path) -> None:
+    """A file from before run-bound requests (issue 8): its rows get their run filled in and stay bound by
+    call id; a call without a call id in the same run and arguments is a new request, then found by run."""
+    db = tmp_path / "gateway.sqlite3"
+    _old_row(db)
+    sqlite = SqliteStore(db)
+    try:
+        store = ApprovalStore(sqlite)
+        columns = {row[1] for row in sqlite.connection.execute("PRAGMA table_info(approvals)")}
+        assert {"session", "by_run"} <= columns
+        assert sqlite.connection.execute("SELECT session, by_run FROM approvals").fetchall() == [("s", 0)]
+        assert store.find_by_run("agent", "s", "notes_delete_note", args_digest(ARGS)) is None
+        first = _approval("run0000000000001", "notes_delete_note")
+        first.call_id, first.by_run = "generated-1", True
+        assert store.insert(first).id == first.id
+        retry = _approval("run0000000000002", "notes_delete_note")
+        retry.call_id, retry.by_run = "generated-2", True
+        assert store.insert(retry).id == first.id  # the same run, tool and arguments: the same request
+        found = store.find_by_run("agent", "s", "notes_delete_note", args_digest(ARGS))
+        assert found is not None and found.id == first.id and found.by_run
+        store.retire(first.id)  # its outcome was given: the next identical call is a new request
+        assert store.insert(retry).id == retry.id
+    finally:
+        sqlite.close()

@@ -43,10 +43,11 @@ async def test_list_and_show_as_text_and_json(serve: Any, approval_desk: Any) ->
     listed = await gateway("approvals", "list", *auth)
     assert listed.code == 0, listed.err
     header, *rows = listed.out.splitlines()
-    assert header.split() == ["ID", "STATE", "TOOL", "REQUESTED", "BY", "CREATED", "TIME", "LEFT", "APPROVALS"]
+    assert header.split() == ["ID", "STATE", "TOOL", "REQUESTED", "BY", "CREATED", "TIME", "LEFT", "APPROVALS",
+                              "THE", "CALL"]
     assert sorted(row.split()[:4] for row in rows) == sorted([
         [refund.id, "pending", "payments_refund", "alice"], [shell.id, "pending", "shell_exec", "agent-7"]])
-    assert next(r for r in rows if r.startswith(shell.id)).endswith("1/2")
+    assert next(r for r in rows if r.startswith(shell.id)).split()[-5:] == ["1/2", "waiting", "for", "a", "decision"]
 
     as_json = await gateway("approvals", "list", "--format", "json", *auth)
     assert {a["id"] for a in json.loads(as_json.out)["approvals"]} == {refund.id, shell.id}
@@ -58,6 +59,7 @@ async def test_list_and_show_as_text_and_json(serve: Any, approval_desk: Any) ->
     assert shown.code == 0, shown.err
     assert f"Approval {refund.id}: pending" in shown.out
     assert "Requested by:  alice (groups: support)" in shown.out
+    assert "The call:      waiting for a decision" in shown.out
     assert "[ ] big-refund: Refunds over 100 need a manager" in shown.out
     assert "approvers: group:managers, alice; waiting" in shown.out
     assert "amount: 900 -> 100   (rewritten by policy)" in shown.out

@@ -75,6 +75,7 @@ async def test_an_approver_approves_from_a_phone(serve: Any, approval_desk: Any,
     await expect(card.get_by_test_id("message")).to_have_text("Refunds over 100 need a manager")
     await expect(card.get_by_test_id("requirement")).to_contain_text("group:managers")
     await expect(card.get_by_test_id("countdown")).to_have_text(re.compile(r"^9m \d\ds left$"))
+    await expect(card.get_by_test_id("execution")).to_have_text("waiting for a decision")
     changed = card.get_by_test_id("arg-changed")
     await expect(changed).to_have_count(1)
     await expect(changed).to_have_attribute("data-key", "amount")
@@ -99,6 +100,10 @@ async def test_an_approver_approves_from_a_phone(serve: Any, approval_desk: Any,
     # The decided request stays in view (it is the one the link pointed at), without its buttons.
     await expect(card.get_by_test_id("state")).to_have_text("approved")
     await expect(card.get_by_test_id("approve")).to_be_hidden()
+    # An approval runs nothing by itself: the page says the call waits for the agent to call again.
+    until = approval_desk.service.store.get(approval.id).to_dict()["valid_until"]
+    await expect(card.get_by_test_id("execution")).to_have_text(
+        f"approved, waiting for the agent to call again (until {until})")
 
 
 @needs_browser

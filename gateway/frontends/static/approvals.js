@@ -254,6 +254,9 @@
       el("dt", {}, "When"), el("dd", { title: a.created_at }, when(a.created_at)),
       el("dt", {}, "Call"), el("dd", { class: "mono" }, a.call_id, " · session ", a.session || "—"),
       el("dt", {}, "If nobody decides"), el("dd", {}, a.on_timeout === "allow" ? "it runs" : "it is refused"),
+      // What became of the call itself: an approval only runs when the agent calls again (within valid_until).
+      el("dt", {}, "The call"), el("dd", { class: `execution execution-${a.execution ? a.execution.state : ""}`,
+        "data-testid": "execution" }, a.execution ? a.execution.label : "—"),
       el("dt", {}, "Request"), el("dd", {}, link));
     const nodes = [head, meta, el("h3", {}, "Why"), requirements(a.requirements), el("h3", {}, "Arguments"), args(a)];
     if (a.votes.length) nodes.push(el("h3", {}, "Decisions"), votes(a.votes));
