@@ -100,7 +100,8 @@ def _example(example: dict[str, Any]) -> str:
     args = json.dumps(example.get("args"), ensure_ascii=False, default=str)
     if len(args) > 120:
         args = args[:117] + "..."
-    text = f"{example.get('call_id')} {example.get('tool')} by {example.get('principal')} at {example.get('time')} {args}"
+    who = f"{example.get('tool')} by {example.get('principal')} at {example.get('time')}"
+    text = f"{example.get('call_id')} {who} {args}"
     if example.get("message"):
         text += f": {example['message']}"
     return text

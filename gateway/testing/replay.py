@@ -21,7 +21,7 @@ from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall, Tool
 from gateway.policy.decision import Decision, Mode, Outcome
 from gateway.policy.policyset import PolicySet, env_revision
 
-__all__ = ["Change", "ReplayReport", "Shadow", "replay", "read_events"]
+__all__ = ["Change", "ReplayReport", "Shadow", "read_events", "replay"]
 
 # How many example calls each group of changes keeps.
 EXAMPLES_PER_CHANGE = 3
