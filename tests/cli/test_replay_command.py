@@ -65,6 +65,8 @@ async def _drive(config_file: Path) -> None:
         for call_id, tool, arguments in CALLS:
             response = await client.post(f"/v1/tools/{tool}/invoke", json={"arguments": arguments, "call_id": call_id})
             assert response.status_code in (200, 202), response.text
+        health = await client.get("/healthz")
+        (config_file.parent / "healthz.json").write_text(health.text)
 
 
 @pytest.fixture(scope="module")
@@ -242,3 +244,14 @@ def test_lines_that_cannot_be_replayed_are_counted(quickstart: Path, capsys: pyt
     assert report["skipped"] == {"input summarised in the log (larger than audit.max_value_bytes)": 1,
                                  "no policy decision recorded (refused before the policies, or an older log)": 1}
     assert len(report["bad_lines"]) == 2
+
+
+def test_ci_revision_matches_healthz(quickstart: Path, capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # The gateway loaded its policies by the config's absolute path; CI checks them by a relative one.
+    served = json.loads((quickstart / "healthz.json").read_text())["revision"]
+    monkeypatch.chdir(quickstart)
+    assert main(["check", "policies", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["revision"] == served
+    assert main(["check", "./policies/", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["revision"] == served
