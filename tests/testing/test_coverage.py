@@ -119,3 +119,12 @@ def test_fail_under_needs_a_percentage(capsys: pytest.CaptureFixture[str]) -> No
         main(["test", ".", "--coverage", "--fail-under", "150"])
     assert exc.value.code == 2
     assert "a percentage from 0 to 100" in capsys.readouterr().err
+
+
+def test_the_quick_start(capsys: pytest.CaptureFixture[str]) -> None:
+    quickstart = Path(__file__).resolve().parents[2] / "examples" / "quickstart" / "policies"
+    assert main(["test", str(quickstart), "--coverage"]) == 0
+    out = capsys.readouterr().out
+    assert "coverage: 7/8 rules exercised (87.5%)" in out
+    # the weekend rule is in audit mode and no case runs on a weekend
+    assert "  not exercised: payments/audit-weekend-transfers at " in out
