@@ -97,11 +97,16 @@ def _render_change(change: Change) -> list[str]:
 
 
 def _example(example: dict[str, Any]) -> str:
-    args = json.dumps(example.get("args"), ensure_ascii=False, default=str)
-    if len(args) > 120:
-        args = args[:117] + "..."
+    args = _short(example.get("args"))
     who = f"{example.get('tool')} by {example.get('principal')} at {example.get('time')}"
     text = f"{example.get('call_id')} {who} {args}"
+    if "final_args_now" in example:
+        text += f"; final arguments {_short(example['final_args_was'])} → {_short(example['final_args_now'])}"
     if example.get("message"):
         text += f": {example['message']}"
     return text
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 120 else text[:117] + "..."

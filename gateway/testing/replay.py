@@ -217,7 +217,10 @@ def _compare(report: ReplayReport, event: dict[str, Any], context: dict[str, Any
         change = report.changes[key] = Change(kind, was, now, was_by, now_by)
     change.count += 1
     if len(change.examples) < EXAMPLES_PER_CHANGE:
-        change.examples.append(_example(event, decision))
+        example = _example(event, decision)
+        if kind == "args":
+            example |= {"final_args_was": event.get("final_args"), "final_args_now": decision.args}
+        change.examples.append(example)
 
 
 def _explained_by(lost: frozenset[str], event: dict[str, Any], decision: Decision, policy_set: PolicySet) -> bool:

@@ -171,7 +171,10 @@ def test_the_diff_under_changed_policies(quickstart: Path, capsys: pytest.Captur
     listing = changes[("decision", "allow", "reject")]
     assert listing["now_decided_by"] == "changes/no-listing"
     assert listing["examples"][0]["message"] == "Listing is off."
-    assert changes[("args", "allow", "allow")]["examples"][0]["call_id"] == "c-search"
+    search = changes[("args", "allow", "allow")]["examples"][0]
+    assert search["call_id"] == "c-search"
+    assert (search["final_args_was"], search["final_args_now"]) == ({"query": "milk", "limit": 5},
+                                                                    {"query": "milk", "limit": 3})
     [shadow] = [s for s in report["shadow"] if s["rule"] == "changes/shadow-small-transfers"]
     assert (shadow["would_fire"], shadow["recorded"], shadow["action"]) == (1, 0, "reject")
     assert shadow["examples"][0]["call_id"] == "c-transfer"
@@ -183,6 +186,7 @@ def test_the_diff_under_changed_policies(quickstart: Path, capsys: pytest.Captur
     assert "reject → allow: 1 call(s)\n    was decided by quickstart/no-internal-fetches, now by the default" in text
     assert "allow → reject: 1 call(s)\n    was decided by the default, now by changes/no-listing" in text
     assert "allow → allow (final arguments differ): 1 call(s)" in text
+    assert '; final arguments {"query": "milk", "limit": 5} → {"query": "milk", "limit": 3}' in text
     assert "reject → allow (input redacted in the log: not counted as a change): 1 call(s)" in text
     assert "~ changes/shadow-small-transfers [reject]: would fire on 1 of 6 calls (recorded: 0)" in text
     assert "e.g. c-transfer payments_transfer by quickstart-user" in text
