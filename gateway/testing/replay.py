@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall, ToolInfo
+from gateway.policy.compile import CompiledRule
 from gateway.policy.decision import Decision, Mode, Outcome
 from gateway.policy.policyset import PolicySet, env_revision
 
@@ -26,8 +27,8 @@ __all__ = ["Change", "ReplayReport", "Shadow", "read_events", "replay"]
 # How many example calls each group of changes keeps.
 EXAMPLES_PER_CHANGE = 3
 
-# Where a redacted JSON Pointer sits, and the CEL variables whose value it changes.
-_LOST_ROOTS = {
+# Where a redacted JSON Pointer can sit, and the CEL variables whose value it changes.
+_LOST_ROOTS: dict[str, frozenset[str]] = {
     "/original_args": frozenset({"args", "original_args"}),
     "/context/principal_claims": frozenset({"principal"}),
     "/context/tool": frozenset({"tool"}),
@@ -207,8 +208,7 @@ def _compare(report: ReplayReport, event: dict[str, Any], context: dict[str, Any
     if kind is None:
         report.unchanged += 1
         return
-    lost = frozenset().union(*(roots for prefix, roots in _LOST_ROOTS.items()
-                               if any(p == prefix or p.startswith(prefix + "/") for p in redacted)))
+    lost = _lost(redacted)
     if lost and _explained_by(lost, event, decision, policy_set):
         kind = "input_redacted"
     key = (kind, was, now, was_by, now_by)
@@ -223,7 +223,26 @@ def _compare(report: ReplayReport, event: dict[str, Any], context: dict[str, Any
         change.examples.append(example)
 
 
-def _explained_by(lost: frozenset[str], event: dict[str, Any], decision: Decision, policy_set: PolicySet) -> bool:
+def _lost(redacted: list[str]) -> list[tuple[frozenset[str], str | None]]:
+    """What the redacted pointers hide: the CEL variables, and the key below them (None: the whole value).
+
+    A rule must read the variable and name the key somewhere in its expressions to be explained by
+    the loss. The name is a textual check, so a rule that reaches a key another way (``args[k]`` in a
+    loop) is reported as a change: the safe side for a gate.
+    """
+    lost: list[tuple[frozenset[str], str | None]] = []
+    for pointer in redacted:
+        for prefix, roots in _LOST_ROOTS.items():
+            if pointer == prefix:
+                lost.append((roots, None))
+            elif pointer.startswith(prefix + "/"):
+                key = pointer[len(prefix) + 1:].split("/", 1)[0].replace("~1", "/").replace("~0", "~")
+                lost.append((roots, key))
+    return lost
+
+
+def _explained_by(lost: list[tuple[frozenset[str], str | None]], event: dict[str, Any], decision: Decision,
+                  policy_set: PolicySet) -> bool:
     """Whether a rule that decides differently now reads a value the log redacted."""
     recorded = {r.get("rule"): r.get("outcome") for r in event.get("rules") or ()
                 if isinstance(r, dict) and r.get("stage", "request") == "request"}
@@ -231,7 +250,20 @@ def _explained_by(lost: frozenset[str], event: dict[str, Any], decision: Decisio
     if decision.decided_by:
         differing.add(decision.decided_by)
     rules = {r.id: r for r in policy_set.rules}
-    return any(rule in rules and rules[rule].references & lost for rule in differing)
+    for rule in (rules[name] for name in differing if name in rules):
+        for roots, word in lost:
+            if rule.references & roots and (word is None or word in _sources(policy_set, rule)):
+                return True
+    return False
+
+
+def _sources(policy_set: PolicySet, rule: CompiledRule) -> str:
+    """The text of every expression the rule evaluates, its file variables included."""
+    expressions = [rule.when, rule.message_expression, rule.result_expression,
+                   *(expr for _, expr in (rule.rewrite.set if rule.rewrite else ()))]
+    variables = [v.expression for v in policy_set.policies[rule.policy_index].variables
+                 if v.name in rule.variables_read]
+    return "\n".join(e.source for e in (*expressions, *variables) if e is not None)
 
 
 def _recorded_shadows(report: ReplayReport, event: dict[str, Any], actions: dict[str, str]) -> None:

@@ -71,8 +71,8 @@ async def _drive(config_file: Path) -> None:
 
 @pytest.fixture(scope="module")
 def quickstart(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the quick start (its payments API on a free port, "password" redacted from the log),
-    after the calls above; returns its folder."""
+    """A copy of the quick start (its payments API on a free port, "password" redacted from the log, claims
+    on its principal), after the calls above; returns its folder."""
     root = tmp_path_factory.mktemp("quickstart")
     shutil.copytree(QUICKSTART, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".data"))
     config = yaml.safe_load((root / "gateway.yaml").read_text())
@@ -83,6 +83,7 @@ def quickstart(tmp_path_factory: pytest.TempPathFactory) -> Path:
     notes = next(u for u in config["upstreams"] if u["name"] == "notes")
     notes["mcp"]["command"] = sys.executable
     config["audit"]["redact_patterns"] = ["(?i)password"]
+    config["auth"]["anonymous"]["claims"] = {"team": "payments", "token": "claim-secret-1"}
     (root / "gateway.yaml").write_text(yaml.safe_dump(config))
     asyncio.run(_drive(root / "gateway.yaml"))
     return root
@@ -135,6 +136,10 @@ def test_the_audit_events_carry_what_a_replay_needs(quickstart: Path) -> None:
                                                   "payments_transfer": 1}
     assert outcomes["c-search"]["context"]["session"]["calls"] == 0
     assert len(delete["env_revision"]) == 16
+    # claims are logged for replay, through the same redaction as the arguments
+    assert delete["principal_claims"] == {"team": "payments", "token": "[REDACTED]"}
+    assert "/context/principal_claims/token" in outcomes["c-delete"]["redacted"]
+    assert "claim-secret-1" not in (quickstart / ".data" / "audit.jsonl").read_text()
     secret = outcomes["c-secret"]
     assert secret["original_args"] == {"text": "wifi [REDACTED]: hunter2"}
     assert "/original_args/text" in secret["redacted"]
@@ -153,7 +158,7 @@ def test_the_same_policies_change_nothing(quickstart: Path, capsys: pytest.Captu
     assert (redacted["was"], redacted["now"], redacted["was_decided_by"]) == (
         "reject", "allow", "quickstart/no-secrets-in-notes")
     assert redacted["examples"][0]["call_id"] == "c-secret"
-    assert redacted["examples"][0]["input_redacted"] == ["/original_args/text"]
+    assert redacted["examples"][0]["input_redacted"] == ["/original_args/text", "/context/principal_claims/token"]
 
 
 def test_the_diff_under_changed_policies(quickstart: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -259,3 +264,23 @@ def test_ci_revision_matches_healthz(quickstart: Path, capsys: pytest.CaptureFix
     assert json.loads(capsys.readouterr().out)["revision"] == served
     assert main(["check", "./policies/", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["revision"] == served
+
+
+def test_a_rule_reading_redacted_claims_is_put_down_to_redaction(quickstart: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    claims = quickstart / "claims"
+    claims.mkdir(exist_ok=True)
+    (claims / "claims.yaml").write_text(
+        "policy: claims\nrules:\n"
+        "  - id: token-holders-only\n    tools: [notes_list_notes]\n"
+        "    when: principal.claims.token != \"claim-secret-1\"\n    action: reject\n"
+        "  - id: payments-team-no-transfers\n    tools: [payments_transfer]\n"
+        "    when: principal.claims.team == \"payments\"\n    action: reject\n")
+    code, report = _json(capsys, quickstart, policies=[quickstart / "policies", claims])
+    # the token was redacted in the log, so the listing's change is not evidence; the team claim was
+    # logged as it was, so the transfer's change is
+    assert code == 1
+    kinds = {(c["kind"], c["now_decided_by"]): c["count"] for c in report["changes"]}
+    assert kinds[("input_redacted", "claims/token-holders-only")] == 1
+    assert kinds[("decision", "claims/payments-team-no-transfers")] == 1
+    assert report["changed"] == 1
