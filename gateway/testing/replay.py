@@ -191,6 +191,8 @@ def _call_of(event: dict[str, Any], context: dict[str, Any], env: dict[str, Any]
         call=CallInfo(str(event.get("call_id") or ""), int(event.get("iteration") or 0),
                       str(context.get("call_time") or "")),
         env=env,
+        # the run model's usage windows, logged only by a gateway whose calls carry them
+        **({"usage": context["usage"]} if isinstance(context.get("usage"), dict) else {}),
     )
 
 
