@@ -9,6 +9,7 @@ clause is compiled on its own with the set's engine and evaluated in the activat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from gateway.errors import CelCompileError, CelEvaluationError
 from gateway.policy.call import ToolCall
 from gateway.policy.cel import Engine, ExprType, Program
 from gateway.policy.cel.pure_check import parser, unwrap
-from gateway.policy.compile import CompiledRule
+from gateway.policy.compile import CompiledRule, Variable, inline_variables
 from gateway.policy.decision import Action, Decision, Stage
 from gateway.policy.evaluate import rule_activation
 from gateway.policy.policyset import PolicySet
@@ -34,6 +35,7 @@ class Clause:
 
     source: str
     program: Program | None  # None: it does not compile on its own (then its value is not shown)
+    inlined: bool = False  # compiled with the file variables written in, so it needs none bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +46,13 @@ class Clauses:
     parts: tuple[Clause, ...]
 
 
-def split_when(source: str, engine: Engine) -> Clauses | None:
-    """``source`` split at its top-level ``&&`` or ``||``; None when it has no such operator."""
+def split_when(source: str, engine: Engine, variables: Sequence[Variable] = ()) -> Clauses | None:
+    """``source`` split at its top-level ``&&`` or ``||``; None when it has no such operator.
+
+    Each part is compiled with the file ``variables`` written in where they can be, as the rule
+    itself is, so it is evaluated the same way (a bound variable's value does not always survive
+    being bound again: the C++ engine will not take back a timestamp).
+    """
     try:
         tree = unwrap(parser().parse(source))
     except LarkError:
@@ -53,14 +60,21 @@ def split_when(source: str, engine: Engine) -> Clauses | None:
     operator = _OPERATORS.get(tree.data)
     if operator is None or len(tree.children) < 2:
         return None
+    known = {v.name: v.inline for v in variables}
     parts: list[Clause] = []
     for node in _flatten(tree):
         text = source[node.meta.start_pos:node.meta.end_pos].strip()
-        try:
-            program: Program | None = engine.compile(text, ExprType.ANY)
-        except CelCompileError:
-            program = None
-        parts.append(Clause(text, program))
+        inline = inline_variables(text, known) if variables else None
+        program: Program | None = None
+        for candidate in ([inline] if inline is not None else []) + [text]:
+            try:
+                program = engine.compile(candidate, ExprType.ANY)
+            except CelCompileError:
+                continue
+            parts.append(Clause(text, program, candidate is inline))
+            break
+        else:
+            parts.append(Clause(text, None))
     return Clauses(operator, tuple(parts))
 
 
@@ -93,14 +107,17 @@ def clause_values(policy_set: PolicySet, call: ToolCall, decision: Decision, rul
             base["args"] = decision.args
         else:
             base["result"] = decision.result
-    activation = rule_activation(policy_set.engine, policy_set.policies, base, rule)
+    activations: dict[bool, Any] = {}
     values: list[Any] = []
     for part in clauses.parts:
         if part.program is None:
             values.append(None)
             continue
         try:
-            values.append(part.program.evaluate(activation))
+            if part.inlined not in activations:
+                activations[part.inlined] = policy_set.engine.activation(base) if part.inlined else \
+                    rule_activation(policy_set.engine, policy_set.policies, base, rule)
+            values.append(part.program.evaluate(activations[part.inlined]))
         except CelEvaluationError as exc:
             values.append({"error": str(exc)})
     return values

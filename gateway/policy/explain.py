@@ -54,7 +54,7 @@ def _clauses(policy_set: PolicySet, call: ToolCall, decision: Decision, rule: Co
     """The value of each top-level part of the rule's `when`, when it has more than one."""
     if rule.when is None:
         return {}
-    clauses = split_when(rule.when.source, policy_set.engine)
+    clauses = split_when(rule.when.source, policy_set.engine, policy_set.policies[rule.policy_index].variables)
     if clauses is None:
         return {}
     values = clause_values(policy_set, call, decision, rule, clauses)

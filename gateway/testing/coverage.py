@@ -129,7 +129,8 @@ class CoverageCollector:
         for rule in policy_set.rules:
             key, entry = self._entry(rule)
             if key not in self._clauses:
-                clauses = split_when(rule.when.source, policy_set.engine) if rule.when else None
+                variables = policy_set.policies[rule.policy_index].variables
+                clauses = split_when(rule.when.source, policy_set.engine, variables) if rule.when else None
                 self._clauses[key] = clauses
                 if clauses is not None:
                     entry.operator = clauses.operator

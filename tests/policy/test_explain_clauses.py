@@ -68,3 +68,23 @@ def test_a_clause_that_fails_shows_its_error(load, call):
     assert values[:2] == [False, False]
     assert "error" in values[2] and "to" in values[2]["error"]  # args.to is missing: that part is the error
     assert "error: " in render_text(report)
+
+
+def test_a_clause_reads_a_variable_holding_a_timestamp(load, call):
+    # A variable's value bound again into an activation is not always accepted (the C++ engine refuses
+    # a timestamp): clauses are compiled with the variables written in, as the rule is.
+    policy_set = load("""
+        policy: hours
+        variables:
+          - {name: local, expression: timestamp(call.time)}
+          - {name: late, expression: variables.local.getHours() >= 18}
+        rules:
+          - id: no-late-deletes
+            when: tool.name.startsWith("delete") && variables.late
+            action: reject
+    """)
+    report = explain(policy_set, call("delete_all", call={"time": "2026-12-01T09:00:00Z"}))
+    rule = _trace(report, "hours/no-late-deletes")
+    assert rule["outcome"] == "not_fired"
+    assert [(c["source"], c["value"]) for c in rule["clauses"]] == [
+        ('tool.name.startsWith("delete")', True), ("variables.late", False)]
