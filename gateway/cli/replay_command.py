@@ -23,7 +23,8 @@ def register(sub: Any, engine: Any, fmt: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "replay", help="decide the calls of a decision log again under other policies and show what changes")
     p.add_argument("--audit", required=True, metavar="AUDIT.jsonl", help="the decision log (audit.file)")
-    p.add_argument("--policies", nargs="+", required=True, metavar="PATH", help="the policy set to replay under")
+    p.add_argument("--policies", nargs="+", metavar="PATH",
+                   help="the policy set to replay under (default: the --config's policies)")
     p.add_argument("--config", help="take env from this gateway config (as the gateway did)")
     p.add_argument("--allow-changes", action="store_true", help="exit 0 even when decisions changed")
     engine(p)
@@ -34,6 +35,11 @@ def register(sub: Any, engine: Any, fmt: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Replay; print the differences; exit 1 when decisions changed (unless --allow-changes)."""
     env: dict[str, Any] = {}
+    policies: list[str | Path] = list(args.policies or [])
+    if not policies and not args.config:
+        print("gateway replay: error: give --policies, or --config to replay under the config's policies",
+              file=sys.stderr)
+        return EXIT_UNUSABLE
     if args.config:
         from gateway.config.load import check_config
 
@@ -43,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
                 print(d.format(), file=sys.stderr)
             return EXIT_UNUSABLE
         env = dict(config.spec.env)
-    policy_set, diagnostics = check_policies(args.policies, args.engine)
+        policies = policies or list(config.policy_paths())
+    policy_set, diagnostics = check_policies(policies, args.engine)
     if policy_set is None:
         for d in diagnostics:
             if d.severity is Severity.ERROR:

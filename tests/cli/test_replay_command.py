@@ -226,6 +226,15 @@ def test_env_comes_from_the_config(quickstart: Path, capsys: pytest.CaptureFixtu
     assert "warning: 6 call(s) were recorded under another env (pass the gateway's --config)" in text
 
 
+def test_the_configs_policies_by_default(quickstart: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["replay", "--audit", str(quickstart / ".data" / "audit.jsonl"), "--config",
+                 str(quickstart / "gateway.yaml"), "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert (code, report["replayed"], report["changed"]) == (0, 6, 0)
+    assert main(["replay", "--audit", str(quickstart / ".data" / "audit.jsonl")]) == 2
+    assert "give --policies, or --config" in capsys.readouterr().err
+
+
 def test_unusable_inputs_exit_2(quickstart: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("policy: b\nrules:\n  - id: r\n    when: 'args.x ==='\n    action: reject\n")
