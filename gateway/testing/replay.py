@@ -200,7 +200,7 @@ def _compare(report: ReplayReport, event: dict[str, Any], context: dict[str, Any
              policy_set: PolicySet) -> None:
     was, now = str(context.get("policy_verdict")), str(decision.verdict)
     was_by, now_by = context.get("policy_decided_by"), decision.decided_by
-    redacted = [str(p) for p in event.get("redacted") or ()]
+    redacted = [str(p) for p in _list(event.get("redacted"))]
     kind = None
     if was != now:
         kind = "decision"
@@ -246,7 +246,7 @@ def _lost(redacted: list[str]) -> list[tuple[frozenset[str], str | None]]:
 def _explained_by(lost: list[tuple[frozenset[str], str | None]], event: dict[str, Any], decision: Decision,
                   policy_set: PolicySet) -> bool:
     """Whether a rule that decides differently now reads a value the log redacted."""
-    recorded = {r.get("rule"): r.get("outcome") for r in event.get("rules") or ()
+    recorded = {r.get("rule"): r.get("outcome") for r in _list(event.get("rules"))
                 if isinstance(r, dict) and r.get("stage", "request") == "request"}
     differing = {r.rule for r in decision.rules if recorded.get(r.rule) != str(r.outcome)}
     if decision.decided_by:
@@ -269,7 +269,7 @@ def _sources(policy_set: PolicySet, rule: CompiledRule) -> str:
 
 
 def _recorded_shadows(report: ReplayReport, event: dict[str, Any], actions: dict[str, str]) -> None:
-    for r in event.get("rules") or ():
+    for r in _list(event.get("rules")):
         if isinstance(r, dict) and r.get("outcome") == str(Outcome.AUDIT) and r.get("stage", "request") == "request":
             rule = str(r.get("rule"))
             shadow = report.shadows.get(rule)
@@ -298,7 +298,7 @@ def _example(event: dict[str, Any], decision: Decision) -> dict[str, Any]:
     return {"call_id": event.get("call_id"), "time": event.get("time"), "tool": event.get("tool"),
             "principal": principal.get("id") if isinstance(principal, dict) else None,
             "args": event.get("original_args"), "message": decision.message,
-            "input_redacted": [str(p) for p in event.get("redacted") or () if not str(p).startswith("/final_args")]}
+            "input_redacted": [str(p) for p in _list(event.get("redacted")) if not str(p).startswith("/final_args")]}
 
 
 def _truncated(value: Any) -> bool:
@@ -313,3 +313,8 @@ def _truncated(value: Any) -> bool:
         elif isinstance(item, list):
             stack.extend(item)
     return False
+
+
+def _list(value: Any) -> list[Any]:
+    """``value`` when it is a list; a log edited by hand may hold anything where a list belongs."""
+    return value if isinstance(value, list) else []

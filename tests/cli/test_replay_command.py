@@ -253,14 +253,16 @@ def test_lines_that_cannot_be_replayed_are_counted(quickstart: Path, capsys: pyt
                                                                             "bytes": 99999, "preview": "{"}}}
     older = {k: v for k, v in search.items() if k != "context"} | {"call_id": "c-old"}
     log = tmp_path / "audit.jsonl"
-    log.write_text("\n".join([*lines, json.dumps(summarised), json.dumps(older), "{not json", "[1]"]) + "\n")
+    odd = {"event": "call.outcome", "rules": 5, "redacted": 7, "context": "x"}
+    log.write_text("\n".join([*lines, json.dumps(summarised), json.dumps(older), json.dumps(odd), "{not json", "[1]"])
+                   + "\n")
     code = main(["replay", "--audit", str(log), "--policies", str(quickstart / "policies"),
                  "--config", str(quickstart / "gateway.yaml"), "--format", "json"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert (report["events"], report["replayed"]) == (8, 6)
+    assert (report["events"], report["replayed"]) == (9, 6)
     assert report["skipped"] == {"input summarised in the log (larger than audit.max_value_bytes)": 1,
-                                 "no policy decision recorded (refused before the policies, or an older log)": 1}
+                                 "no policy decision recorded (refused before the policies, or an older log)": 2}
     assert len(report["bad_lines"]) == 2
 
 
