@@ -6,7 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gateway.cli import approvals_command, policy_commands, serve_command
+from gateway import __version__
+from gateway.cli import approvals_command, coverage_command, policy_commands, replay_command, serve_command
 from gateway.policy.cel import ENGINE_NAMES
 
 __all__ = ["main"]
@@ -15,6 +16,7 @@ __all__ = ["main"]
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(prog="gateway", description="A policy gateway for AI agent tool calls.")
+    parser.add_argument("--version", action="version", version=f"gateway {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def engine(p: argparse.ArgumentParser) -> None:
@@ -41,14 +43,18 @@ def build_parser() -> argparse.ArgumentParser:
     engine(test)
     fmt(test)
     test.set_defaults(func=policy_commands.test)
+    coverage_command.register(test)
 
     explain = sub.add_parser("explain", help="decide one call and show every rule considered")
     explain.add_argument("--policies", nargs="+", required=True, metavar="PATH")
     explain.add_argument("--call", required=True, metavar="CALL.json",
                          help="JSON (or YAML) with {tool, args, principal, session, call, env, stage, result}")
+    explain.add_argument("--config", help="take env from this gateway config, as the gateway does")
     engine(explain)
     fmt(explain)
     explain.set_defaults(func=policy_commands.explain)
+
+    replay_command.register(sub, engine, fmt)
 
     serve = sub.add_parser("serve", help="run the gateway from a config file")
     serve.add_argument("config", help="gateway.yaml")

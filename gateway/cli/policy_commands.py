@@ -19,6 +19,7 @@ from gateway.policy.explain import render_text
 from gateway.policy.load import check_policies, discover, read_document
 from gateway.policy.model import PolicyFile
 from gateway.testing import Status, run_tests
+from gateway.testing.coverage import CoverageCollector, coverage_exit
 from gateway.validation import validate_document
 
 __all__ = ["SCHEMAS", "check", "explain", "schema", "test"]
@@ -98,13 +99,17 @@ def _write_manifest(path: Path, paths: list[str]) -> Diagnostic | None:
 
 def test(args: argparse.Namespace) -> int:
     """Run suites; PASS/FAIL/ERROR per case; exit 0 all pass, 1 any fail, 2 nothing ran."""
-    run = run_tests(args.paths, args.engine, args.run)
+    collector = CoverageCollector() if getattr(args, "coverage", False) else None
+    run = run_tests(args.paths, args.engine, args.run, collector.observe if collector else None)
+    coverage = collector.report(args.paths, args.engine) if collector else None
+    code = coverage_exit(run.exit_code, coverage, getattr(args, "fail_under", None))
     passed, failed, errored = run.count(Status.PASS), run.count(Status.FAIL), run.count(Status.ERROR)
     if args.format == "json":
         print(json.dumps({"passed": passed, "failed": failed, "errors": errored,
                           "diagnostics": [d.to_dict() for d in run.errors],
-                          "cases": [c.to_dict() for c in run.cases]}, indent=2))
-        return run.exit_code
+                          "cases": [c.to_dict() for c in run.cases],
+                          **({"coverage": coverage.to_dict()} if coverage else {})}, indent=2))
+        return code
     for d in run.errors:
         print(d.format())
     for case in run.cases:
@@ -118,7 +123,11 @@ def test(args: argparse.Namespace) -> int:
     if errored:
         print(f"{errored} error(s)")
     print(f"{passed} passed, {failed + errored} failed")
-    return run.exit_code
+    if coverage is not None:
+        print("\n".join(coverage.render()))
+        if code and not run.exit_code:
+            print(f"coverage {coverage.percent:.1f}% is under --fail-under {args.fail_under}")
+    return code
 
 
 def explain(args: argparse.Namespace) -> int:
@@ -131,12 +140,21 @@ def explain(args: argparse.Namespace) -> int:
     if spec is None:
         _print_diagnostics(problems, False, {})
         return 1
+    env: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        from gateway.config.load import check_config
+
+        config, problems = check_config(args.config)
+        if config is None:
+            _print_diagnostics(problems, False, {})
+            return 1
+        env = dict(config.spec.env)  # the call's own env, if any, wins key by key
     policy_set, diagnostics = check_policies(args.policies, args.engine)
     if policy_set is None:
         _print_diagnostics([d for d in diagnostics if d.severity is Severity.ERROR], False, {})
         return 1
     try:
-        call = spec.to_call()
+        call = spec.to_call(env=env)
     except KeyError as exc:
         print(f"{args.call}:1:1: error[invalid-call]: {exc.args[0]}", file=sys.stderr)
         return 1

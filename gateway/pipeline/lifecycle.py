@@ -29,7 +29,7 @@ from gateway.pipeline.request import CallOutcome, CallRequest
 from gateway.pipeline.results import META, as_result_info, from_response_stage, pending, refusal, skipped, tool_result
 from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall
 from gateway.policy.decision import Decision, Stage, Verdict
-from gateway.policy.policyset import PolicySet
+from gateway.policy.policyset import PolicySet, env_revision
 from gateway.reload import PolicyHolder
 from gateway.store.sqlite import SessionState, SqliteStore, now_rfc3339
 from gateway.upstreams.registry import ExposedTool, ToolRegistry
@@ -77,6 +77,7 @@ class _Trace:
     counted: bool = False  # the session already counts this call
     unprintable: bool = False  # the request holds values JSON cannot carry: audit a printable copy
     uncounted: bool = False  # a poll of a pending approval or a replay: not a new call
+    decided: ToolCall | None = None  # the request-stage input, for the audit's replay context
 
 
 class Gateway:
@@ -164,6 +165,7 @@ class Gateway:
                                 session.started_at),
             call=CallInfo(request.call_id, request.iteration, now_rfc3339()), env=self.env,
         )
+        trace.decided = call
         decision = self._decide(trace, policy_set, call)
         verdict, message = decision.verdict, decision.message or ""
         if verdict is not Verdict.APPROVE:
@@ -360,6 +362,7 @@ class Gateway:
         original, redacted_original = redactor.apply(request.arguments, "/original_args")
         final_args = trace.decisions[0].args if trace.decisions else request.arguments
         final, redacted_final = redactor.apply(final_args, "/final_args")
+        context, redacted_context = self._replay_context(trace)
         return {
             **self._head("call.outcome", trace, tool, session),
             "original_args": original,
@@ -377,8 +380,31 @@ class Gateway:
                 "total_ms": round((time.perf_counter() - trace.started) * 1e3, 3),
             },
             "revision": policy_set.revision,
-            "redacted": redacted_original + redacted_final,
+            "redacted": redacted_original + redacted_final + redacted_context,
+            **({"context": context} if context is not None else {}),
         }
+
+    def _replay_context(self, trace: _Trace) -> tuple[dict[str, Any] | None, list[str]]:
+        """What `gateway replay` needs to decide the call again: the rest of the request-stage input."""
+        call = trace.decided
+        if call is None or not trace.decisions:
+            return None, []  # refused before any policy saw it: nothing to replay
+        decision = trace.decisions[0]
+        # The run model's rolling usage windows (issue 8), once the call carries them.
+        usage = getattr(call, "usage", None)
+        extra = {"usage": usage if isinstance(usage, dict) else usage.to_cel()} if usage else {}
+        return self.audit.redactor.apply({
+            "tool": {"title": call.tool.title, "description": call.tool.description,
+                     "annotations": call.tool.annotations},
+            "principal_claims": call.principal.claims,
+            "session": call.session.to_cel(),
+            "call_time": call.call.time,
+            "env_revision": env_revision(call.env),
+            "stage": str(decision.stage),
+            "policy_verdict": str(decision.verdict),
+            "policy_decided_by": decision.decided_by,
+            **extra,
+        }, "/context")
 
 
 _REFUSED = frozenset({"reject", "terminate", "invalid_arguments", "terminated"})

@@ -30,7 +30,7 @@ from gateway.policy.decision import (
 )
 from gateway.policy.rewrite import redact, remove_path, set_path
 
-__all__ = ["evaluate_call"]
+__all__ = ["evaluate_call", "rule_activation"]
 
 
 class _Bindings:
@@ -157,6 +157,14 @@ def evaluate_call(
         rules=results,
         elapsed_us=(time.perf_counter() - started) * 1e6,
     )
+
+
+def rule_activation(engine: Engine, policies: Sequence[CompiledPolicy], base: dict[str, Any],
+                    rule: CompiledRule) -> Any:
+    """The activation ``rule`` reads, with every file variable it reads bound (for explain and coverage)."""
+    bindings = _Bindings(engine, policies, dict(base))
+    values = bindings._variables(rule.policy_index, rule.variables_read)
+    return engine.activation({**bindings.base, "variables": values})
 
 
 def _when(bindings: _Bindings, rule: CompiledRule) -> bool:

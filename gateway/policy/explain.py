@@ -6,10 +6,13 @@ rules show their condition, outcome, message and error.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from gateway.policy.call import ToolCall
-from gateway.policy.decision import Stage, Verdict
+from gateway.policy.clauses import clause_values, split_when
+from gateway.policy.compile import CompiledRule
+from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet
 
 __all__ = ["explain", "render_text"]
@@ -32,6 +35,7 @@ def explain(policy_set: PolicySet, call: ToolCall) -> dict[str, Any]:
         result = by_rule.get(rule.id)
         if result is not None:
             entry.update(result.to_dict())
+            entry.update(_clauses(policy_set, call, decision, rule))
         elif rule.stage is not call.stage:
             entry["outcome"] = "other_stage"
         else:
@@ -44,6 +48,18 @@ def explain(policy_set: PolicySet, call: ToolCall) -> dict[str, Any]:
     out["engine"] = policy_set.engine.name
     out["trace"] = trace
     return out
+
+
+def _clauses(policy_set: PolicySet, call: ToolCall, decision: Decision, rule: CompiledRule) -> dict[str, Any]:
+    """The value of each top-level part of the rule's `when`, when it has more than one."""
+    if rule.when is None:
+        return {}
+    clauses = split_when(rule.when.source, policy_set.engine, policy_set.policies[rule.policy_index].variables)
+    if clauses is None:
+        return {}
+    values = clause_values(policy_set, call, decision, rule, clauses)
+    return {"clause_operator": clauses.operator,
+            "clauses": [{"source": c.source, "value": v} for c, v in zip(clauses.parts, values, strict=True)]}
 
 
 def render_text(report: dict[str, Any]) -> str:
@@ -70,11 +86,22 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"      at {entry['at']}  tools {entry['tools']}")
         if entry["when"]:
             lines.append(f"      when {entry['when']}")
+        for i, clause in enumerate(entry.get("clauses", ())):
+            joint = entry["clause_operator"] if i else "  "
+            lines.append(f"        {joint} {clause['source']}  => {_value(clause['value'])}")
         if entry.get("message"):
             lines.append(f"      message {entry['message']!r}")
         if entry.get("error"):
             lines.append(f"      error {entry['error']}")
     return "\n".join(lines)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, dict) and set(value) == {"error"}:
+        return f"error: {value['error']}"
+    if value is None:
+        return "(not shown: does not compile on its own)"
+    return json.dumps(value, default=str)
 
 
 _MARKS = {"fired": "+", "not_fired": "-", "error": "!", "audit": "~", "tool_not_matched": " ",

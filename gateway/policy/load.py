@@ -23,7 +23,7 @@ from gateway.policy.policyset import PolicySet
 from gateway.sourcemap import YamlDocument, load_yaml
 from gateway.validation import validate_document
 
-__all__ = ["TEST_SUFFIXES", "check_policies", "discover", "load_policy_set"]
+__all__ = ["TEST_SUFFIXES", "check_policies", "discover", "load_policy_set", "revision_name"]
 
 TEST_SUFFIXES = ("_test.yaml", "_test.yml")
 _YAML = ("*.yaml", "*.yml")
@@ -96,7 +96,7 @@ def check_policies(
     ordinal = 0
     for path in files:
         doc, problems, raw = read_document(path, None if contents is None else contents[path])
-        digest.update(path.as_posix().encode() + b"\0" + raw + b"\0")
+        digest.update(revision_name(path, paths).encode() + b"\0" + raw + b"\0")
         if doc is not None:
             problems = [_with_rule(doc, d) for d in problems]
         diagnostics.extend(problems)
@@ -137,6 +137,23 @@ def check_policies(
     revision = digest.hexdigest()[:16]
     warnings = [d for d in diagnostics if d.severity is Severity.WARNING]
     return PolicySet(cel, tuple(policies), default, revision, tuple(str(f) for f in files), warnings), diagnostics
+
+
+def revision_name(file: Path, roots: Sequence[str | Path]) -> str:
+    """The name a file goes into the revision under: its path below the root it was found in.
+
+    So the same files give the same revision however the roots are spelled (relative, absolute,
+    ``./``, through a symlinked directory), and CI's `gateway check` matches `/healthz`.
+    """
+    for raw in roots:
+        root = Path(raw)
+        if root == file:
+            return file.name
+        try:
+            return file.relative_to(root).as_posix()
+        except ValueError:
+            continue
+    return file.name
 
 
 def load_policy_set(paths: Sequence[str | Path], engine: str = "auto") -> PolicySet:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +16,7 @@ from gateway.policy.decision import Action, Decision, Mode, Stage, Verdict
 from gateway.policy.evaluate import evaluate_call
 from gateway.policy.match import RuleIndex
 
-__all__ = ["PolicySet"]
+__all__ = ["PolicySet", "env_revision"]
 
 # Variables whose value is known before any argument is: rules reading only these can be
 # decided for a tool listing.
@@ -42,8 +44,14 @@ class PolicySet:
         """The decision for one call at its stage."""
         matched = self.index.lookup(call.tool.name)
         rules = matched.request if call.stage is Stage.REQUEST else matched.response
+        return evaluate_call(self.engine, self.policies, rules, call.stage, self.cel_input(call), self.default,
+                             call.tool.name, self.revision)
+
+    @staticmethod
+    def cel_input(call: ToolCall) -> dict[str, Any]:
+        """The CEL variables' values for ``call`` (``variables`` still empty)."""
         original = call.original_args if call.original_args is not None else call.args
-        base: dict[str, Any] = {
+        return {
             "tool": call.tool.to_cel(),
             "args": call.args,
             "original_args": original,
@@ -54,8 +62,6 @@ class PolicySet:
             "variables": {},
             "result": call.result.to_cel() if call.result is not None else {},
         }
-        return evaluate_call(self.engine, self.policies, rules, call.stage, base, self.default,
-                             call.tool.name, self.revision)
 
     def admits_tool(self, call: ToolCall) -> bool:
         """False when the policies refuse this tool for this principal whatever the arguments.
@@ -96,3 +102,9 @@ class PolicySet:
     def tool(name: str) -> ToolInfo:
         """A bare tool description, for callers that know only a name."""
         return ToolInfo(name=name)
+
+
+def env_revision(env: dict[str, Any]) -> str:
+    """A short digest of the ``env`` values policies see, so a replay can tell it runs under another env."""
+    text = json.dumps(env, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:16]

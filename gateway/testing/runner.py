@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from gateway.diagnostics import Diagnostic
+from gateway.policy.call import ToolCall
 from gateway.policy.decision import Decision
 from gateway.policy.load import check_policies, discover
 from gateway.policy.policyset import PolicySet
@@ -65,7 +66,12 @@ class TestRun:
         return 0 if self.cases else 2
 
 
-def run_tests(paths: Sequence[str | Path], engine: str = "auto", run: str | None = None) -> TestRun:
+# Called with each case's policy set, call and decision (`gateway test --coverage` watches with it).
+Observer = Callable[[PolicySet, ToolCall, Decision], None]
+
+
+def run_tests(paths: Sequence[str | Path], engine: str = "auto", run: str | None = None,
+              observe: Observer | None = None) -> TestRun:
     """Discover suites under ``paths`` and run every case whose "suite/name" matches ``run``."""
     report = TestRun()
     suites, problems = discover(paths, tests=True)
@@ -92,11 +98,12 @@ def run_tests(paths: Sequence[str | Path], engine: str = "auto", run: str | None
                                                Status.ERROR, [d.format() for d in errors]))
             continue
         for i, case in chosen:
-            report.cases.append(_run_case(suite, case, suite.case_lines[i], policy_set))
+            report.cases.append(_run_case(suite, case, suite.case_lines[i], policy_set, observe))
     return report
 
 
-def _run_case(suite: LoadedSuite, case: Case, line: int, policy_set: PolicySet) -> CaseReport:
+def _run_case(suite: LoadedSuite, case: Case, line: int, policy_set: PolicySet,
+              observe: Observer | None = None) -> CaseReport:
     report = CaseReport(suite.name, case.name, str(suite.path), line, Status.PASS)
     try:
         call = case.call.to_call(suite.spec.principals, suite.spec.tools, suite.spec.env)
@@ -106,6 +113,8 @@ def _run_case(suite: LoadedSuite, case: Case, line: int, policy_set: PolicySet) 
         report.problems.append(f"{type(exc).__name__}: {exc}")
         return report
     report.decision = decision
+    if observe is not None:
+        observe(policy_set, call, decision)
     report.problems = _compare(case, decision)
     if report.problems:
         report.status = Status.FAIL

@@ -1,0 +1,123 @@
+"""A `when` split at its top-level ``&&`` / ``||``, and each part's value for one call.
+
+The split comes from a CEL parse (celpy's grammar, the one the pure engine uses), never from text
+search, so operators inside strings, comments, calls and parentheses stay where they are. Each
+clause is compiled on its own with the set's engine and evaluated in the activation the rule saw
+(file variables bound), so `gateway explain` can say which part of a condition was false and
+`gateway test --coverage` which parts no case made true or false.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lark import LarkError, Tree
+
+from gateway.errors import CelCompileError, CelEvaluationError
+from gateway.policy.call import ToolCall
+from gateway.policy.cel import Engine, ExprType, Program
+from gateway.policy.cel.pure_check import parser, unwrap
+from gateway.policy.compile import CompiledRule, Variable, inline_variables
+from gateway.policy.decision import Action, Decision, Stage
+from gateway.policy.evaluate import rule_activation
+from gateway.policy.policyset import PolicySet
+
+__all__ = ["Clause", "Clauses", "clause_values", "split_when"]
+
+_OPERATORS = {"conditionalor": "||", "conditionaland": "&&"}
+
+
+@dataclass(frozen=True, slots=True)
+class Clause:
+    """One top-level part of a condition."""
+
+    source: str
+    program: Program | None  # None: it does not compile on its own (then its value is not shown)
+    inlined: bool = False  # compiled with the file variables written in, so it needs none bound
+
+
+@dataclass(frozen=True, slots=True)
+class Clauses:
+    """A condition's top-level operator and parts (one part, and no operator, when it has neither)."""
+
+    operator: str | None
+    parts: tuple[Clause, ...]
+
+
+def split_when(source: str, engine: Engine, variables: Sequence[Variable] = ()) -> Clauses | None:
+    """``source`` split at its top-level ``&&`` or ``||``; None when it has no such operator.
+
+    Each part is compiled with the file ``variables`` written in where they can be, as the rule
+    itself is, so it is evaluated the same way (a bound variable's value does not always survive
+    being bound again: the C++ engine will not take back a timestamp).
+    """
+    try:
+        tree = unwrap(parser().parse(source))
+    except LarkError:
+        return None
+    operator = _OPERATORS.get(tree.data)
+    if operator is None or len(tree.children) < 2:
+        return None
+    known = {v.name: v.inline for v in variables}
+    parts: list[Clause] = []
+    for node in _flatten(tree):
+        text = source[node.meta.start_pos:node.meta.end_pos].strip()
+        inline = inline_variables(text, known) if variables else None
+        program: Program | None = None
+        for candidate in ([inline] if inline is not None else []) + [text]:
+            try:
+                program = engine.compile(candidate, ExprType.ANY)
+            except CelCompileError:
+                continue
+            parts.append(Clause(text, program, candidate is inline))
+            break
+        else:
+            parts.append(Clause(text, None))
+    return Clauses(operator, tuple(parts))
+
+
+def _flatten(tree: Tree[Any]) -> list[Tree[Any]]:
+    """The operands of a left-nested chain of one operator: ``a && b && c`` → [a, b, c]."""
+    out: list[Tree[Any]] = []
+    node = tree
+    while True:
+        left, right = node.children[0], node.children[-1]
+        out.append(right)
+        left_node = unwrap(left) if isinstance(left, Tree) else left
+        if isinstance(left_node, Tree) and left_node.data == tree.data and len(left_node.children) >= 2:
+            node = left_node
+            continue
+        out.append(left)
+        break
+    return list(reversed(out))
+
+
+def clause_values(policy_set: PolicySet, call: ToolCall, decision: Decision, rule: CompiledRule,
+                  clauses: Clauses) -> list[Any]:
+    """Each clause's value for ``call`` (an error as ``{"error": text}``; None when it cannot be shown).
+
+    A validating rule sees the final arguments (or result); a rewrite is shown against the call's
+    arguments as given, which differs from what it saw only when an earlier rewrite changed them.
+    """
+    base = policy_set.cel_input(call)
+    if rule.action is not Action.REWRITE:
+        if call.stage is Stage.REQUEST:
+            base["args"] = decision.args
+        else:
+            base["result"] = decision.result
+    activations: dict[bool, Any] = {}
+    values: list[Any] = []
+    for part in clauses.parts:
+        if part.program is None:
+            values.append(None)
+            continue
+        try:
+            if part.inlined not in activations:
+                activations[part.inlined] = policy_set.engine.activation(base) if part.inlined else \
+                    rule_activation(policy_set.engine, policy_set.policies, base, rule)
+            values.append(part.program.evaluate(activations[part.inlined]))
+        except CelEvaluationError as exc:
+            values.append({"error": str(exc)})
+    return values
