@@ -311,3 +311,13 @@ async def test_only_admin_keys_manage_sessions_and_each_change_is_audited(start_
     assert [(e["action"], e["admin"], e["session"]) for e in events] == [
         ("reset", "carol", implicit_run), ("end", "carol", implicit_run), ("end", "carol", "named-run")]
     assert events[0]["before"]["terminated"] is True
+
+
+async def test_a_hostile_client_name_is_cleaned_and_cut(start_gateway, configs, http_api, keys):
+    gateway = await start_gateway(_config(configs, http_api), {"runs.yaml": RUNS})
+    async with _modern(gateway, keys, name="evil\x1b[2J\n" + "y" * 5000) as client:
+        result = await client.call_tool("api_search", {"q": "hostile"})
+    async with _rest(gateway, keys, "carol") as admin:
+        [run] = (await admin.get("/v1/admin/sessions", params={"implicit": "true"})).json()["sessions"]
+    assert not result.is_error
+    assert run["client"] == ("evil[2J" + "y" * 5000)[:200]
