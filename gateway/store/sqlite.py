@@ -287,8 +287,10 @@ class SqliteStore:
         self._save(state)
 
     def end(self, state: SessionState, message: str) -> None:
-        """Terminate the run; an implicit run is also no longer current, so its client's next call starts a new one."""
-        self.record_outcome(state, rejected=False, terminate_message=message)
+        """Terminate the run with ``message`` (replacing an earlier one); an implicit run is also no longer
+        current, so its client's next call starts a new one."""
+        state.terminated, state.terminate_message = True, message
+        self._save(state)
         if state.implicit:
             self.implicit_runs.end(state.principal, state.id)
             self._write_behind(("implicit-end", state.principal, state.id), _END_IMPLICIT, (state.principal, state.id))

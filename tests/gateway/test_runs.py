@@ -209,6 +209,18 @@ async def test_call_iteration_defaults_to_the_runs_call_count(start_gateway, con
     assert given["decision"] == "allow"  # the client's own iteration wins
 
 
+async def test_call_iteration_over_mcp_from_meta_or_the_run(start_gateway, configs, http_api, keys):
+    gateway = await start_gateway(_config(configs, http_api), {"runs.yaml": RUNS})
+    async with _modern(gateway, keys, headers={"X-Gateway-Session": f"iter-{uuid.uuid4().hex}"}) as client:
+        texts = [_text(await client.call_tool("api_create_item", {"name": f"m{i}"})) for i in range(3)]
+        given = await client.call_tool("api_create_item", {"name": "g"}, meta={"gateway/iteration": 1})
+    assert texts[2] == "Only two steps." and "Only two steps." not in texts[0] + texts[1]
+    assert not given.is_error
+    iterations = {e["original_args"]["name"]: e["iteration"] for e in gateway.audit_events()
+                  if e["event"] == "call.outcome"}
+    assert iterations == {"m0": 0, "m1": 1, "m2": 2, "g": 1}
+
+
 # --- usage windows -------------------------------------------------------------------------------------
 
 
