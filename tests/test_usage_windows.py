@@ -42,9 +42,20 @@ def test_a_window_drops_calls_once_their_minute_has_left_it(tmp_path: Path) -> N
     store.close()
 
 
+def test_the_store_prunes_buckets_older_than_the_longest_window(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "g.sqlite3", usage_windows={"hour": 3600})
+    store._usage_changed("alice", 1000, "search", 5, 0)  # minute 1000
+    store._usage_changed("alice", 1059, "search", 1, 0)
+    store._usage_changed("alice", 1060, "search", 1, 0)  # minute 1000 is an hour old now
+    store.close()
+    reopened = SqliteStore(tmp_path / "g.sqlite3")
+    assert reopened._usage_rows("alice", 0) == [(1059, "search", 1, 0), (1060, "search", 1, 0)]
+    reopened.close()
+
+
 def test_buckets_are_read_back_by_a_new_process(tmp_path: Path) -> None:
     clock = Clock()
-    store = SqliteStore(tmp_path / "g.sqlite3")
+    store = SqliteStore(tmp_path / "g.sqlite3", usage_windows={"hour": 3600})
     usage = UsageCounter({"hour": 3600}, store._usage_changed, store._usage_rows, clock)
     for _ in range(3):
         usage.count_call("alice", "search")
@@ -52,7 +63,7 @@ def test_buckets_are_read_back_by_a_new_process(tmp_path: Path) -> None:
     usage.count_call("alice", "fetch")
     store.close()  # writes what is queued
 
-    reopened = SqliteStore(tmp_path / "g.sqlite3")
+    reopened = SqliteStore(tmp_path / "g.sqlite3", usage_windows={"hour": 3600})
     again = UsageCounter({"hour": 3600}, reopened._usage_changed, reopened._usage_rows, clock)
     hour = again.snapshot("alice")["hour"]
     assert (hour.calls, hour.calls_by_tool) == (4, {"search": 3, "fetch": 1})

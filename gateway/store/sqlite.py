@@ -160,6 +160,7 @@ class SqliteStore:
         self._flush_queued = False
         self._closing = False
         self._sessions: dict[tuple[str, str], SessionState] = {}
+        self._pruned_bucket = 0
         self.usage = UsageCounter(usage_windows or {}, self._usage_changed, self._usage_rows)
         self.implicit_runs = ImplicitRuns(idle_timeout, self._implicit_changed, self._implicit_row)
 
@@ -258,6 +259,9 @@ class SqliteStore:
     def _usage_changed(self, principal: str, bucket: int, tool: str, calls: int, rejected: int) -> None:
         self._write_behind(("usage", principal, str(bucket), tool), _UPSERT_USAGE,
                            (principal, bucket, tool, calls, rejected))
+        if self.usage.longest and bucket > self._pruned_bucket:  # once a minute: drop buckets past every window
+            self._pruned_bucket = bucket
+            self._write_behind(("usage-prune",), _PRUNE_USAGE, (bucket - self.usage.longest,))
 
     def _usage_rows(self, principal: str, after: int) -> list[tuple[int, str, int, int]]:
         with self._lock:
@@ -363,6 +367,7 @@ _UPSERT_SESSION = (
 _UPSERT_USAGE = ("INSERT INTO usage (principal, bucket, tool, calls, rejected) VALUES (?, ?, ?, ?, ?)"
                  " ON CONFLICT(principal, bucket, tool) DO UPDATE SET calls = excluded.calls,"
                  " rejected = excluded.rejected")
+_PRUNE_USAGE = "DELETE FROM usage WHERE bucket <= ?"
 _UPSERT_IMPLICIT = ("INSERT INTO implicit_runs (principal, client, run_id, last_call) VALUES (?, ?, ?, ?)"
                     " ON CONFLICT(principal, client) DO UPDATE SET run_id = excluded.run_id,"
                     " last_call = excluded.last_call")
