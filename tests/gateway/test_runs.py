@@ -127,6 +127,9 @@ async def test_mcp_run_id_order_header_then_meta_then_mcp_session(start_gateway,
         await legacy.client.call_tool("api_search", {"q": "meta-beats-mcp-session"}, meta=meta)
         await legacy.call("api_search", {"q": "mcp-session"})
         mcp_session = legacy.session_id
+    async with connect_mcp(gateway, "alice", headers={"X-Gateway-Session": "header-in-a-session"}) as legacy:
+        await legacy.call("api_search", {"q": "header-beats-mcp-session"})
+        assert legacy.session_id
 
     def session_for(q: str) -> str:
         [event] = [e for e in gateway.audit_events() if e["event"] == "call.outcome"
@@ -139,6 +142,7 @@ async def test_mcp_run_id_order_header_then_meta_then_mcp_session(start_gateway,
     assert session_for("modern-implicit").startswith("implicit-")
     assert session_for("meta-beats-mcp-session") == "from-meta"
     assert mcp_session and session_for("mcp-session") == mcp_session
+    assert session_for("header-beats-mcp-session") == "header-in-a-session"
 
 
 # --- implicit runs -----------------------------------------------------------------------------------
