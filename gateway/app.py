@@ -32,6 +32,7 @@ from gateway.frontends.identity import RequireIdentity
 from gateway.frontends.mcp import McpFrontend
 from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.rest import rest_routes
+from gateway.frontends.sessions_api import session_admin_routes
 from gateway.limits import BODY_OVERHEAD_BYTES, DEFAULT_MAX_BODY_BYTES, DEFAULT_SETTLE_SECONDS, SETTLE_POLLS
 from gateway.pipeline import Gateway
 from gateway.pipeline.audit import AuditLog, Redactor
@@ -123,7 +124,8 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     policies = PolicyHolder(config.policy_paths(), spec.engine, settle=_settle_seconds(config),
                             manifest=config.path(spec.reload.manifest) if spec.reload.manifest else None,
                             base=config.base, on_reload=audit.write)
-    store = SqliteStore(config.path(spec.store.sqlite))
+    store = SqliteStore(config.path(spec.store.sqlite), idle_timeout=parse_duration(spec.runs.idle_timeout),
+                        usage_windows={name: parse_duration(d) for name, d in spec.usage_windows.items()})
     page = f"{public_url(config)}/approvals"
     notifier = WebhookNotifier.from_specs(spec.approvals.webhooks, config.base, page) \
         if spec.approvals.webhooks else None
@@ -178,7 +180,8 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
         return JSONResponse({"status": "ok", "revision": gateway.policies.current.revision,
                              "tools": len(gateway.registry.all())})
 
-    api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway)]
+    api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway),
+           *session_admin_routes(gateway)]
     open_routes: list[BaseRoute] = [Route("/healthz", healthz), *openapi_routes()]
     if isinstance(gateway.approvals, ApprovalService):
         api.extend(approval_routes(gateway.approvals))

@@ -187,3 +187,18 @@ MAX_OPENAPI_DOCUMENTS = 100
 # A spec URL (and each document its $refs name) must be fetched within this long, at start and in
 # `gateway check --config`.
 OPENAPI_FETCH_TIMEOUT_SECONDS = 10.0
+# --- agent runs (docs/runs.md) ---------------------------------------------------------------------
+
+# How long an implicit run (a client that names no run) lasts without a call when `runs.idle_timeout`
+# is not set: longer than any pause of an agent at work, short enough that a run its budget
+# terminated frees the key soon.
+DEFAULT_RUN_IDLE_SECONDS = 600.0
+
+# Usage windows are counted in buckets of this many seconds: a window is a whole number of them.
+USAGE_BUCKET_SECONDS = 60
+
+# The client name (MCP clientInfo or User-Agent) kept to tell implicit runs apart; longer is cut.
+MAX_RUN_CLIENT_CHARS = 200
+
+# The most sessions one page of `GET /v1/admin/sessions` returns.
+MAX_SESSIONS_PAGE = 500

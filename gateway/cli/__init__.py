@@ -1,4 +1,4 @@
-"""The `gateway` command: check, test, explain, schema, serve, approvals."""
+"""The `gateway` command: check, test, explain, schema, serve, approvals, sessions."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ import sys
 from collections.abc import Sequence
 
 from gateway import __version__
-from gateway.cli import approvals_command, coverage_command, policy_commands, replay_command, serve_command
+from gateway.cli import (
+    approvals_command,
+    coverage_command,
+    policy_commands,
+    replay_command,
+    serve_command,
+    sessions_command,
+)
 from gateway.policy.cel import ENGINE_NAMES
 
 __all__ = ["main"]
@@ -68,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.set_defaults(func=policy_commands.schema)
 
     approvals_command.register(sub)
+    sessions_command.register(sub)
     return parser
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "OpenApiUpstreamSpec",
     "PerPrincipalLimitsSpec",
     "ReloadSpec",
+    "RunsSpec",
     "SecretRef",
     "StoreSpec",
     "UpstreamSpec",
@@ -323,6 +324,32 @@ class ReloadSpec(_Strict):
         return None if value is None else _duration(value)
 
 
+class RunsSpec(_Strict):
+    """Agent runs (docs/runs.md): how long an implicit run (a client that names no run id) lasts without a call."""
+
+    idle_timeout: str | int | float = "10m"
+
+    @field_validator("idle_timeout")
+    @classmethod
+    def _positive(cls, value: str | int | float) -> str | int | float:
+        if parse_duration(value) <= 0:
+            raise ValueError("idle_timeout must be more than 0")
+        return value
+
+
+USAGE_WINDOW_NAME = r"^[a-z][a-z0-9_]*$"
+
+
+def _usage_windows(value: dict[str, str | int | float]) -> dict[str, str | int | float]:
+    for name, duration in value.items():
+        if not re.match(USAGE_WINDOW_NAME, name):
+            raise ValueError(f"usage window name {name!r} must match {USAGE_WINDOW_NAME}")
+        seconds = parse_duration(duration)
+        if seconds < limits.USAGE_BUCKET_SECONDS or seconds % limits.USAGE_BUCKET_SECONDS:
+            raise ValueError(f"usage window {name!r} must be a whole number of minutes (at least 1m)")
+    return value
+
+
 class GatewayConfig(_Strict):
     """The whole gateway: where it listens, its policies, upstreams, auth, store and audit."""
 
@@ -339,5 +366,10 @@ class GatewayConfig(_Strict):
     http: HttpSpec = Field(default_factory=HttpSpec)
     reload_interval: str | int | float = "1s"
     reload: ReloadSpec = Field(default_factory=ReloadSpec)
+    runs: RunsSpec = Field(default_factory=RunsSpec)
+    # Per-principal rolling windows that CEL reads as usage.<name> (e.g. {hour: 1h, day: 24h}); docs/runs.md
+    usage_windows: dict[str, str | int | float] = Field(default_factory=dict)
+
+    _windows = field_validator("usage_windows")(_usage_windows)
 
     _interval = field_validator("reload_interval")(_duration)

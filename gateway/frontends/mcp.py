@@ -21,6 +21,7 @@ from starlette.requests import Request
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
+from gateway.frontends.runs import CLIENT_INFO_META, client_of, explicit_run_id, resolve_run
 from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, MAX_CACHED_SESSIONS
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import call_id_of, gave_call_id, iteration_of
@@ -78,12 +79,14 @@ class McpFrontend:
         self._remember(ctx)
         headers = http.headers
         meta = dict(params.meta or {})
-        session_id = headers.get("mcp-session-id") or headers.get("x-gateway-session") or identity.principal.id
+        run = resolve_run(self.gateway.store, identity.principal.id, explicit_run_id(headers, meta),
+                          client_of(_client_info(ctx, meta), headers))
         request = CallRequest(
             tool=params.name,
             arguments=dict(params.arguments or {}),
             principal=identity.principal,
-            session_id=session_id,
+            session_id=run.id,
+            run_client=run.client,
             call_id=call_id_of(meta.get(CALL_ID_META)),
             call_id_given=gave_call_id(meta.get(CALL_ID_META)),
             iteration=iteration_of(meta.get(ITERATION_META)),
@@ -134,6 +137,14 @@ def _http(ctx: ServerRequestContext[Any, Any]) -> Request:
     request: Request = ctx.request
     return request
 
+
+
+def _client_info(ctx: ServerRequestContext[Any, Any], meta: dict[str, Any]) -> Any:
+    """The client's clientInfo: from the MCP session's initialize, or this request's 2026-07-28 ``_meta``."""
+    params = ctx.session.client_params
+    if params is not None:
+        return params.client_info
+    return meta.get(CLIENT_INFO_META)
 
 
 _tasks: set[Any] = set()

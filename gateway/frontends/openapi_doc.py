@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from gateway import __version__
 from gateway.approvals.model import ApprovalState
-from gateway.limits import MAX_APPROVALS_PAGE, MAX_REST_WAIT_SECONDS
+from gateway.limits import MAX_APPROVALS_PAGE, MAX_REST_WAIT_SECONDS, MAX_SESSIONS_PAGE
 
 __all__ = ["OPENAPI_PATH", "UNDESCRIBED_PATHS", "openapi_document", "openapi_routes"]
 
@@ -94,9 +94,11 @@ def _schemas() -> Json:
                 "arguments": {"type": "object", "description": "The tool's arguments (its input_schema)."},
                 "call_id": {"type": "string", "description": "Names the call; invoke again with the same id to "
                                                              "collect the outcome of a call held for approval."},
-                "session_id": {"type": "string", "description": "Defaults to the X-Gateway-Session header, "
-                                                                "then to the principal's id."},
-                "iteration": {"type": "integer", "minimum": 0, "description": "The agent loop's step, for policies."},
+                "session_id": {"type": "string", "description": "The run id; else the X-Gateway-Session header, "
+                                                                "else the implicit run of this key and User-Agent "
+                                                                "(docs/runs.md)."},
+                "iteration": {"type": "integer", "minimum": 0, "description": "The agent loop's step, for policies "
+                                                                              "(default: the run's call count)."},
             },
         },
         "CallOutcome": {
@@ -140,6 +142,26 @@ def _schemas() -> Json:
             "type": "object", "required": ["approve"],
             "properties": {"approve": {"type": "boolean"}, "comment": {"type": "string"}},
         },
+        "Session": {
+            "type": "object",
+            "required": ["principal", "id", "implicit", "started_at", "calls", "rejected", "terminated"],
+            "properties": {
+                "principal": {"type": "string"}, "id": {"type": "string"},
+                "implicit": {"type": "boolean", "description": "The gateway made the run up (no run id given)."},
+                "client": {"type": ["string", "null"]}, "started_at": {"type": "string"},
+                "calls": {"type": "integer", "minimum": 0},
+                "calls_by_tool": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "rejected": {"type": "integer", "minimum": 0}, "terminated": {"type": "boolean"},
+                "terminate_message": {"type": ["string", "null"]}},
+        },
+        "SessionPage": {
+            "type": "object", "required": ["sessions", "total", "offset", "limit"],
+            "properties": {"sessions": {"type": "array", "items": _ref("Session")},
+                           "total": {"type": "integer", "minimum": 0}, "offset": {"type": "integer", "minimum": 0},
+                           "limit": {"type": "integer", "minimum": 1}},
+        },
+        "EndSession": {"type": "object", "properties": {
+            "message": {"type": "string", "description": "What the agent reads on its next call."}}},
         "Health": {"type": "object", "required": ["status"],
                    "properties": {"status": {"const": "ok"}, "revision": {"type": "string"},
                                   "tools": {"type": "integer", "minimum": 0}}},
@@ -152,7 +174,8 @@ def _responses() -> Json:
         "BadRequest": "The request is malformed (invalid JSON, a field of the wrong type, a value out of range).",
         "Unauthorized": "No valid API key (send 'Authorization: Bearer KEY' or 'X-API-Key: KEY').",
         "Forbidden": "This key may not do that, or the request's Origin or Host is not allowed.",
-        "NotFound": "No such tool or approval request (for this key).",
+        "NotFound": "No such tool, approval request or session (for this key).",
+        "Unavailable": "The audit log could not record the change, so it was not made.",
         "Conflict": "The approval request is already decided or expired.",
         "TooLarge": "The request body is larger than the configured limit.",
         "UnsupportedMediaType": "The body must be sent as application/json.",
@@ -170,7 +193,41 @@ def _operations() -> Json:
             "description": "Hold the request this many seconds for an approval (0, the default, answers 202 at "
                            "once). A duration such as '30s' or '2m' is accepted too.",
             "schema": {"type": "integer", "minimum": 0, "maximum": int(MAX_REST_WAIT_SECONDS), "default": 0}}
+    principal = {"name": "principal", "in": "path", "required": True, "description": "The run's principal id.",
+                 "schema": {"type": "string", "pattern": _ID_PATTERN}}
+    session_id = {"name": "session_id", "in": "path", "required": True, "description": "The run id.",
+                  "schema": {"type": "string", "pattern": _ID_PATTERN}}
+    flag = {"type": "string", "enum": ["true", "false"]}
+    one_session = "/v1/admin/sessions/{principal}/{session_id}"
     return {
+        "/v1/admin/sessions": {"get": {
+            "operationId": "listSessions", "summary": "Agent runs, newest first (admin keys only).",
+            "parameters": [
+                {"name": "principal", "in": "query", "required": False, "schema": {"type": "string"}},
+                {"name": "implicit", "in": "query", "required": False, "schema": flag},
+                {"name": "terminated", "in": "query", "required": False, "schema": flag},
+                {"name": "limit", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 1, "maximum": MAX_SESSIONS_PAGE, "default": 100}},
+                {"name": "offset", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1, "default": 0}}],
+            "responses": {"200": _body(_ref("SessionPage"), "One page of runs."), **_EDGE_ERRORS}}},
+        one_session: {"get": {
+            "operationId": "getSession", "summary": "One agent run's counters (admin keys only).",
+            "parameters": [principal, session_id],
+            "responses": {"200": _body(_ref("Session"), "The run."), "404": _error("NotFound"), **_EDGE_ERRORS}}},
+        f"{one_session}/reset": {"post": {
+            "operationId": "resetSession", "summary": "Counters to zero and not terminated (admin keys only; audited).",
+            "parameters": [principal, session_id],
+            "requestBody": {"required": True, "content": {_JSON: {"schema": {"type": "object"}}}},
+            "responses": {"200": _body(_ref("Session"), "The run after the reset."), "404": _error("NotFound"),
+                          "503": _error("Unavailable"), **_BODY_ERRORS}}},
+        f"{one_session}/end": {"post": {
+            "operationId": "endSession",
+            "summary": "Terminate the run; an implicit run's client starts a new one (admin keys only; audited).",
+            "parameters": [principal, session_id],
+            "requestBody": {"required": True, "content": {_JSON: {"schema": _ref("EndSession")}}},
+            "responses": {"200": _body(_ref("Session"), "The run after it ended."), "404": _error("NotFound"),
+                          "503": _error("Unavailable"), **_BODY_ERRORS}}},
         "/healthz": {"get": {
             "operationId": "health", "summary": "Liveness, the policy revision and the number of tools.",
             "security": [], "responses": {"200": _body(_ref("Health"), "The gateway is serving.")}}},

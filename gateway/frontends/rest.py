@@ -1,7 +1,7 @@
 """The REST frontend: list tools, invoke one, and see the gateway's health and policies.
 
     GET  /v1/tools
-    POST /v1/tools/{name}/invoke   {arguments, call_id?, session_id?}  ?wait=30s for approvals:
+    POST /v1/tools/{name}/invoke   {arguments, call_id?, session_id?, iteration?}  ?wait=30s for approvals:
                                    200 with the result, or 202 {approval_id, status_url} while
                                    the approval is open (invoke again with the same call_id)
     GET  /v1/policies
@@ -20,9 +20,10 @@ from starlette.routing import Route
 
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
+from gateway.frontends.runs import client_of, explicit_run_id, resolve_run
 from gateway.limits import MAX_REST_WAIT_SECONDS
 from gateway.pipeline import CallRequest, Gateway
-from gateway.pipeline.request import call_id_of, gave_call_id, id_text, iteration_of
+from gateway.pipeline.request import call_id_of, gave_call_id, iteration_of
 from gateway.policy.model import parse_duration
 from gateway.values import loads
 
@@ -77,14 +78,16 @@ def rest_routes(gateway: Gateway) -> list[Route]:
         arguments = body.get("arguments", {})
         if not isinstance(arguments, dict):
             refused, arguments = "'arguments' must be a JSON object", {}
-        session_id = body.get("session_id") or request.headers.get("x-gateway-session") or identity.principal.id
+        run = resolve_run(gateway.store, identity.principal.id,
+                          explicit_run_id(request.headers, body_session_id=body.get("session_id")),
+                          client_of(None, request.headers))
         try:
             wait = _wait_seconds(request.query_params.get("wait"))
         except ValueError as exc:
             return error_response(400, "invalid-wait", str(exc))
         call = CallRequest(
             tool=request.path_params["name"], arguments=arguments, principal=identity.principal,
-            session_id=id_text(session_id), call_id=call_id_of(body.get("call_id")),
+            session_id=run.id, run_client=run.client, call_id=call_id_of(body.get("call_id")),
             call_id_given=gave_call_id(body.get("call_id")),
             iteration=iteration_of(body.get("iteration")), frontend="rest", wait_seconds=wait,
             refused=refused,

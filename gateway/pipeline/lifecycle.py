@@ -27,7 +27,7 @@ from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.principal_limits import PrincipalLimits
 from gateway.pipeline.request import CallOutcome, CallRequest
 from gateway.pipeline.results import META, as_result_info, from_response_stage, pending, refusal, skipped, tool_result
-from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall
+from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall, UsageInfo
 from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet, env_revision
 from gateway.reload import PolicyHolder
@@ -136,7 +136,9 @@ class Gateway:
             trace.unprintable = True
             outcome = refusal(printable(request.call_id), "invalid_input", f"The call was refused: {why}.")
             return self._finish(trace, None, None, outcome, policy_set)
-        session = trace.session = self.store.session(request.principal.id, request.session_id)
+        session = trace.session = self.store.session(request.principal.id, request.session_id, request.run_client)
+        if request.iteration is None:  # the client gave none: the calls the run has made (docs/runs.md)
+            request.iteration = session.calls
         if session.terminated:
             outcome = refusal(request.call_id, "terminated", session.terminate_message or "Session terminated.",
                               terminated=True)
@@ -162,8 +164,11 @@ class Gateway:
         call = ToolCall(
             tool=tool.info, args=request.arguments, principal=request.principal,
             session=SessionInfo(session.id, session.calls, dict(session.calls_by_tool), session.rejected,
-                                session.started_at),
-            call=CallInfo(request.call_id, request.iteration, now_rfc3339()), env=self.env,
+                                session.started_at, session.implicit),
+            call=CallInfo(request.call_id, session.calls if request.iteration is None else request.iteration,
+                          now_rfc3339()), env=self.env,
+            usage={name: UsageInfo(t.calls, t.calls_by_tool, t.rejected)
+                   for name, t in self.store.usage.snapshot(request.principal.id).items()},
         )
         trace.decided = call
         decision = self._decide(trace, policy_set, call)
@@ -278,7 +283,7 @@ class Gateway:
             return tool_result(request.call_id, verdict, result, rewritten=decision.rewritten or None)
         response_call = ToolCall(
             tool=call.tool, args=decision.args, original_args=call.args, principal=call.principal,
-            session=call.session, call=call.call, env=call.env, stage=Stage.RESPONSE,
+            session=call.session, usage=call.usage, call=call.call, env=call.env, stage=Stage.RESPONSE,
             result=as_result_info(result),
         )
         after = self._decide(trace, policy_set, response_call)
@@ -316,7 +321,7 @@ class Gateway:
             if not trace.counted:
                 self.store.count_call(session, tool.name)
             self.store.record_outcome(session, rejected=outcome.decision in _REFUSED,
-                                      terminate_message=outcome.text if terminated else None)
+                                      terminate_message=outcome.text if terminated else None, tool=tool.name)
         return outcome
 
     def _intent(self, trace: _Trace, tool: ExposedTool, decision: Decision, policy_set: PolicySet) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from gateway.values import printable, text
 __all__ = ["CallOutcome", "CallRequest", "Progress", "call_id_of", "gave_call_id", "id_text", "iteration_of",
            "new_call_id"]
 
-# The largest agent-loop iteration taken as given; anything else reads as 0.
+# The largest agent-loop iteration taken as given; anything else reads as not given.
 _MAX_ITERATION = 2**31 - 1
 
 # A frontend's way to tell a waiting caller what is happening (MCP progress notifications).
@@ -43,14 +43,15 @@ def gave_call_id(value: Any) -> bool:
     return not (value is None or value == "")
 
 
-def iteration_of(value: Any) -> int:
-    """The agent-loop iteration a frontend was given (0 when absent, not a whole number, or out of range)."""
+def iteration_of(value: Any) -> int | None:
+    """The agent-loop iteration a frontend was given (None when absent, not a whole number, or out of range:
+    the pipeline then uses the number of calls the run has made, docs/runs.md)."""
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 10:
         value = int(value)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_ITERATION:
-        return 0
+        return None
     return value
 
 
@@ -63,7 +64,7 @@ class CallRequest:
     principal: Principal
     session_id: str
     call_id: str = field(default_factory=new_call_id)
-    iteration: int = 0
+    iteration: int | None = None  # None: the client gave none; the run's call count is used
     progress: Progress | None = None
     frontend: str = "mcp"
     wait_seconds: float | None = None  # how long the caller will wait for an approval (None: until expiry)
@@ -72,6 +73,7 @@ class CallRequest:
     # False when the gateway made the call id up: a retry is then recognised by its run, tool and
     # arguments instead (see gateway/approvals/service.py).
     call_id_given: bool = True
+    run_client: str | None = None  # set when session_id is an implicit run: the client it was made for
 
 
 @dataclass(slots=True)

@@ -1,18 +1,19 @@
 """The engine's input: one tool call described as plain typed values.
 
 The engine sees exactly these; transports build them. ``to_cel`` gives the maps that CEL
-expressions read (``tool``, ``principal``, ``session``, ``call``, ``result``). Times are RFC 3339
+expressions read (``tool``, ``principal``, ``session``, ``usage``, ``call``, ``result``). Times are RFC 3339
 strings; use ``timestamp(call.time)`` in CEL to compare them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.policy.decision import Stage
 
-__all__ = ["CallInfo", "Principal", "ResultInfo", "SessionInfo", "ToolCall", "ToolInfo"]
+__all__ = ["CallInfo", "Principal", "ResultInfo", "SessionInfo", "ToolCall", "ToolInfo", "UsageInfo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +57,25 @@ class SessionInfo:
     calls_by_tool: dict[str, int] = field(default_factory=dict)
     rejected: int = 0
     started_at: str = ""
+    implicit: bool = False  # the gateway made the run up: the client named none (docs/runs.md)
 
     def to_cel(self) -> dict[str, Any]:
         """The ``session`` map."""
         return {"id": self.id, "calls": self.calls, "calls_by_tool": self.calls_by_tool,
-                "rejected": self.rejected, "started_at": self.started_at}
+                "rejected": self.rejected, "started_at": self.started_at, "implicit": self.implicit}
+
+
+@dataclass(frozen=True, slots=True)
+class UsageInfo:
+    """The principal's calls over one configured rolling window, across all its runs (before this call)."""
+
+    calls: int = 0
+    calls_by_tool: dict[str, int] = field(default_factory=dict)
+    rejected: int = 0
+
+    def to_cel(self) -> dict[str, Any]:
+        """One entry of the ``usage`` map."""
+        return {"calls": self.calls, "calls_by_tool": self.calls_by_tool, "rejected": self.rejected}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,3 +125,8 @@ class ToolCall:
     stage: Stage = Stage.REQUEST
     result: ResultInfo | None = None
     original_args: dict[str, Any] | None = None  # defaults to args
+    usage: Mapping[str, UsageInfo] = field(default_factory=dict)  # window name (config usage_windows) -> counts
+
+    def usage_cel(self) -> dict[str, Any]:
+        """The ``usage`` map."""
+        return {name: info.to_cel() for name, info in self.usage.items()}

@@ -1,6 +1,6 @@
 """The JSON/YAML shape of one call, shared by test cases and `gateway explain --call`.
 
-    {tool, args, principal, session, call, env, stage, result}
+    {tool, args, principal, session, usage, call, env, stage, result}
 
 ``tool`` is a name or a map {name, upstream, title, description, annotations}; ``principal`` is
 a map or (in a test suite) the name of a principal the suite declares.
@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.policy.call import CallInfo, Principal, ResultInfo, SessionInfo, ToolCall, ToolInfo
+from gateway.policy.call import CallInfo, Principal, ResultInfo, SessionInfo, ToolCall, ToolInfo, UsageInfo
 from gateway.policy.decision import Stage
 
 __all__ = ["CallSpec", "PrincipalSpec", "ToolSpec"]
@@ -49,6 +49,15 @@ class SessionSpec(_Strict):
     calls_by_tool: dict[str, int] = Field(default_factory=dict)
     rejected: int = 0
     started_at: str = "2026-01-01T00:00:00Z"
+    implicit: bool = False
+
+
+class UsageSpec(_Strict):
+    """The principal's counts over one usage window (config `usage_windows`)."""
+
+    calls: int = 0
+    calls_by_tool: dict[str, int] = Field(default_factory=dict)
+    rejected: int = 0
 
 
 class CallInfoSpec(_Strict):
@@ -76,6 +85,7 @@ class CallSpec(_Strict):
     original_args: dict[str, Any] | None = None
     principal: str | PrincipalSpec = Field(default_factory=PrincipalSpec)
     session: SessionSpec = Field(default_factory=SessionSpec)
+    usage: dict[str, UsageSpec] = Field(default_factory=dict)
     call: CallInfoSpec = Field(default_factory=CallInfoSpec)
     env: dict[str, Any] | None = None
     stage: Stage = Stage.REQUEST
@@ -106,7 +116,8 @@ class CallSpec(_Strict):
             original_args=self.original_args,
             principal=Principal(principal.id, tuple(principal.groups), principal.claims),
             session=SessionInfo(self.session.id, self.session.calls, self.session.calls_by_tool,
-                                self.session.rejected, self.session.started_at),
+                                self.session.rejected, self.session.started_at, self.session.implicit),
+            usage={name: UsageInfo(u.calls, dict(u.calls_by_tool), u.rejected) for name, u in self.usage.items()},
             call=CallInfo(self.call.id, self.call.iteration, self.call.time),
             env={**(env or {}), **(self.env or {})},
             stage=self.stage,

@@ -57,6 +57,7 @@ class PolicySet:
             "original_args": original,
             "principal": call.principal.to_cel(),
             "session": call.session.to_cel(),
+            "usage": call.usage_cel(),
             "call": call.call.to_cel(),
             "env": call.env,
             "variables": {},
@@ -70,7 +71,8 @@ class PolicySet:
         other rule might go either way, so it keeps the tool visible.
         """
         base = {"tool": call.tool.to_cel(), "principal": call.principal.to_cel(), "env": call.env,
-                "args": {}, "original_args": {}, "session": {}, "call": {}, "variables": {}, "result": {}}
+                "args": {}, "original_args": {}, "session": {}, "usage": {}, "call": {}, "variables": {},
+                "result": {}}
         activation = None
         might_admit = False
         for rule in self.index.lookup(call.tool.name).request:

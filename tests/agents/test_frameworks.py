@@ -4,9 +4,6 @@ Each test runs the framework's agent (tests/agents/drivers.py, the framework's d
 and retries) against the gateway on loopback; the scripted fake model makes the tool calls and reports
 what it read back (tests/agents/fake_model.py). A scenario asserts what the model read, what the
 upstream ran (``CountingUpstream`` records every run), and what the approver API shows.
-
-Tests marked ``xfail(strict=True)`` describe what issue 8 part 1 (agent runs) will make true; they flip to
-failures-to-xfail, i.e. must be unmarked, when it lands.
 """
 
 from __future__ import annotations
@@ -63,6 +60,19 @@ rules:
     when: session.calls >= LIMIT
     action: terminate
     message: This run has used its budget of deploys.
+"""
+
+
+WINDOW = """
+policy: agents
+rules:
+  - id: hourly-deploys
+    tools: [ops_deploy]
+    when: >-
+      has(usage.hour) && tool.name in usage.hour.calls_by_tool
+        && usage.hour.calls_by_tool[tool.name] >= LIMIT
+    action: reject
+    message: This key has used its deploys for this hour.
 """
 
 
@@ -190,6 +200,32 @@ async def test_two_concurrent_runs_of_one_key_keep_their_own_budgets(stage: Stag
     for run in runs:
         assert all(from_upstream(seen) for seen in run.tool_results), run.tool_results
     assert len(stage.upstream.runs) == 6  # merged into one run, calls 4-6 would have been terminated
+
+
+async def test_a_usage_window_budget_holds_across_runs(stage: Stage, framework: str) -> None:
+    """A per-principal budget over a rolling window: a new run id (or none) does not escape it."""
+    await stage.start(WINDOW.replace("LIMIT", "2"), usage_windows={"hour": "1h"})
+    first = await stage.run(framework, script((DEPLOY, {"service": "w-0"}), (DEPLOY, {"service": "w-1"})),
+                            run_id=run_id())
+    second = await stage.run(framework, script((DEPLOY, {"service": "w-2"})), run_id=run_id())
+    third = await stage.run(framework, script((DEPLOY, {"service": "w-3"})))
+    assert all(from_upstream(seen) for seen in first.tool_results), first.tool_results
+    for later in (second, third):
+        [seen] = later.tool_results
+        assert "This key has used its deploys for this hour." in seen
+    assert [args["service"] for _, args in stage.upstream.runs] == ["w-0", "w-1"]
+
+
+async def test_without_a_run_id_a_terminated_run_ends_after_the_idle_timeout(stage: Stage, framework: str) -> None:
+    """Runs that name no run id share the implicit run of (key, client) until it idles out; then a fresh one."""
+    await stage.start(budget(1), runs={"idle_timeout": "1s"})
+    used = await stage.run(framework, script((DEPLOY, {"service": "i-0"}), (DEPLOY, {"service": "i-1"})))
+    assert "This run has used its budget of deploys." in used.tool_results[1]
+    await asyncio.sleep(1.3)
+    fresh = await stage.run(framework, script((DEPLOY, {"service": "i-2"})))
+    [seen] = fresh.tool_results
+    assert from_upstream(seen), seen
+    assert [args["service"] for _, args in stage.upstream.runs] == ["i-0", "i-2"]
 
 
 # --- held calls that outlast the client (issue 8 part 2), and run ids -----------------------------------

@@ -283,7 +283,7 @@ def test_undeclared_variable(error):
     d = error("policy: a\nrules:\n  - id: r\n    when: 'args.x > 0 && secret == 1'\n    action: allow\n")
     assert at(d) == ("cel-undeclared", 4, 26, "a/r")
     assert "'secret'" in d.message
-    assert d.hint == ("expressions may read only tool, args, original_args, principal, session, call, env, "
+    assert d.hint == ("expressions may read only tool, args, original_args, principal, session, usage, call, env, "
                       "variables, result and the documented functions")
 
 

@@ -22,6 +22,7 @@ VARIABLES: tuple[str, ...] = (
     "original_args",
     "principal",
     "session",
+    "usage",
     "call",
     "env",
     "variables",

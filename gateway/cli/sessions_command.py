@@ -1,0 +1,123 @@
+"""`gateway sessions list|show|reset|end`: the admin API for agent runs from a terminal (docs/runs.md).
+
+Needs a key with ``admin: true``. Exit codes as `gateway approvals`: 0 done; 1 the gateway answered
+with an error (its message is printed); 2 the gateway could not be reached (or bad usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from gateway.cli.approvals_command import DEFAULT_URL, _call, _clean, _Failed
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    """Add `sessions` and its subcommands to the `gateway` parser's subparsers."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=os.environ.get("GATEWAY_URL", DEFAULT_URL),
+                        help=f"the gateway (default: $GATEWAY_URL or {DEFAULT_URL})")
+    common.add_argument("--key", default=os.environ.get("GATEWAY_API_KEY"),
+                        help="an admin's API key (default: $GATEWAY_API_KEY)")
+    common.add_argument("--format", choices=("text", "json"), default="text")
+
+    sessions = sub.add_parser("sessions", help="list, show, reset and end agent runs (admin keys)")
+    actions = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", parents=[common], help="agent runs, newest first")
+    listing.add_argument("--principal", help="only this principal's runs")
+    listing.add_argument("--implicit", choices=("true", "false"), help="only implicit (or only named) runs")
+    listing.add_argument("--terminated", choices=("true", "false"), help="only terminated (or only live) runs")
+    listing.add_argument("--limit", type=int, default=100, help="at most this many (default: 100)")
+    listing.add_argument("--offset", type=int, default=0, help="skip this many of the newest first")
+    listing.set_defaults(func=list_sessions)
+    for name, text in (("show", "one run's counters"), ("reset", "counters to zero, and not terminated"),
+                       ("end", "terminate the run (an implicit run's client starts a new one)")):
+        action = actions.add_parser(name, parents=[common], help=text)
+        action.add_argument("principal", help="whose run")
+        action.add_argument("id", help="the run id")
+        if name == "end":
+            action.add_argument("--message", help="what the agent reads on its next call")
+        action.set_defaults(func={"show": show_session, "reset": reset_session, "end": end_session}[name])
+
+
+def _run(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None,
+         text: Callable[[Any], str]) -> int:
+    try:
+        data = _call(args, method, path, body)
+    except _Failed as failed:
+        print(f"gateway sessions: {failed}", file=sys.stderr)
+        return failed.code
+    print(json.dumps(data, indent=2, ensure_ascii=False) if args.format == "json" else text(data))
+    return 0
+
+
+def _path(args: argparse.Namespace, suffix: str = "") -> str:
+    return f"/v1/admin/sessions/{quote(args.principal, safe='')}/{quote(args.id, safe='')}{suffix}"
+
+
+def list_sessions(args: argparse.Namespace) -> int:
+    """`gateway sessions list`."""
+    params = {"principal": args.principal, "implicit": args.implicit, "terminated": args.terminated,
+              "limit": args.limit, "offset": args.offset}
+    query = urlencode({k: v for k, v in params.items() if v is not None})
+
+    def text(data: dict[str, Any]) -> str:
+        table = _table(data["sessions"])
+        shown, total = len(data["sessions"]), data.get("total", 0)
+        if shown and total > args.offset + shown:
+            table += f"\n({shown} of {total} shown; see more with --offset {args.offset + shown})"
+        return table
+
+    return _run(args, "GET", f"/v1/admin/sessions?{query}", None, text)
+
+
+def show_session(args: argparse.Namespace) -> int:
+    """`gateway sessions show PRINCIPAL ID`."""
+    return _run(args, "GET", _path(args), None, _details)
+
+
+def reset_session(args: argparse.Namespace) -> int:
+    """`gateway sessions reset PRINCIPAL ID`."""
+    return _run(args, "POST", _path(args, "/reset"), {},
+                lambda s: f"Reset run {_clean(s['id'])} of {_clean(s['principal'])}: 0 calls, not terminated.")
+
+
+def end_session(args: argparse.Namespace) -> int:
+    """`gateway sessions end PRINCIPAL ID`."""
+    body = {"message": args.message} if args.message else {}
+    return _run(args, "POST", _path(args, "/end"), body,
+                lambda s: f"Ended run {_clean(s['id'])} of {_clean(s['principal'])}: "
+                          f"{_clean(s['terminate_message'])}")
+
+
+def _table(sessions: list[dict[str, Any]]) -> str:
+    if not sessions:
+        return "No sessions."
+    header = ("PRINCIPAL", "RUN", "KIND", "STARTED", "CALLS", "REJECTED", "STATE")
+    rows = [header] + [(
+        _clean(s["principal"]), _clean(s["id"]), f"implicit ({_clean(s['client'])})" if s["implicit"] else "named",
+        _clean(s["started_at"]), str(s["calls"]), str(s["rejected"]), "terminated" if s["terminated"] else "live",
+    ) for s in sessions]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def _details(s: dict[str, Any]) -> str:
+    kind = f"implicit, made for client {_clean(s['client'])}" if s["implicit"] else "named by the client"
+    lines = [
+        f"Run {_clean(s['id'])} of {_clean(s['principal'])} ({kind})",
+        f"  Started:   {_clean(s['started_at'])}",
+        f"  Calls:     {s['calls']}  (rejected: {s['rejected']})",
+        f"  State:     {'terminated: ' + _clean(s['terminate_message']) if s['terminated'] else 'live'}",
+    ]
+    if s["calls_by_tool"]:
+        lines.append("  By tool:")
+        lines += [f"    {_clean(tool)}: {n}" for tool, n in sorted(s["calls_by_tool"].items())]
+    return "\n".join(lines)

@@ -1,0 +1,140 @@
+"""The admin API for agent runs (sessions): list, read, reset and end them. Keys with ``admin: true`` only.
+
+    GET  /v1/admin/sessions?principal=&implicit=true|false&terminated=true|false&limit=100&offset=0
+                                                    → {sessions, total, offset, limit}
+    GET  /v1/admin/sessions/{principal}/{session_id}
+    POST /v1/admin/sessions/{principal}/{session_id}/reset          counters to zero, not terminated
+    POST /v1/admin/sessions/{principal}/{session_id}/end  {message?} terminated with the message; an
+                                                    implicit run also stops being current, so its
+                                                    client's next call starts a new run
+
+Any other key gets 403. Each reset and end is written to the audit log as a ``session.admin``
+event before it takes effect; if it cannot be written, nothing changes (503). A session id that
+holds a ``/`` cannot be named in a path: find it with the list (docs/runs.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from gateway.errors import AuditWriteError
+from gateway.frontends.identity import identity_of
+from gateway.frontends.rest import error_response, read_json_object
+from gateway.limits import MAX_APPROVALS_FILTER_CHARS, MAX_SESSIONS_PAGE
+from gateway.pipeline import Gateway
+from gateway.store.sqlite import SessionState, now_rfc3339
+
+__all__ = ["ENDED_BY_ADMIN", "session_admin_routes"]
+
+ENDED_BY_ADMIN = "This run was ended by an administrator. Stop calling tools and tell the user."
+
+_BOOLS = {"true": True, "false": False}
+
+
+def _forbidden() -> JSONResponse:
+    return error_response(403, "not-an-admin", "Only keys with admin: true may manage sessions.")
+
+
+def _not_found() -> JSONResponse:
+    return error_response(404, "session-not-found", "No such session.")
+
+
+def session_admin_routes(gateway: Gateway) -> list[Route]:
+    """Routes for administrators (they expect ``RequireIdentity`` in front)."""
+    store = gateway.store
+
+    def admin(request: Request) -> str | None:
+        identity = identity_of(request.scope)
+        return identity.principal.id if identity.admin else None
+
+    async def list_sessions(request: Request) -> JSONResponse:
+        if admin(request) is None:
+            return _forbidden()
+        query = request.query_params
+        principal = query.get("principal") or None
+        if principal is not None and len(principal) > MAX_APPROVALS_FILTER_CHARS:
+            return error_response(400, "invalid-filter",
+                                  f"principal is at most {MAX_APPROVALS_FILTER_CHARS} characters")
+        flags: dict[str, bool | None] = {}
+        for name in ("implicit", "terminated"):
+            value = query.get(name)
+            if value is not None and value not in _BOOLS:
+                return error_response(400, "invalid-filter", f"{name} must be true or false")
+            flags[name] = None if value is None else _BOOLS[value]
+        try:
+            limit, offset = int(query.get("limit", 100)), int(query.get("offset", 0))
+        except ValueError:
+            return error_response(400, "invalid-page", "limit and offset must be whole numbers")
+        if not (1 <= limit <= MAX_SESSIONS_PAGE and 0 <= offset < 2**63):  # SQLite integers are 64-bit
+            return error_response(400, "invalid-page", f"limit must be 1..{MAX_SESSIONS_PAGE}, offset 0 or more")
+        await store.flushed()  # rows are written behind: the list shows every call counted so far
+        page, total = await store.run(store.list_sessions, principal, flags["implicit"], flags["terminated"],
+                                      limit, offset)
+        return JSONResponse({"sessions": [s.to_dict() for s in page], "total": total, "offset": offset,
+                             "limit": limit})
+
+    def named(request: Request) -> SessionState | None:
+        return store.find_session(request.path_params["principal"], request.path_params["session_id"])
+
+    async def show(request: Request) -> JSONResponse:
+        if admin(request) is None:
+            return _forbidden()
+        found = named(request)
+        return _not_found() if found is None else JSONResponse(found.to_dict())
+
+    def audited(who: str, action: str, state: SessionState, **extra: Any) -> JSONResponse | None:
+        """Write the ``session.admin`` event; a 503 response when it cannot be written."""
+        try:
+            gateway.audit.write({"event": "session.admin", "time": now_rfc3339(), "action": action, "admin": who,
+                                 "principal": {"id": state.principal}, "session": state.id,
+                                 "implicit": state.implicit, "before": state.to_dict(), **extra})
+        except AuditWriteError:
+            return error_response(503, "audit-failed", "The change could not be recorded, so it was not made.")
+        return None
+
+    async def reset(request: Request) -> JSONResponse:
+        who = admin(request)
+        if who is None:
+            return _forbidden()
+        body = await read_json_object(request)  # an empty object: reset takes no options
+        if isinstance(body, JSONResponse):
+            return body
+        found = named(request)
+        if found is None:
+            return _not_found()
+        refused = audited(who, "reset", found)
+        if refused is not None:
+            return refused
+        store.reset(found)
+        return JSONResponse(found.to_dict())
+
+    async def end(request: Request) -> JSONResponse:
+        who = admin(request)
+        if who is None:
+            return _forbidden()
+        body = await read_json_object(request)
+        if isinstance(body, JSONResponse):
+            return body
+        message = body.get("message") or ENDED_BY_ADMIN
+        if not isinstance(message, str):
+            return error_response(400, "invalid-message", "message must be a string")
+        found = named(request)
+        if found is None:
+            return _not_found()
+        refused = audited(who, "end", found, message=message)
+        if refused is not None:
+            return refused
+        store.end(found, message)
+        return JSONResponse(found.to_dict())
+
+    one = "/v1/admin/sessions/{principal}/{session_id}"
+    return [
+        Route("/v1/admin/sessions", list_sessions, methods=["GET"]),
+        Route(one, show, methods=["GET"]),
+        Route(f"{one}/reset", reset, methods=["POST"]),
+        Route(f"{one}/end", end, methods=["POST"]),
+    ]
