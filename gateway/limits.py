@@ -170,3 +170,10 @@ APPROVAL_POLL_SECONDS = 0.5
 # The longest filter text `GET /v1/approvals` accepts (tool, principal, q): names and search
 # words are short; a longer one is a mistake or an attempt to make the search expensive.
 MAX_APPROVALS_FILTER_CHARS = 200
+
+# CEL cost bound (Kubernetes refuses admission expressions whose estimated cost is unbounded):
+# at most this many comprehensions over inputs of unbounded size (arguments, results, split
+# strings) may nest, and an inner one must range over part of the outer element (a walk of
+# nested data, linear in the input); one over an independent input is refused at load, since
+# its cost is the product of both sizes. Literal lists do not count.
+MAX_COMPREHENSION_NESTING = 2
