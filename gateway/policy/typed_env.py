@@ -77,7 +77,7 @@ def args_type(catalog: Catalog | None, tools: Sequence[str] | None) -> Any:
     if tools is not None and any(not catalog.matching([p]) for p in tools):
         return DYN_MAP
     matched = catalog.matching(tools)
-    types = [schema_type(t.input_schema, "args", t.input_schema) for t in matched]
+    types = [schema_type(t.input_schema, "args", t.input_schema, cache={}) for t in matched]
     if not types or not all(isinstance(t, ObjectType) for t in types):
         return DYN_MAP
     name = f"args of {matched[0].name}" if len(matched) == 1 else f"args of {len(matched)} tools"
@@ -94,19 +94,30 @@ def _merge(name: str, objects: list[ObjectType]) -> ObjectType:
     return ObjectType(name, fields, optional, bool(opened), join_types(o.rest for o in opened) if opened else DYN)
 
 
-def schema_type(schema: Any, name: str, root: Any, seen: frozenset[str] = frozenset()) -> Any:
-    """The static type of values valid under a JSON Schema (2020-12; local ``$ref``s followed)."""
+def schema_type(schema: Any, name: str, root: Any, seen: frozenset[str] = frozenset(),
+                cache: dict[str, Any] | None = None) -> Any:
+    """The static type of values valid under a JSON Schema (2020-12; local ``$ref``s followed).
+
+    A recursive reference is typed one level deep, then dyn; each reference is typed once
+    (``cache``), so a schema that reuses definitions cannot make this exponential.
+    """
     if not isinstance(schema, Mapping):
         return DYN
+    cache = {} if cache is None else cache
     ref = schema.get("$ref")
     if isinstance(ref, str):
+        if ref in cache:
+            return cache[ref]
         target = _resolve(root, ref)
-        return DYN if target is None or ref in seen else schema_type(target, name, root, seen | {ref})
+        if target is None or ref in seen:
+            return DYN
+        found = cache[ref] = schema_type(target, name, root, seen | {ref}, cache)
+        return found
     for key in ("anyOf", "oneOf"):
         if isinstance(schema.get(key), list):
-            return join_types(schema_type(s, name, root, seen) for s in schema[key])
+            return join_types(schema_type(s, name, root, seen, cache) for s in schema[key])
     if isinstance(schema.get("allOf"), list) and len(schema["allOf"]) == 1:
-        return schema_type(schema["allOf"][0], name, root, seen)
+        return schema_type(schema["allOf"][0], name, root, seen, cache)
     if "const" in schema:
         return type_of_value(schema["const"])
     if isinstance(schema.get("enum"), list) and schema["enum"]:
@@ -115,14 +126,15 @@ def schema_type(schema: Any, name: str, root: Any, seen: frozenset[str] = frozen
     if isinstance(kind, list):
         kind = kind[0] if len(kind) == 1 else None
     if kind == "object" or (kind is None and isinstance(schema.get("properties"), Mapping)):
-        return _object(schema, name, root, seen)
+        return _object(schema, name, root, seen, cache)
     if kind == "array":
-        return ("list", schema_type(schema.get("items"), f"{name}[]", root, seen))
+        return ("list", schema_type(schema.get("items"), f"{name}[]", root, seen, cache))
     # "number" stays dyn: JSON 5 arrives as an int and 5.5 as a double
     return {"string": "string", "integer": "int", "boolean": "bool", "null": "null_type"}.get(str(kind), DYN)
 
 
-def _object(schema: Mapping[str, Any], name: str, root: Any, seen: frozenset[str]) -> ObjectType:
+def _object(schema: Mapping[str, Any], name: str, root: Any, seen: frozenset[str],
+            cache: dict[str, Any]) -> ObjectType:
     props = schema.get("properties")
     props = props if isinstance(props, Mapping) else {}
     required = schema.get("required")
@@ -130,8 +142,8 @@ def _object(schema: Mapping[str, Any], name: str, root: Any, seen: frozenset[str
     extra = schema.get("additionalProperties")
     # A property the schema does not name is a typo unless the schema says other names are fine.
     opened = extra is True or isinstance(extra, Mapping) or bool(schema.get("patternProperties"))
-    rest = schema_type(extra, f"{name}.*", root, seen) if isinstance(extra, Mapping) else DYN
-    fields = {str(k): schema_type(v, f"{name}.{k}", root, seen) for k, v in props.items()}
+    rest = schema_type(extra, f"{name}.*", root, seen, cache) if isinstance(extra, Mapping) else DYN
+    fields = {str(k): schema_type(v, f"{name}.{k}", root, seen, cache) for k, v in props.items()}
     return ObjectType(name, fields, frozenset(k for k in fields if k not in required), opened, rest)
 
 

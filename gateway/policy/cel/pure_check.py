@@ -25,13 +25,12 @@ from gateway.policy.cel.pure_signatures import BOOL, DYN, SIGNATURES, TYPE_NAMES
 from gateway.policy.cel.strings import INT64_MAX, INT64_MIN, UINT64_MAX
 from gateway.policy.cel.types import DYN_MAP, ObjectType, fmt_type, suggestion
 
-__all__ = ["INPUTS", "MACROS", "MAX_TREE_DEPTH", "OPERATORS", "PASS_THROUGH", "Analysis", "CelTypeError", "analyse", "check",
-           "parser", "unwrap"]
+__all__ = ["INPUTS", "MACROS", "MAX_TREE_DEPTH", "OPERATORS", "PASS_THROUGH", "Analysis", "CelTypeError", "analyse",
+           "check", "parser", "unwrap"]
 
 _VARIABLE_TYPE = ("map", "string", DYN)  # every declared variable
 # The variables whose size the caller controls: comprehensions over them are what the cost bound counts.
 INPUTS = frozenset({"args", "original_args", "result"})
-_INPUTS = INPUTS
 # Receiver-style calls that the checker and the evaluator treat as comprehensions, not functions.
 MACROS = {"all", "exists", "exists_one", "map", "filter"}
 # celpy's interpreter recurses about five Python frames per parse-tree level. 120 levels (about ten
@@ -442,7 +441,7 @@ class _Checker:
         reads = {str(t) for t in receiver.scan_values(lambda v: isinstance(v, Token) and v.type == "IDENT")}
         uses = {str(node.children[1]) for node in receiver.iter_subtrees()
                 if node.data == "member_dot" and _dotted(node.children[0]) == "variables"}
-        if not (reads & (_INPUTS | set(self.ranges)) or uses & self.unbounded):
+        if not (reads & (INPUTS | set(self.ranges)) or uses & self.unbounded):
             return False
         if len(self.ranges) >= MAX_COMPREHENSION_NESTING:
             raise CelTypeError(
