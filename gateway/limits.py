@@ -177,3 +177,6 @@ MAX_APPROVALS_FILTER_CHARS = 200
 # nested data, linear in the input); one over an independent input is refused at load, since
 # its cost is the product of both sizes. Literal lists do not count.
 MAX_COMPREHENSION_NESTING = 2
+# Parse trees of CEL expressions kept for the typed checker (a reload re-reads mostly the same
+# expressions); a tree is a few kilobytes, so this bounds the cache to a few tens of megabytes.
+MAX_CACHED_PARSE_TREES = 4096

@@ -19,7 +19,7 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
 
 from gateway.errors import CelCompileError
-from gateway.limits import MAX_COMPREHENSION_NESTING
+from gateway.limits import MAX_CACHED_PARSE_TREES, MAX_COMPREHENSION_NESTING
 from gateway.policy.cel.base import VARIABLES, ExprType
 from gateway.policy.cel.pure_signatures import BOOL, DYN, SIGNATURES, TYPE_NAMES, TYPE_VARIABLES
 from gateway.policy.cel.strings import INT64_MAX, INT64_MIN, UINT64_MAX
@@ -73,12 +73,18 @@ def _line_column(source: str, pos: int) -> tuple[int, int]:
     return source.count("\n", 0, pos) + 1, pos - source.rfind("\n", 0, pos)
 
 
+@functools.lru_cache(maxsize=MAX_CACHED_PARSE_TREES)
 def _parse(source: str) -> Tree[Any]:
+    """The parse tree of ``source``, its depth bounded (shared: nothing may change it).
+
+    Cached, because a reload parses the same expressions again, and the cel-python engine parses
+    each twice (its own check, then the typed one).
+    """
     def error(pos: int, what: str) -> CelCompileError:
         return CelCompileError(f"Syntax error: {what}", *_line_column(source, pos))
 
     try:
-        return parser().parse(source)
+        tree = parser().parse(source)
     except UnexpectedToken as exc:
         if exc.token.type == "$END":
             raise error(len(source), "unexpected end of expression") from None
@@ -90,6 +96,8 @@ def _parse(source: str) -> Tree[Any]:
         raise error(len(source), "unexpected end of expression") from None
     except LarkError as exc:
         raise CelCompileError(f"Syntax error: {exc}") from None
+    _check_depth(tree, source)
+    return tree
 
 
 def _check_depth(tree: Tree[Any], source: str) -> None:
@@ -471,7 +479,6 @@ def analyse(source: str, expected: ExprType, env: Mapping[str, Any] | None, limi
     ``unbounded`` names the file variables computed from inputs of unbounded size (see ``INPUTS``).
     """
     tree = _parse(source)
-    _check_depth(tree, source)
     checker = _Checker(source, env, limits, unbounded)
     result = checker.type_of(tree, {})
     _check_result(result, expected)
@@ -490,6 +497,5 @@ def _check_result(result: Any, expected: ExprType) -> None:
 def check(source: str, expected: ExprType) -> Tree[Any]:
     """The parse tree of ``source`` once it passes every check; ``CelCompileError`` with a position."""
     tree = _parse(source)
-    _check_depth(tree, source)
     _check_result(_Checker(source).type_of(tree, {}), expected)
     return tree
