@@ -224,8 +224,8 @@ def compile_policy(
         env = types.for_rule(None, ObjectType("variables", dict(var_types)), args_known=False)
         expr = c.expression(var.expression, ExprType.ANY, ("variables", i, "expression"), None, env)
         var_types[var.name] = expr.type if expr is not None else DYN
-        if expr is None or expr.references & INPUTS or expr.variables_read is None \
-                or expr.variables_read & c.unbounded:
+        if expr is not None and (expr.references & INPUTS or expr.variables_read is None
+                                 or expr.variables_read & c.unbounded):
             c.unbounded.add(var.name)
         if expr is not None:
             earlier = {v.name: v for v in variables}

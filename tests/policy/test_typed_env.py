@@ -295,10 +295,15 @@ ENV = {"stage": "prod", "allowed_hosts": ["a.example"], "limits": {"daily": 10}}
 
 
 def test_env_is_typed_from_the_config(error, loads):
-    d = error(rule("'env.stag == \"prod\"'"), env=ENV)
-    assert d.code == "cel-field" and "did you mean 'stage'" in d.message
+    d = error(rule("'env.stage > 3'"), env=ENV)
+    assert at(d) == ("cel-compile", 5, 22, "t/r") and "'(string, int)'" in d.message
     d = error(rule("'env.limits.daily > \"3\"'"), env=ENV)
     assert "'(int, string)'" in d.message
+    d = error(rule("'\"a\" in env.allowed_hosts && env.allowed_hosts[0] + 1 > 2'"), env=ENV)
+    assert "'(string, int)'" in d.message
+    # a key this deployment does not set: a warning (a pack serves many deployments), with did-you-mean
+    (w,) = loads(rule("'env.stag == \"prod\"'"), env=ENV)
+    assert (w.code, w.severity) == ("cel-missing-field", Severity.WARNING) and "did you mean 'stage'" in w.message
     assert loads(rule("'env.stage == \"prod\" && \"x\" in env.allowed_hosts && env.limits.daily > 3'"), env=ENV) == []
     assert loads(rule("'env.stag == \"prod\"'")) == []  # no config: env is dynamic
 
@@ -313,9 +318,35 @@ def test_usage_is_typed(error):
 
 def test_check_with_a_config_types_env(tmp_path):
     (tmp_path / "policies").mkdir()
-    (tmp_path / "policies" / "p.yaml").write_text(rule("'env.stag == \"prod\"'"))
+    (tmp_path / "policies" / "p.yaml").write_text(rule("'env.stage > 3'") + "  - id: r2\n    action: reject\n"
+                                                  "    when: 'env.stag == \"prod\"'\n")
     (tmp_path / "gateway.yaml").write_text("policies: [policies]\nenv: {stage: prod}\n")
     run = subprocess.run([sys.executable, "-m", "gateway", "check", "--config", "gateway.yaml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 1
-    assert "p.yaml:5:15: error[cel-field]: undefined field 'stag' of env (did you mean 'stage'?)" in run.stderr
+    assert "p.yaml:5:22: error[cel-compile]: found no matching overload for '_>_' applied to '(string, int)'" \
+        in run.stderr
+    assert "p.yaml:8:15: warning[cel-missing-field]: env has no field 'stag' (did you mean 'stage'?)" in run.stdout
+    no_config = subprocess.run([sys.executable, "-m", "gateway", "check", "policies"], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=120, check=False)
+    assert no_config.returncode == 0 and no_config.stdout.startswith("ok:"), no_config.stdout + no_config.stderr
+
+
+def test_env_keys_the_config_does_not_set_may_be_probed(loads):
+    guarded = ("'has(env.egress_hosts) && \"x\" in env.egress_hosts'",
+               "'(has(env.egress_hosts) ? env.egress_hosts : []).exists(h, h == tool.name)'")
+    for when in guarded:
+        assert loads(rule(when), env=ENV) == [], when
+    warnings = loads(rule("'\"x\" in env.egress_hosts'"), env=ENV)  # not a typo of a key it has: a warning
+    assert [at(w) for w in warnings] == [("cel-missing-field", 5, 22, "t/r")]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("env", [None, {}, ENV])
+def test_every_shipped_pack_and_example_loads_in_the_typed_environment(engine, env):
+    paths = [ROOT / "policies", *sorted((ROOT / "examples").glob("*/policies"))]
+    policy_set, diagnostics = check_policies(paths, engine, env=env, usage_windows=["hour", "day"])
+    assert policy_set is not None, [d.format() for d in diagnostics if d.severity is Severity.ERROR]
+    assert all(d.code == "cel-missing-field" for d in diagnostics), [d.format() for d in diagnostics]

@@ -372,13 +372,22 @@ class _Checker:
         """The type of ``operand.name`` on an object type: unknown fields are errors."""
         key = str(name)
         found = target.field_type(key)
+        guarded = self.in_has or (dotted is not None and self.proven(dotted))
+        if found is None and target.probe:
+            if not guarded:
+                self.warnings.append(CelTypeError(
+                    f"{target.name} has no field '{key}'{suggestion(key, target.fields)} in this configuration, "
+                    "so reading it fails unless something guards it",
+                    *_line_column(self.source, dot), "cel-missing-field",
+                    f"guard it: has({dotted}) && ..., or set it (the fields of {target.name} are: "
+                    f"{', '.join(sorted(target.fields)) or 'none'})"))
+            return DYN
         if found is None:
             known = ", ".join(sorted(target.fields)) or "none"
             raise CelTypeError(f"undefined field '{key}' of {target.name}{suggestion(key, target.fields)}",
                                *_line_column(self.source, dot), "cel-field",
                                f"the fields of {target.name} are: {known}")
-        if (key in target.optional and not self.in_has and dotted is not None
-                and not any(g == dotted or g.startswith(dotted + ".") for g in self.guards)):
+        if key in target.optional and not guarded and dotted is not None:
             self.warnings.append(CelTypeError(
                 f"'{dotted}' may be absent ({target.name} does not require '{key}'); reading it then is an error",
                 *_line_column(self.source, dot), "cel-optional-field",
@@ -443,6 +452,10 @@ class _Checker:
             return ("list", bodies[-1] if name == "map" else element)
         return BOOL
 
+
+    def proven(self, dotted: str) -> bool:
+        """Whether a has() or ``in`` around this point proves ``dotted`` (or a field below it) present."""
+        return any(g == dotted or g.startswith(dotted + ".") for g in self.guards)
 
     def bound_cost(self, name: str, receiver: Tree[Any], pos: int) -> bool:
         """Whether ``receiver`` has a size the caller controls; refuse nesting too many such ranges."""

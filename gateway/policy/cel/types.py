@@ -28,6 +28,9 @@ class ObjectType:
     optional: frozenset[str] = frozenset()  # keys that may be absent: reading one without has() warns
     open: bool = False  # other keys may exist (typed ``rest``): JSON Schema additionalProperties
     rest: Any = DYN
+    # Keys this value happens not to have may still be probed (the config's env, which differs per
+    # deployment while a policy pack does not): has() on them is fine, and a read only warns.
+    probe: bool = False
 
     def field_type(self, key: str) -> Any | None:
         """The type of ``key``, or None when the object cannot have it."""
@@ -70,5 +73,5 @@ def type_of_value(value: Any, name: str = "value") -> Any:
     if isinstance(value, list):
         return ("list", join_types(type_of_value(v) for v in value)) if value else ("list", DYN)
     if isinstance(value, Mapping):
-        return ObjectType(name, {str(k): type_of_value(v, f"{name}.{k}") for k, v in value.items()})
+        return ObjectType(name, {str(k): type_of_value(v, f"{name}.{k}") for k, v in value.items()}, probe=True)
     return DYN
