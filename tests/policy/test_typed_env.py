@@ -191,6 +191,19 @@ def test_a_comment_with_an_apostrophe_does_not_hide_a_variable(check, engine):
     assert small.verdict is Verdict.ALLOW and small.rules[0].outcome is Outcome.NOT_FIRED, small.rules
     big = policy_set.decide(make_call("pay", {"amount": 500}))
     assert big.verdict is Verdict.REJECT and big.decided_by == "t/r" and big.rules[0].outcome is Outcome.FIRED
+    # the variable (its own comment and all) was written into the rule, found from the AST
+    assert policy_set.rules[0].variables_needed == frozenset()
+    assert policy_set.rules[0].variables_read == frozenset({"big"})
+    assert policy_set.rules[0].references == frozenset({"args", "principal", "variables"})
+
+
+def test_an_expression_only_the_cpp_engine_reads_is_assumed_to_read_everything(check, engine):
+    policy_set, diagnostics, _ = check(rule("'strings.quote(principal.id) != \"\"'"))
+    if engine == "cel-python":  # the cel-python engine has no strings.quote
+        assert policy_set is None and diagnostics[0].code == "cel-undeclared"
+        return
+    assert policy_set is not None and diagnostics == []
+    assert policy_set.rules[0].references == frozenset(VARIABLES)
 
 
 def test_a_string_that_looks_like_a_variable_is_not_one(check):
