@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -363,3 +364,15 @@ def test_every_shipped_pack_and_example_loads_in_the_typed_environment(engine, e
     policy_set, diagnostics = check_policies(paths, engine, env=env, usage_windows=["hour", "day"])
     assert policy_set is not None, [d.format() for d in diagnostics if d.severity is Severity.ERROR]
     assert all(d.code == "cel-missing-field" for d in diagnostics), [d.format() for d in diagnostics]
+
+
+def test_a_schema_that_reuses_definitions_is_typed_in_linear_time(loads):
+    # each level refers to the next twice: without typing each $ref once, 2**40 objects
+    defs = {f"L{i}": {"type": "object", "properties": {"a": {"$ref": f"#/$defs/L{i + 1}"},
+                                                        "b": {"$ref": f"#/$defs/L{i + 1}"}}, "required": ["a", "b"]}
+            for i in range(40)}
+    defs["L40"] = {"type": "string"}
+    hostile = Catalog.of([CatalogTool("deep", input_schema={"$ref": "#/$defs/L0", "$defs": defs})])
+    started = time.perf_counter()
+    assert loads(rule("'has(args.a.b.a.b.a)'", "    tools: [deep]\n"), catalog=hostile) == []
+    assert time.perf_counter() - started < 5
