@@ -145,6 +145,7 @@ class _Compiler:
         self.engine = engine
         self.diagnostics: list[Diagnostic] = []
         self.unbounded: set[str] = set()  # file variables computed from inputs of unbounded size
+        self.proves: frozenset[str] = frozenset()  # what the last expression typed proves when true
 
     def error(self, path: Path, code: str, message: str, rule: str | None, hint: str | None = None,
               *, key: bool = False) -> None:
@@ -152,15 +153,18 @@ class _Compiler:
         self.diagnostics.append(Diagnostic(code, message, self.doc.file, pos.line, pos.column, rule, hint))
 
     def expression(self, source: str, expected: ExprType, path: Path, rule: str | None,
-                   env: dict[str, Any]) -> Expression | None:
-        """Compile with the engine, then check in the typed environment ``env``; None after an error."""
+                   env: dict[str, Any], proven: frozenset[str] = frozenset()) -> Expression | None:
+        """Compile with the engine, then check in the typed environment ``env``; None after an error.
+
+        ``proven``: the fields the rule's ``when`` proves present (its other expressions run only then).
+        """
         if len(source) > MAX_EXPRESSION_CHARS:
             self.error(path, "cel-too-long", f"expression is longer than {MAX_EXPRESSION_CHARS} characters",
                        rule, "split it into variables")
             return None
         try:
             program = self.engine.compile(source, expected)
-            found = self.typed(source, expected, env)
+            found = self.typed(source, expected, env, proven)
         except CelCompileError as exc:
             self.cel_diagnostic(exc, source, path, rule)
             return None
@@ -173,10 +177,14 @@ class _Compiler:
                           None if found.reads_all_variables else names, found.type,
                           None if found.has_variables or found.reads_all_variables else tuple(found.variable_uses))
 
-    def typed(self, source: str, expected: ExprType, env: dict[str, Any]) -> Analysis | None:
+    def typed(self, source: str, expected: ExprType, env: dict[str, Any],
+              proven: frozenset[str] = frozenset()) -> Analysis | None:
         """The typed checker's findings; None when only the engine (not the checker) understands it."""
         try:
-            return analyse(source, expected, env, unbounded=frozenset(self.unbounded))
+            self.proves = frozenset()
+            found = analyse(source, expected, env, unbounded=frozenset(self.unbounded), proven=proven)
+            self.proves = found.proves
+            return found
         except CelCompileError:
             try:
                 analyse(source, expected, None, limits=False)
@@ -260,11 +268,12 @@ def _compile_rule(
     before = len(c.diagnostics)
     _check_shape(c, rule, path, full_id)
     when = c.expression(rule.when, ExprType.BOOL, (*path, "when"), full_id, env) if rule.when is not None else None
-    message_expr = (c.expression(rule.messageExpression, ExprType.STRING, (*path, "messageExpression"), full_id, env)
-                    if rule.messageExpression is not None else None)
-    result_expr = (c.expression(rule.resultExpression, ExprType.ANY, (*path, "resultExpression"), full_id, env)
-                   if rule.resultExpression is not None else None)
-    rewrite = _compile_rewrite(c, rule, path, full_id, env) if rule.rewrite is not None else None
+    proven = c.proves if when is not None else frozenset()
+    message_expr = (c.expression(rule.messageExpression, ExprType.STRING, (*path, "messageExpression"), full_id,
+                                 env, proven) if rule.messageExpression is not None else None)
+    result_expr = (c.expression(rule.resultExpression, ExprType.ANY, (*path, "resultExpression"), full_id, env,
+                                proven) if rule.resultExpression is not None else None)
+    rewrite = _compile_rewrite(c, rule, path, full_id, env, proven) if rule.rewrite is not None else None
     approval = None
     if rule.action is Action.APPROVE:
         spec_a = rule.approval
@@ -351,7 +360,8 @@ def _check_shape(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> None
                     "fix the [...] set: a range runs from the lower character to the higher")
 
 
-def _compile_rewrite(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str, env: dict[str, Any]) -> CompiledRewrite:
+def _compile_rewrite(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str, env: dict[str, Any],
+                     proven: frozenset[str]) -> CompiledRewrite:
     assert rule.rewrite is not None
     before = len(c.diagnostics)
     sets: list[tuple[PathParts, Expression]] = []
@@ -359,7 +369,7 @@ def _compile_rewrite(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str, env
     for target, source in rule.rewrite.set.items():
         here = (*path, "rewrite", "set", target)
         parts = _path(c, target, here, rule_id)
-        expr = c.expression(source, ExprType.ANY, here, rule_id, env)
+        expr = c.expression(source, ExprType.ANY, here, rule_id, env, proven)
         problem = rewrite_problem(rewritten, parts, expr.type) if parts is not None and expr is not None else None
         if problem is not None:
             c.error(here, problem[0], problem[1], rule_id, "set a value of the type the tool's input schema gives",

@@ -277,6 +277,11 @@ def test_reading_an_optional_argument_without_has_is_a_warning(loads):
                     "'has(args.limit) ? args.limit > 10 : false'", "'\"limit\" in args && args.limit > 10'",
                     "'args.branch == \"main\"'"):
         assert loads(rule(guarded, TOOLS_PUSH), catalog=CATALOG) == [], guarded
+    # a rule's message runs only when its `when` is true, so what the `when` proves guards it too
+    message = "    messageExpression: '\"limit \" + string(args.limit)'\n"
+    assert loads(rule("'has(args.limit) && args.limit > 10'", TOOLS_PUSH, message), catalog=CATALOG) == []
+    (w,) = loads(rule("'args.branch == \"main\"'", TOOLS_PUSH, message), catalog=CATALOG)
+    assert (w.code, w.line) == ("cel-optional-field", 7)
 
 
 def test_several_tools_give_the_union_of_their_arguments(error, loads):

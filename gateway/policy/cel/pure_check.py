@@ -483,21 +483,24 @@ class Analysis:
     reads_all_variables: bool = False  # ``variables`` used other than as variables.NAME
     has_variables: bool = False  # has(variables.NAME): the expression cannot be inlined
     warnings: list[CelTypeError] = field(default_factory=list)
+    proves: frozenset[str] = frozenset()  # fields present whenever it is true (a rule's other parts run then)
 
 
 def analyse(source: str, expected: ExprType, env: Mapping[str, Any] | None, limits: bool = True,
-            unbounded: frozenset[str] = frozenset()) -> Analysis:
+            unbounded: frozenset[str] = frozenset(), proven: frozenset[str] = frozenset()) -> Analysis:
     """Parse and type ``source`` in a typed environment; ``CelCompileError`` at the first problem.
 
-    ``unbounded`` names the file variables computed from inputs of unbounded size (see ``INPUTS``).
+    ``unbounded`` names the file variables computed from inputs of unbounded size (see ``INPUTS``);
+    ``proven`` the fields known present where it runs (what the rule's ``when`` proves).
     """
     tree = _parse(source)
     checker = _Checker(source, env, limits, unbounded)
+    checker.guards = proven
     result = checker.type_of(tree, {})
     _check_result(result, expected)
     return Analysis(result, frozenset(checker.references), checker.variable_uses,
                     checker.variables_idents != len(checker.variable_uses), checker.has_variables,
-                    checker.warnings)
+                    checker.warnings, _has_paths(tree, True))
 
 
 def _check_result(result: Any, expected: ExprType) -> None:
