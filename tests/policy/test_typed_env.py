@@ -129,6 +129,12 @@ def test_claims_stay_dynamic_and_every_real_field_loads(loads):
         " && call.iteration >= 0 && tool.annotations.readOnlyHint && size(result.content) >= 0'")) == []
 
 
+def test_an_index_with_a_literal_key_is_typed_and_other_keys_stay_dynamic(error, loads):
+    d = error(rule("'session[\"calls\"] > \"10\"'"))
+    assert "'(int, string)'" in d.message
+    assert loads(rule("'tool.annotations[\"x-owner\"] == 1 && tool.annotations[\"readOnlyHint\"]'")) == []
+
+
 def test_a_message_expression_must_be_a_string(error):
     d = error(rule("'true'", extra="    messageExpression: session.calls\n"))
     assert d.code == "cel-type" and "must evaluate to string, but it is int" in d.message

@@ -397,7 +397,12 @@ class _Checker:
     def member_index(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
         container, key = tree.children
         types = [self.type_of(container, scope), self.type_of(key, scope)]
-        return self.call("_[_]", types, self.after(container))
+        result = self.call("_[_]", types, self.after(container))
+        name = _string_literal(key)
+        if isinstance(types[0], ObjectType) and name is not None:
+            # obj["known"] has the field's type; another key stays dyn (the way to read extra keys)
+            return types[0].field_type(name) or DYN
+        return result
 
     def ident_arg(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
         name, args = cast(Token, tree.children[0]), (tree.children[1].children if len(tree.children) == 2 else [])
