@@ -297,6 +297,13 @@ def test_several_tools_give_the_union_of_their_arguments(error, loads):
     assert [w.code for w in warnings] == ["cel-optional-field"]
     d = error(rule("'args.stat == \"open\"'", both), catalog=CATALOG)
     assert "did you mean 'state'" in d.message
+    # two tools whose `repo` objects differ: neither shape is imposed on the other
+    fork_repo = {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}
+    other = Catalog.of([*CATALOG.tools.values(), CatalogTool("github_fork", input_schema={
+        "type": "object", "properties": {"repo": fork_repo}})])
+    for when in ("'args.repo.id == 1'", "'args.repo.owner == \"x\"'"):  # repo: only github_push requires it
+        warnings = loads(rule(when, "    tools: [github_push, github_fork]\n"), catalog=other)
+        assert [w.code for w in warnings] == ["cel-optional-field"], when
 
 
 def test_unknown_tools_and_open_schemas_keep_args_dynamic(loads):

@@ -19,12 +19,16 @@ DYN = "dyn"
 DYN_MAP = ("map", "string", DYN)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class ObjectType:
-    """A map with known keys: selecting any other key is a load error (unless ``open``)."""
+    """A map with known keys: selecting any other key is a load error (unless ``open``).
+
+    Two object types are the same type only when they are the same object (two schemas' ``repo``
+    may share a name and differ in fields), so joining different ones gives dyn.
+    """
 
     name: str
-    fields: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    fields: Mapping[str, Any] = field(default_factory=dict)
     optional: frozenset[str] = frozenset()  # keys that may be absent: reading one without has() warns
     open: bool = False  # other keys may exist (typed ``rest``): JSON Schema additionalProperties
     rest: Any = DYN
