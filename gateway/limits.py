@@ -202,3 +202,12 @@ MAX_RUN_CLIENT_CHARS = 200
 
 # The most sessions one page of `GET /v1/admin/sessions` returns.
 MAX_SESSIONS_PAGE = 500
+# CEL cost bound (Kubernetes refuses admission expressions whose estimated cost is unbounded):
+# at most this many comprehensions over inputs of unbounded size (arguments, results, split
+# strings) may nest, and an inner one must range over part of the outer element (a walk of
+# nested data, linear in the input); one over an independent input is refused at load, since
+# its cost is the product of both sizes. Literal lists do not count.
+MAX_COMPREHENSION_NESTING = 2
+# Parse trees of CEL expressions kept for the typed checker (a reload re-reads mostly the same
+# expressions); a tree is a few kilobytes, so this bounds the cache to a few tens of megabytes.
+MAX_CACHED_PARSE_TREES = 4096

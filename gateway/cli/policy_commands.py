@@ -51,17 +51,21 @@ def check(args: argparse.Namespace) -> int:
     summary: dict[str, Any] = {}
     paths = list(args.paths)
     manifest = Path(args.write_manifest) if args.write_manifest else None
+    typing: dict[str, Any] = {}  # what the config tells the typed environment (env values, usage windows)
     if args.config:
         from gateway.config.load import check_config
 
         config, problems = check_config(args.config, fetch_specs=True)
         diagnostics.extend(problems)
+        if config is not None:
+            windows = getattr(config.spec, "usage_windows", None)
+            typing = {"env": config.spec.env, "usage_windows": None if windows is None else list(windows)}
         if config is not None and not paths:
             paths = [str(p) for p in config.policy_paths()]
         if config is not None and manifest is None and config.spec.reload.manifest:
             manifest = config.path(config.spec.reload.manifest)
     if paths or not args.config:
-        policy_set, problems = check_policies(paths or ["."], args.engine)
+        policy_set, problems = check_policies(paths or ["."], args.engine, **typing)
         diagnostics.extend(problems)
         if policy_set is not None:
             summary = policy_set.summary()

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.diagnostics import Diagnostic
+from gateway.diagnostics import Diagnostic, Severity
 from gateway.errors import CelCompileError
 from gateway.limits import (
     DEFAULT_APPROVAL_HOLD_SECONDS,
@@ -21,19 +21,17 @@ from gateway.limits import (
 )
 from gateway.policy.cel import VARIABLES, Engine, ExprType, Program
 from gateway.policy.cel.globbing import glob_problem
+from gateway.policy.cel.pure_check import INPUTS, Analysis, CelTypeError, analyse
+from gateway.policy.cel.types import DYN, ObjectType
 from gateway.policy.decision import Action, ApprovalRequirement, Mode, OnError, Stage, Verdict
 from gateway.policy.model import PolicyFile, RuleSpec, parse_duration
 from gateway.policy.rewrite import PathParts, parse_path
+from gateway.policy.typed_env import RESULT, TypeEnvironment, rewrite_problem
 from gateway.sourcemap import Path, YamlDocument
 
 __all__ = ["CompiledPolicy", "CompiledRewrite", "CompiledRule", "Expression", "Variable", "compile_policy"]
 
 _RESPONSE_ACTIONS = frozenset({Action.REWRITE, Action.REJECT, Action.TERMINATE})
-_IDENT = re.compile(r"(?<![.\w])([A-Za-z_]\w*)")
-_VARIABLES_WORD = re.compile(r"(?<![.\w])variables\b")
-_VARIABLE_ATTR = re.compile(r"(?<![.\w])variables\s*\.\s*([A-Za-z_]\w*)")
-_HAS_VARIABLE = re.compile(r"\bhas\s*\(\s*variables\b")
-_STRING = re.compile(r"""(?s)[rRbB]*('''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")""")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +43,9 @@ class Expression:
     expected: ExprType
     references: frozenset[str]
     variables_read: frozenset[str] | None = frozenset()  # variables.NAME it reads; None: it reads them all
+    type: Any = DYN  # its static type in the typed environment
+    # where it reads variables.NAME (name, start, end in source); None: it cannot be inlined
+    variable_spans: tuple[tuple[str, int, int], ...] | None = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,60 +107,24 @@ class CompiledPolicy:
     rules: tuple[CompiledRule, ...] = field(default=())
 
 
-def references_of(source: str) -> frozenset[str]:
-    """The declared CEL variables ``source`` reads (a conservative, engine-independent scan)."""
-    bare = _STRING.sub('""', source)
-    return frozenset(name for name in _IDENT.findall(bare) if name in VARIABLES)
-
-
-def inline_variables(source: str, known: dict[str, str | None]) -> str | None:
-    """``source`` with each ``variables.NAME`` replaced by ``(that variable's source)``.
+def inline_variables(expr: Expression, known: dict[str, str | None]) -> str | None:
+    """``expr``'s source with each ``variables.NAME`` replaced by ``(that variable's source)``.
 
     Rules then evaluate in the one shared activation instead of an activation per set of
-    variables, which is most of a decision's cost. None when that is not a plain rewrite: a
+    variables, which is most of a decision's cost. The places come from the checked AST, so
+    comments and string literals cannot fool it. None when that is not a plain rewrite: a
     variable used any other way (``has(variables.x)``, ``variables["x"]``), one that is unknown or
     cannot itself be inlined, or a result longer than expressions may be.
     """
-    bare = _STRING.sub('""', source)
-    if variables_read(source) is None or _HAS_VARIABLE.search(bare):
+    if expr.variables_read is None or expr.variable_spans is None:
         return None
-    pieces: list[str] = []
-    last = 0
-    for literal in _STRING.finditer(source):
-        pieces.append(_replace_variables(source[last:literal.start()], known))
-        pieces.append(literal.group(0))
-        last = literal.end()
-    pieces.append(_replace_variables(source[last:], known))
-    if any(p is _NOT_INLINABLE for p in pieces):
-        return None
-    text = "".join(pieces)
-    return text if len(text) <= MAX_EXPRESSION_CHARS else None
-
-
-_NOT_INLINABLE = "\0"
-
-
-def _replace_variables(code: str, known: dict[str, str | None]) -> str:
-    failed = False
-
-    def one(match: re.Match[str]) -> str:
-        nonlocal failed
-        inline = known.get(match.group(1))
+    text = expr.source
+    for name, start, end in sorted(expr.variable_spans, key=lambda span: span[1], reverse=True):
+        inline = known.get(name)
         if inline is None:
-            failed = True
-            return match.group(0)
-        return f"({inline})"
-
-    out = _VARIABLE_ATTR.sub(one, code)
-    return _NOT_INLINABLE if failed else out
-
-
-def variables_read(source: str) -> frozenset[str] | None:
-    """The file variables ``source`` reads as ``variables.NAME``; None when it uses ``variables``
-    any other way (``variables["x"]``, the whole map), so that it must be given all of them."""
-    bare = _STRING.sub('""', source)
-    names = _VARIABLE_ATTR.findall(bare)
-    return frozenset(names) if len(_VARIABLES_WORD.findall(bare)) == len(names) else None
+            return None
+        text = f"{text[:start]}({inline}\n){text[end:]}"  # the newline ends a // comment in the variable
+    return text if len(text) <= MAX_EXPRESSION_CHARS else None
 
 
 class _Compiler:
@@ -171,73 +136,116 @@ class _Compiler:
         """
         if expr is None or not expr.variables_read:
             return expr
-        text = inline_variables(expr.source, inlines)
+        text = inline_variables(expr, inlines)
         if text is None:
             return expr
         try:
             program = self.engine.compile(text, expr.expected)
         except CelCompileError:
             return expr
-        return Expression(expr.source, program, expr.expected, expr.references, frozenset())
+        return Expression(expr.source, program, expr.expected, expr.references, frozenset(), expr.type, ())
 
     def __init__(self, doc: YamlDocument, engine: Engine) -> None:
         self.doc = doc
         self.engine = engine
         self.diagnostics: list[Diagnostic] = []
+        self.unbounded: set[str] = set()  # file variables computed from inputs of unbounded size
+        self.proves: frozenset[str] = frozenset()  # what the last expression typed proves when true
 
     def error(self, path: Path, code: str, message: str, rule: str | None, hint: str | None = None,
               *, key: bool = False) -> None:
         pos = self.doc.position(path, key=key)
         self.diagnostics.append(Diagnostic(code, message, self.doc.file, pos.line, pos.column, rule, hint))
 
-    def expression(self, source: str, expected: ExprType, path: Path, rule: str | None) -> Expression | None:
+    def expression(self, source: str, expected: ExprType, path: Path, rule: str | None,
+                   env: dict[str, Any], proven: frozenset[str] = frozenset()) -> Expression | None:
+        """Compile with the engine, then check in the typed environment ``env``; None after an error.
+
+        ``proven``: the fields the rule's ``when`` proves present (its other expressions run only then).
+        """
         if len(source) > MAX_EXPRESSION_CHARS:
             self.error(path, "cel-too-long", f"expression is longer than {MAX_EXPRESSION_CHARS} characters",
                        rule, "split it into variables")
             return None
         try:
             program = self.engine.compile(source, expected)
+            found = self.typed(source, expected, env, proven)
         except CelCompileError as exc:
-            pos = self.doc.locate(path, exc.line, exc.column)
-            self.diagnostics.append(Diagnostic(
-                exc.code, f"{exc.message} in {source!r}", self.doc.file, pos.line, pos.column, rule,
-                _CEL_HINTS.get(exc.code),
-            ))
+            self.cel_diagnostic(exc, source, path, rule)
             return None
-        return Expression(source, program, expected, references_of(source), variables_read(source))
+        if found is None:  # the typed checker cannot read it (a C++-only function): assume it reads everything
+            return Expression(source, program, expected, frozenset(VARIABLES), None, DYN, None)
+        for warning in found.warnings:
+            self.cel_diagnostic(warning, source, path, rule, Severity.WARNING)
+        names = frozenset(name for name, _, _ in found.variable_uses)
+        return Expression(source, program, expected, found.references,
+                          None if found.reads_all_variables else names, found.type,
+                          None if found.has_variables or found.reads_all_variables else tuple(found.variable_uses))
+
+    def typed(self, source: str, expected: ExprType, env: dict[str, Any],
+              proven: frozenset[str] = frozenset()) -> Analysis | None:
+        """The typed checker's findings; None when only the engine (not the checker) understands it."""
+        try:
+            self.proves = frozenset()
+            found = analyse(source, expected, env, unbounded=frozenset(self.unbounded), proven=proven)
+            self.proves = found.proves
+            return found
+        except CelCompileError:
+            try:
+                analyse(source, expected, None, limits=False)
+            except CelCompileError:
+                return None
+            raise
+
+    def cel_diagnostic(self, exc: CelCompileError, source: str, path: Path, rule: str | None,
+                       severity: Severity = Severity.ERROR) -> None:
+        pos = self.doc.locate(path, exc.line, exc.column)
+        hint = exc.hint if isinstance(exc, CelTypeError) and exc.hint else _CEL_HINTS.get(exc.code)
+        self.diagnostics.append(Diagnostic(exc.code, f"{exc.message} in {source!r}", self.doc.file, pos.line,
+                                           pos.column, rule, hint, severity))
 
 
 _CEL_HINTS = {
     "cel-undeclared": f"expressions may read only {', '.join(VARIABLES)} and the documented functions",
     "cel-type": "make the expression produce the expected type (compare, or convert with string()/bool())",
     "cel-compile": "check the CEL syntax near this column",
+    "cel-field": "see the typed environment in docs/policy-language.md",
 }
 
 
 def compile_policy(
     spec: PolicyFile, doc: YamlDocument, engine: Engine, policy_index: int, first_ordinal: int,
-    rule_indices: list[int] | None = None,
+    rule_indices: list[int] | None = None, types: TypeEnvironment | None = None,
 ) -> tuple[CompiledPolicy, list[Diagnostic]]:
     """Compile one validated policy file; diagnostics are empty when it compiled cleanly.
 
     ``rule_indices`` gives each rule's index in the file when some rules were left out because
-    they failed validation (so positions still point at the right lines).
+    they failed validation (so positions still point at the right lines). ``types`` is what is
+    known of ``env``, ``usage`` and the tools' arguments (by default: nothing, so they are dynamic).
     """
     indices = rule_indices if rule_indices is not None else list(range(len(spec.rules)))
+    types = types or TypeEnvironment()
     c = _Compiler(doc, engine)
     variables: list[Variable] = []
     seen_vars: set[str] = set()
+    var_types: dict[str, Any] = {}  # a variable reads only the ones before it
     for i, var in enumerate(spec.variables):
         if var.name in seen_vars:
             c.error(("variables", i, "name"), "duplicate-variable", f"variable {var.name!r} is defined twice",
                     None, "give each variable a unique name")
         seen_vars.add(var.name)
-        expr = c.expression(var.expression, ExprType.ANY, ("variables", i, "expression"), None)
+        env = types.for_rule(None, ObjectType("variables", dict(var_types)), args_known=False)
+        expr = c.expression(var.expression, ExprType.ANY, ("variables", i, "expression"), None, env)
+        var_types[var.name] = expr.type if expr is not None else DYN
+        if expr is not None and (expr.references & INPUTS or expr.variables_read is None
+                                 or expr.variables_read & c.unbounded):
+            c.unbounded.add(var.name)
         if expr is not None:
             earlier = {v.name: v for v in variables}
             needs = _closure(expr.variables_read, earlier)
-            inline = inline_variables(expr.source, {v.name: v.inline for v in variables})
+            inline = inline_variables(expr, {v.name: v.inline for v in variables})
             variables.append(Variable(var.name, expr, needs, inline))
+    all_variables = ObjectType("variables", var_types)
 
     rules: list[CompiledRule] = []
     seen_ids: dict[str, int] = {}
@@ -250,7 +258,8 @@ def compile_policy(
                     full_id, "rule ids must be unique within a policy file")
             continue
         seen_ids[rule.id] = i
-        compiled = _compile_rule(c, spec, rule, ("rules", i), full_id, policy_index, first_ordinal + i, by_name)
+        env = types.for_rule(rule.tools, all_variables)
+        compiled = _compile_rule(c, spec, rule, ("rules", i), full_id, policy_index, first_ordinal + i, by_name, env)
         if compiled is not None:
             rules.append(compiled)
     return CompiledPolicy(spec.policy, doc.file, spec.description, spec.default, tuple(variables),
@@ -259,16 +268,17 @@ def compile_policy(
 
 def _compile_rule(
     c: _Compiler, spec: PolicyFile, rule: RuleSpec, path: Path, full_id: str, policy_index: int,
-    ordinal: int, variables: dict[str, Variable],
+    ordinal: int, variables: dict[str, Variable], env: dict[str, Any],
 ) -> CompiledRule | None:
     before = len(c.diagnostics)
     _check_shape(c, rule, path, full_id)
-    when = c.expression(rule.when, ExprType.BOOL, (*path, "when"), full_id) if rule.when is not None else None
-    message_expr = (c.expression(rule.messageExpression, ExprType.STRING, (*path, "messageExpression"), full_id)
-                    if rule.messageExpression is not None else None)
-    result_expr = (c.expression(rule.resultExpression, ExprType.ANY, (*path, "resultExpression"), full_id)
-                   if rule.resultExpression is not None else None)
-    rewrite = _compile_rewrite(c, rule, path, full_id) if rule.rewrite is not None else None
+    when = c.expression(rule.when, ExprType.BOOL, (*path, "when"), full_id, env) if rule.when is not None else None
+    proven = c.proves if when is not None else frozenset()
+    message_expr = (c.expression(rule.messageExpression, ExprType.STRING, (*path, "messageExpression"), full_id,
+                                 env, proven) if rule.messageExpression is not None else None)
+    result_expr = (c.expression(rule.resultExpression, ExprType.ANY, (*path, "resultExpression"), full_id, env,
+                                proven) if rule.resultExpression is not None else None)
+    rewrite = _compile_rewrite(c, rule, path, full_id, env, proven) if rule.rewrite is not None else None
     approval = None
     if rule.action is Action.APPROVE:
         spec_a = rule.approval
@@ -357,15 +367,21 @@ def _check_shape(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> None
                     "fix the [...] set: a range runs from the lower character to the higher")
 
 
-def _compile_rewrite(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> CompiledRewrite:
+def _compile_rewrite(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str, env: dict[str, Any],
+                     proven: frozenset[str]) -> CompiledRewrite:
     assert rule.rewrite is not None
     before = len(c.diagnostics)
     sets: list[tuple[PathParts, Expression]] = []
+    rewritten = RESULT if rule.stage is Stage.RESPONSE else env["args"]
     for target, source in rule.rewrite.set.items():
         here = (*path, "rewrite", "set", target)
         parts = _path(c, target, here, rule_id)
-        expr = c.expression(source, ExprType.ANY, here, rule_id)
-        if parts is not None and expr is not None:
+        expr = c.expression(source, ExprType.ANY, here, rule_id, env, proven)
+        problem = rewrite_problem(rewritten, parts, expr.type) if parts is not None and expr is not None else None
+        if problem is not None:
+            c.error(here, problem[0], problem[1], rule_id, "set a value of the type the tool's input schema gives",
+                    key=True)
+        elif parts is not None and expr is not None:
             sets.append((parts, expr))
     removes = []
     for i, target in enumerate(rule.rewrite.remove):

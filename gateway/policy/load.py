@@ -15,11 +15,13 @@ from typing import Any
 from gateway.diagnostics import Diagnostic, Severity
 from gateway.errors import PolicyLoadError
 from gateway.limits import MAX_POLICY_FILE_BYTES, MAX_RULES
+from gateway.policy.catalog import Catalog
 from gateway.policy.cel import get_engine
 from gateway.policy.compile import CompiledPolicy, compile_policy
 from gateway.policy.decision import Verdict
 from gateway.policy.model import PolicyFile
 from gateway.policy.policyset import PolicySet
+from gateway.policy.typed_env import TypeEnvironment
 from gateway.sourcemap import YamlDocument, load_yaml
 from gateway.validation import validate_document
 
@@ -75,14 +77,19 @@ def read_document(path: Path, raw: bytes | None = None) -> tuple[YamlDocument | 
 
 
 def check_policies(
-    paths: Sequence[str | Path], engine: str = "auto", contents: Mapping[Path, bytes] | None = None
+    paths: Sequence[str | Path], engine: str = "auto", contents: Mapping[Path, bytes] | None = None, *,
+    catalog: Catalog | None = None, env: Mapping[str, Any] | None = None,
+    usage_windows: Sequence[str] | None = None,
 ) -> tuple[PolicySet | None, list[Diagnostic]]:
     """Load and compile; the set is None when any error was found. Warnings come back either way.
 
     ``contents`` is the set's files and bytes, read by the caller as one snapshot (a reload): then
     nothing is read from disk here, so the set compiled is exactly the set that was checked.
+    The typed environment knows more with the tool ``catalog`` (``args`` typed from input schemas),
+    the config's ``env`` values and its ``usage_windows`` names; without them those stay dynamic.
     """
     cel = get_engine(engine)
+    types = TypeEnvironment(env, usage_windows, catalog)
     files, diagnostics = discover(paths)
     if contents is not None:
         files = list(contents)
@@ -120,7 +127,7 @@ def check_policies(
                 str(path), pos.line, pos.column, hint="policy names must be unique across the set"))
             continue
         names[spec.policy] = str(path)
-        compiled, problems = compile_policy(spec, doc, cel, len(policies), ordinal, rule_indices)
+        compiled, problems = compile_policy(spec, doc, cel, len(policies), ordinal, rule_indices, types)
         diagnostics.extend(problems)
         ordinal += len(spec.rules)
         policies.append(compiled)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -17,13 +19,18 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
 
 from gateway.errors import CelCompileError
+from gateway.limits import MAX_CACHED_PARSE_TREES, MAX_COMPREHENSION_NESTING
 from gateway.policy.cel.base import VARIABLES, ExprType
 from gateway.policy.cel.pure_signatures import BOOL, DYN, SIGNATURES, TYPE_NAMES, TYPE_VARIABLES
 from gateway.policy.cel.strings import INT64_MAX, INT64_MIN, UINT64_MAX
+from gateway.policy.cel.types import DYN_MAP, ObjectType, fmt_type, suggestion
 
-__all__ = ["MACROS", "MAX_TREE_DEPTH", "OPERATORS", "PASS_THROUGH", "check", "parser", "unwrap"]
+__all__ = ["INPUTS", "MACROS", "MAX_TREE_DEPTH", "OPERATORS", "PASS_THROUGH", "Analysis", "CelTypeError", "analyse",
+           "check", "parser", "unwrap"]
 
 _VARIABLE_TYPE = ("map", "string", DYN)  # every declared variable
+# The variables whose size the caller controls: comprehensions over them are what the cost bound counts.
+INPUTS = frozenset({"args", "original_args", "result"})
 # Receiver-style calls that the checker and the evaluator treat as comprehensions, not functions.
 MACROS = {"all", "exists", "exists_one", "map", "filter"}
 # celpy's interpreter recurses about five Python frames per parse-tree level. 120 levels (about ten
@@ -66,12 +73,18 @@ def _line_column(source: str, pos: int) -> tuple[int, int]:
     return source.count("\n", 0, pos) + 1, pos - source.rfind("\n", 0, pos)
 
 
+@functools.lru_cache(maxsize=MAX_CACHED_PARSE_TREES)
 def _parse(source: str) -> Tree[Any]:
+    """The parse tree of ``source``, its depth bounded (shared: nothing may change it).
+
+    Cached, because a reload parses the same expressions again, and the cel-python engine parses
+    each twice (its own check, then the typed one).
+    """
     def error(pos: int, what: str) -> CelCompileError:
         return CelCompileError(f"Syntax error: {what}", *_line_column(source, pos))
 
     try:
-        return parser().parse(source)
+        tree = parser().parse(source)
     except UnexpectedToken as exc:
         if exc.token.type == "$END":
             raise error(len(source), "unexpected end of expression") from None
@@ -83,6 +96,8 @@ def _parse(source: str) -> Tree[Any]:
         raise error(len(source), "unexpected end of expression") from None
     except LarkError as exc:
         raise CelCompileError(f"Syntax error: {exc}") from None
+    _check_depth(tree, source)
+    return tree
 
 
 def _check_depth(tree: Tree[Any], source: str) -> None:
@@ -116,13 +131,29 @@ def _dotted(tree: Tree[Any]) -> str | None:
     return None
 
 
-def _fmt(t: Any) -> str:
-    return f"{t[0]}({', '.join(map(_fmt, t[1:]))})" if isinstance(t, tuple) else str(t)
+_fmt = fmt_type
+
+
+class CelTypeError(CelCompileError):
+    """A problem the typed environment found, with a hint naming what would be right."""
+
+    def __init__(self, message: str, line: int, column: int, kind: str, hint: str | None = None) -> None:
+        super().__init__(message, line, column, kind)
+        self.hint = hint
+
+
+def _erase(t: Any) -> Any:
+    """Object types as the maps they are at run time (for operators and functions)."""
+    if isinstance(t, ObjectType):
+        return DYN_MAP
+    return tuple(_erase(part) for part in t) if isinstance(t, tuple) else t
 
 
 def _compatible(a: Any, b: Any) -> bool:
     if a == b or DYN in (a, b):
         return True
+    if isinstance(a, ObjectType) or isinstance(b, ObjectType):
+        return _compatible(_erase(a), _erase(b))
     return (isinstance(a, tuple) and isinstance(b, tuple) and a[0] == b[0] and len(a) == len(b)
             and all(map(_compatible, a[1:], b[1:])))
 
@@ -138,6 +169,8 @@ def _unify(param: Any, arg: Any, bound: dict[str, Any]) -> bool:
         return True
     if DYN in (param, arg):
         return True
+    if isinstance(arg, ObjectType):
+        arg = DYN_MAP
     if isinstance(param, tuple):
         return (isinstance(arg, tuple) and param[0] == arg[0] and len(param) == len(arg)
                 and all(_unify(p, a, bound) for p, a in zip(param[1:], arg[1:], strict=True)))
@@ -154,11 +187,66 @@ def _join(types: list[Any]) -> Any:
     return types[0] if types and all(t == types[0] for t in types) else DYN
 
 
-class _Checker:
-    """Types a parse tree; raises ``CelCompileError`` at the first problem, in source order."""
+def _string_literal(tree: Tree[Any]) -> str | None:
+    node = unwrap(tree)
+    if node.data != "literal" or cast(Token, node.children[0]).type != "STRING_LIT":
+        return None
+    match = re.fullmatch(r"""(['"])(\w+)\1""", str(node.children[0]))
+    return match.group(2) if match else None
 
-    def __init__(self, source: str) -> None:
+
+def _has_paths(tree: Tree[Any], positive: bool) -> frozenset[str]:
+    """The fields ``tree`` proves present when it is true (``positive``) or false: ``has(a.b)``,
+    ``'b' in a``, and conjunctions (disjunctions) and negations of these."""
+    node = unwrap(tree)
+    kids = node.children
+    if node.data == "unary" and kids[0].data == "unary_not":
+        return _has_paths(kids[1], not positive)
+    if node.data == ("conditionaland" if positive else "conditionalor") and len(kids) == 2:
+        return _has_paths(kids[0], positive) | _has_paths(kids[1], positive)
+    if not positive:
+        return frozenset()
+    if node.data == "ident_arg" and str(kids[0]) == "has" and len(kids) == 2 and len(kids[1].children) == 1:
+        path = _dotted(kids[1].children[0])
+        return frozenset({path}) if path else frozenset()
+    if node.data == "relation" and kids[0].data == "relation_in":
+        key, container = _string_literal(kids[0].children[0]), _dotted(kids[1])
+        return frozenset({f"{container}.{key}"}) if key and container else frozenset()
+    return frozenset()
+
+
+class _Checker:
+    """Types a parse tree; raises ``CelCompileError`` at the first problem, in source order.
+
+    Given an environment (``env``: the declared type of each variable) it is the typed
+    environment's checker: it also records what the expression reads (``references``, each
+    ``variables.NAME`` with its span), warns about optional fields read without ``has()``, and
+    bounds comprehension nesting (``limits``).
+    """
+
+    def __init__(self, source: str, env: Mapping[str, Any] | None = None, limits: bool = False,
+                 unbounded: frozenset[str] = frozenset()) -> None:
         self.source = source
+        self.env = env
+        self.limits = limits
+        self.unbounded = unbounded  # file variables computed from inputs of unbounded size
+        self.references: set[str] = set()
+        self.variable_uses: list[tuple[str, int, int]] = []  # variables.NAME: name, start, end
+        self.variables_idents = 0
+        self.has_variables = False
+        self.warnings: list[CelTypeError] = []
+        self.guards: frozenset[str] = frozenset()
+        self.in_has = False
+        self.ranges: list[str] = []  # iteration variables of the enclosing dynamic-size comprehensions
+
+    def guarded(self, tree: Tree[Any], scope: dict[str, Any], proven: frozenset[str]) -> Any:
+        """The type of ``tree`` where the fields ``proven`` are known to be present."""
+        saved = self.guards
+        self.guards = saved | proven
+        try:
+            return self.type_of(tree, scope)
+        finally:
+            self.guards = saved
 
     def error(self, message: str, pos: int | None, kind: str = "cel-compile") -> CelCompileError:
         return CelCompileError(message, *_line_column(self.source, pos or 0), kind=kind)
@@ -174,11 +262,15 @@ class _Checker:
         if tree.data in PASS_THROUGH and len(kids) == 1:
             return self.type_of(kids[0], scope)
         if tree.data == "expr":  # cond ? a : b
-            types = [self.type_of(kid, scope) for kid in kids]
+            types = [self.type_of(kids[0], scope), self.guarded(kids[1], scope, _has_paths(kids[0], True)),
+                     self.guarded(kids[2], scope, _has_paths(kids[0], False))]
             return self.call("_?_:_", types, self.after(kids[0]))
         if tree.data in ("conditionalor", "conditionaland"):
-            left, right, name = kids[0], kids[1], OPERATORS[tree.data]
-        elif tree.data in ("relation", "addition", "multiplication"):
+            left, right = kids[0], kids[1]
+            proven = _has_paths(left, tree.data == "conditionaland")
+            types = [self.type_of(left, scope), self.guarded(right, scope, proven)]
+            return self.call(OPERATORS[tree.data], types, self.after(left))
+        if tree.data in ("relation", "addition", "multiplication"):
             left, right, name = kids[0].children[0], kids[1], OPERATORS[kids[0].data]
         elif tree.data == "unary":
             operand = self.type_of(kids[1], scope)
@@ -206,7 +298,7 @@ class _Checker:
         if name in scope:
             return scope[name]
         if name in VARIABLES:
-            return _VARIABLE_TYPE
+            return self.env.get(name, _VARIABLE_TYPE) if self.env is not None else _VARIABLE_TYPE
         return ("type", TYPE_NAMES[name]) if name in TYPE_NAMES else None
 
     def ident(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
@@ -214,6 +306,9 @@ class _Checker:
         found = self.declared(str(token), scope)
         if found is None:
             raise self.error(f"undeclared reference to '{token}'", token.start_pos, "cel-undeclared")
+        if token in VARIABLES and token not in scope:
+            self.references.add(str(token))
+            self.variables_idents += token == "variables"
         return found
 
     def dot_ident(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
@@ -261,16 +356,53 @@ class _Checker:
         if dotted is not None and self.declared(dotted.split(".")[0], scope) is None:
             raise self.error(f"undeclared reference to '{dotted}'", dot, "cel-undeclared")
         target = self.type_of(operand, scope)
+        root = unwrap(operand)
+        if root.data == "ident" and str(root.children[0]) == "variables" and "variables" not in scope:
+            self.variable_uses.append((str(field), root.meta.start_pos, field.end_pos or 0))
+            self.has_variables = self.has_variables or self.in_has
+        if isinstance(target, ObjectType):
+            return self.field(target, field, dot, dotted)
         if isinstance(target, tuple) and target[0] == "map":
             return target[2]
         if target == DYN:
             return DYN
         raise self.error(f"expression of type '{_fmt(target)}' cannot be the operand of a select operation", dot)
 
+    def field(self, target: ObjectType, name: Token, dot: int, dotted: str | None) -> Any:
+        """The type of ``operand.name`` on an object type: unknown fields are errors."""
+        key = str(name)
+        found = target.field_type(key)
+        guarded = self.in_has or (dotted is not None and self.proven(dotted))
+        if found is None and target.probe:
+            if not guarded:
+                self.warnings.append(CelTypeError(
+                    f"{target.name} has no field '{key}'{suggestion(key, target.fields)} in this configuration, "
+                    "so reading it fails unless something guards it",
+                    *_line_column(self.source, dot), "cel-missing-field",
+                    f"guard it: has({dotted}) && ..., or set it (the fields of {target.name} are: "
+                    f"{', '.join(sorted(target.fields)) or 'none'})"))
+            return DYN
+        if found is None:
+            known = ", ".join(sorted(target.fields)) or "none"
+            raise CelTypeError(f"undefined field '{key}' of {target.name}{suggestion(key, target.fields)}",
+                               *_line_column(self.source, dot), "cel-field",
+                               f"the fields of {target.name} are: {known}")
+        if key in target.optional and not guarded and dotted is not None:
+            self.warnings.append(CelTypeError(
+                f"'{dotted}' may be absent ({target.name} does not require '{key}'); reading it then is an error",
+                *_line_column(self.source, dot), "cel-optional-field",
+                f"guard it: has({dotted}) && ..., or has({dotted}) ? {dotted} : DEFAULT"))
+        return found
+
     def member_index(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
         container, key = tree.children
         types = [self.type_of(container, scope), self.type_of(key, scope)]
-        return self.call("_[_]", types, self.after(container))
+        result = self.call("_[_]", types, self.after(container))
+        name = _string_literal(key)
+        if isinstance(types[0], ObjectType) and name is not None:
+            # obj["known"] has the field's type; another key stays dyn (the way to read extra keys)
+            return types[0].field_type(name) or DYN
+        return result
 
     def ident_arg(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
         name, args = cast(Token, tree.children[0]), (tree.children[1].children if len(tree.children) == 2 else [])
@@ -278,7 +410,11 @@ class _Checker:
             selection = unwrap(args[0])
             if selection.data != "member_dot":
                 raise self.error("has() argument must be a field selection", args[0].meta.start_pos)
-            self.member_dot(selection, scope)
+            self.in_has, saved = True, self.in_has
+            try:
+                self.member_dot(selection, scope)
+            finally:
+                self.in_has = saved
             return BOOL
         return self.call(str(name), [self.type_of(arg, scope) for arg in args], self.after(name.end_pos))
 
@@ -296,12 +432,21 @@ class _Checker:
         if variable.data != "ident":
             raise self.error(f"{name}() variable name must be a simple identifier", args[0].meta.start_pos)
         target = self.type_of(receiver, scope)
+        if isinstance(target, ObjectType):
+            target = ("map", "string", target.rest if target.open else DYN)
         if target != DYN and not (isinstance(target, tuple) and target[0] in ("list", "map")):
             raise self.error(f"expression of type '{_fmt(target)}' cannot be the range of a comprehension "
                              "(must be list, map, or dynamic)", receiver.meta.start_pos)
         element = target[1] if isinstance(target, tuple) else DYN
         inner = {**scope, str(variable.children[0]): element}
-        bodies = [self.type_of(arg, inner) for arg in args[1:]]
+        dynamic = self.limits and self.bound_cost(name, receiver, pos)
+        if dynamic:
+            self.ranges.append(str(variable.children[0]))
+        try:
+            bodies = [self.type_of(arg, inner) for arg in args[1:]]
+        finally:
+            if dynamic:
+                self.ranges.pop()
         if (name != "map" or len(bodies) == 2) and not _compatible(bodies[0], BOOL):
             step = {"all": ("_&&_", [BOOL, bodies[0]]), "exists": ("_||_", [BOOL, bodies[0]]),
                     "exists_one": ("_?_:_", [bodies[0], "int", "int"])}
@@ -313,13 +458,65 @@ class _Checker:
         return BOOL
 
 
-def check(source: str, expected: ExprType) -> Tree[Any]:
-    """The parse tree of ``source`` once it passes every check; ``CelCompileError`` with a position."""
+    def proven(self, dotted: str) -> bool:
+        """Whether a has() or ``in`` around this point proves ``dotted`` (or a field below it) present."""
+        return any(g == dotted or g.startswith(dotted + ".") for g in self.guards)
+
+    def bound_cost(self, name: str, receiver: Tree[Any], pos: int) -> bool:
+        """Whether ``receiver`` has a size the caller controls; refuse nesting too many such ranges."""
+        reads = {str(t) for t in receiver.scan_values(lambda v: isinstance(v, Token) and v.type == "IDENT")}
+        uses = {str(node.children[1]) for node in receiver.iter_subtrees()
+                if node.data == "member_dot" and _dotted(node.children[0]) == "variables"}
+        if not (reads & (INPUTS | set(self.ranges)) or uses & self.unbounded):
+            return False
+        if len(self.ranges) >= MAX_COMPREHENSION_NESTING:
+            raise CelTypeError(
+                f"expression cost is unbounded: {name}() is comprehension number {len(self.ranges) + 1} nested over "
+                f"inputs of unbounded size (at most {MAX_COMPREHENSION_NESTING} may nest)",
+                *_line_column(self.source, pos), "cel-cost",
+                "compute the inner part in a variable, range over a literal list, or test membership with 'in'")
+        return True
+
+
+@dataclass
+class Analysis:
+    """What the typed environment's checker found in one expression."""
+
+    type: Any
+    references: frozenset[str]
+    variable_uses: list[tuple[str, int, int]] = field(default_factory=list)
+    reads_all_variables: bool = False  # ``variables`` used other than as variables.NAME
+    has_variables: bool = False  # has(variables.NAME): the expression cannot be inlined
+    warnings: list[CelTypeError] = field(default_factory=list)
+    proves: frozenset[str] = frozenset()  # fields present whenever it is true (a rule's other parts run then)
+
+
+def analyse(source: str, expected: ExprType, env: Mapping[str, Any] | None, limits: bool = True,
+            unbounded: frozenset[str] = frozenset(), proven: frozenset[str] = frozenset()) -> Analysis:
+    """Parse and type ``source`` in a typed environment; ``CelCompileError`` at the first problem.
+
+    ``unbounded`` names the file variables computed from inputs of unbounded size (see ``INPUTS``);
+    ``proven`` the fields known present where it runs (what the rule's ``when`` proves).
+    """
     tree = _parse(source)
-    _check_depth(tree, source)
-    result = _Checker(source).type_of(tree, {})
+    checker = _Checker(source, env, limits, unbounded)
+    checker.guards = proven
+    result = checker.type_of(tree, {})
+    _check_result(result, expected)
+    return Analysis(result, frozenset(checker.references), checker.variable_uses,
+                    checker.variables_idents != len(checker.variable_uses), checker.has_variables,
+                    checker.warnings, _has_paths(tree, True))
+
+
+def _check_result(result: Any, expected: ExprType) -> None:
     want = {ExprType.BOOL: BOOL, ExprType.STRING: "string"}.get(expected)
     if want is not None and result not in (want, DYN):
         shown = _fmt(result).replace("(", "<").replace(")", ">").replace("null_type", "null")
         raise CelCompileError(f"expression must evaluate to {expected}, but it is {shown}", kind="cel-type")
+
+
+def check(source: str, expected: ExprType) -> Tree[Any]:
+    """The parse tree of ``source`` once it passes every check; ``CelCompileError`` with a position."""
+    tree = _parse(source)
+    _check_result(_Checker(source).type_of(tree, {}), expected)
     return tree
