@@ -170,3 +170,11 @@ APPROVAL_POLL_SECONDS = 0.5
 # The longest filter text `GET /v1/approvals` accepts (tool, principal, q): names and search
 # words are short; a longer one is a mistake or an attempt to make the search expensive.
 MAX_APPROVALS_FILTER_CHARS = 200
+
+# A caret snippet under a diagnostic shows at most this many characters of the offending line (a
+# window around the column), so that one minified line does not flood a terminal or a CI log.
+MAX_SNIPPET_CHARS = 160
+
+# `gateway tools` and `gateway check --config` start every upstream to read its tools; one that has
+# not answered within this many seconds is reported as unavailable rather than waited for.
+CATALOG_START_TIMEOUT_SECONDS = 30.0

@@ -1,0 +1,379 @@
+"""Policy files checked against the tool catalog: what `gateway check --config` / `--tools` adds.
+
+Each mistake here loads cleanly, because it is only a mistake with respect to the tools that exist:
+
+* ``unknown-tool`` (error): a ``tools:`` pattern that matches no tool in the catalog, at the pattern
+  itself, with a did-you-mean (``github_lsit_*`` → ``github_list_*``; ``github_list_[*``, whose ``[``
+  is never closed and so is a literal ``[`` no tool name has → ``github_list_*``).
+* ``rule-never-fires`` (warning): a rule whose ``when`` reads nothing and is false.
+* ``unknown-argument``: ``args.NAME`` / ``original_args.NAME`` (also through ``variables``) where no
+  tool the rule covers has an argument NAME in its input schema. An error when every such tool's
+  schema is closed (``additionalProperties: false``), since the read can then only fail; a warning
+  when a schema merely leaves additional arguments unmentioned; nothing when one of the tools
+  accepts any argument (no ``properties``, or ``additionalProperties`` true or a schema).
+
+The checks work on the parsed and validated files, not on a loaded set, so that they run (and their
+findings print) even when the set has other errors. References come from a CEL parse of each
+expression (comments and strings are understood), never from a text search.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path as FsPath
+from typing import Any
+
+from lark import Token, Tree
+from lark.exceptions import LarkError
+from pydantic import ValidationError
+
+from gateway.diagnostics import Diagnostic, Severity
+from gateway.errors import CelCompileError, CelEvaluationError
+from gateway.policy.catalog import Catalog, CatalogTool
+from gateway.policy.cel import VARIABLES, Engine, ExprType
+from gateway.policy.cel.globbing import glob_match, glob_problem
+from gateway.policy.cel.pure_check import MACROS, parser
+from gateway.policy.model import RuleSpec, VariableSpec
+from gateway.sourcemap import Path, YamlDocument
+
+__all__ = ["check_against_catalog", "check_documents"]
+
+_ARG_ROOTS = ("args", "original_args")
+_WILDCARDS = "*?["
+_MAX_SUGGESTIONS = 3
+
+
+def check_against_catalog(paths: Sequence[str | FsPath], catalog: Catalog, engine: Engine) -> list[Diagnostic]:
+    """The catalog findings for the policy files under ``paths`` (files that do not parse are skipped:
+    loading them reports why)."""
+    from gateway.policy.load import discover, read_document  # load imports compile; keep this module light
+
+    files, _ = discover(paths)
+    documents = [doc for doc in (read_document(f)[0] for f in files) if doc is not None]
+    return check_documents(documents, catalog, engine)
+
+
+def check_documents(documents: Sequence[YamlDocument], catalog: Catalog, engine: Engine) -> list[Diagnostic]:
+    """The catalog findings for parsed policy files, sorted by position."""
+    found: list[Diagnostic] = []
+    seen: set[tuple[str, int, int, str, str]] = set()
+    for doc in documents:
+        for d in _FileCheck(doc, catalog, engine).run():
+            key = (d.file, d.line, d.column, d.code, d.message)
+            if key not in seen:  # a variable read by several rules is reported once
+                seen.add(key)
+                found.append(d)
+    found.sort(key=lambda d: (d.file, d.line, d.column))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Reference:
+    """``root.name`` (or ``root["name"]``) read by an expression, at ``offset`` in its source."""
+
+    root: str
+    name: str
+    offset: int
+
+
+class _FileCheck:
+    def __init__(self, doc: YamlDocument, catalog: Catalog, engine: Engine) -> None:
+        self.doc = doc
+        self.catalog = catalog
+        self.engine = engine
+        self.out: list[Diagnostic] = []
+        data = doc.data if isinstance(doc.data, dict) else {}
+        self.policy = str(data.get("policy", "?"))
+        self.rules = _valid(RuleSpec, data.get("rules"))
+        variables = _valid(VariableSpec, data.get("variables"))
+        self.variables = {spec.name: (("variables", i, "expression"), spec.expression) for i, spec in variables}
+
+    def run(self) -> list[Diagnostic]:
+        for index, rule in self.rules:
+            self.rule(index, rule)
+        return self.out
+
+    def emit(self, path: Path, code: str, message: str, rule: str, hint: str | None, severity: Severity,
+             inside: tuple[int, int] | None = None) -> None:
+        pos = self.doc.locate(path, *inside) if inside else self.doc.position(path)
+        self.out.append(Diagnostic(code, message, self.doc.file, pos.line, pos.column, rule, hint, severity))
+
+    def rule(self, index: int, rule: RuleSpec) -> None:
+        rule_id = f"{self.policy}/{rule.id}"
+        here: Path = ("rules", index)
+        covered = self.patterns(rule, here, rule_id)
+        if rule.when is not None:
+            self.constant_false(rule.when, (*here, "when"), rule_id)
+        if covered:
+            self.arguments(rule, here, rule_id, covered)
+
+    def patterns(self, rule: RuleSpec, here: Path, rule_id: str) -> list[CatalogTool]:
+        """Report patterns that match no tool; the tools the rule covers."""
+        if rule.tools is None:
+            return self.catalog.matching(None)
+        dead = [p for p in rule.tools if glob_problem(p) is None and not self.catalog.matching([p])]
+        names = sorted(self.catalog.tools)
+        for index, pattern in enumerate(rule.tools):
+            if pattern not in dead:
+                continue
+            message = f"no tool matches {pattern!r}"
+            if _unclosed_bracket(pattern):
+                message += " (its '[' is never closed, so it is a literal '[', which no tool name has)"
+            if len(dead) == len(rule.tools):
+                message += "; the rule never applies"
+            suggestions = _suggest(pattern, names)
+            hint = (f"did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else
+                    f"none of the {len(names)} tools in the catalog is close; `gateway tools` lists them")
+            self.emit((*here, "tools", index), "unknown-tool", message, rule_id, hint, Severity.ERROR)
+        return self.catalog.matching(rule.tools)
+
+    def constant_false(self, source: str, path: Path, rule_id: str) -> None:
+        """Warn about a ``when`` that reads nothing and is false: the rule can never fire."""
+        tree = _parse(source)
+        if tree is None or any(True for _ in _free_variables(tree, frozenset())):
+            return
+        try:
+            activation = self.engine.activation({name: {} for name in VARIABLES})
+            value = self.engine.compile(source, ExprType.BOOL).evaluate(activation)
+        except (CelCompileError, CelEvaluationError):
+            return  # loading reports a compile error; a constant that fails is on_error's business
+        if value is False:
+            self.emit(path, "rule-never-fires", f"'when' is always false ({source.strip()!r} reads nothing)",
+                      rule_id, "remove the rule, or write the condition it was meant to test", Severity.WARNING)
+
+    def arguments(self, rule: RuleSpec, here: Path, rule_id: str, covered: list[CatalogTool]) -> None:
+        """Report ``args.NAME`` reads that no covered tool's schema has."""
+        known: set[str] = set()
+        closed = True
+        for tool in covered:
+            shape = _argument_names(tool.input_schema)
+            if shape is None:
+                return  # a covered tool accepts any argument: nothing can be unknown
+            known |= shape[0]
+            closed = closed and shape[1]
+        for path, source in self.expressions(rule, here):
+            tree = _parse(source)
+            if tree is None:
+                continue
+            for ref in _references(tree, frozenset()):
+                if ref.root not in _ARG_ROOTS or ref.name in known:
+                    continue
+                where = _line_column(source, ref.offset)
+                tools = ", ".join(t.name for t in covered[:3]) + (f" and {len(covered) - 3} more"
+                                                                  if len(covered) > 3 else "")
+                close = difflib.get_close_matches(ref.name, sorted(known), n=_MAX_SUGGESTIONS)
+                hint = (f"did you mean {' or '.join(f'{ref.root}.{c}' for c in close)}?" if close else
+                        f"the arguments are: {', '.join(sorted(known)) or 'none'}")
+                message = f"{ref.root}.{ref.name}: no argument {ref.name!r} in the input schema of {tools}"
+                if not closed:
+                    message += " (their schemas do not forbid other arguments)"
+                self.emit(path, "unknown-argument", message, rule_id, hint,
+                          Severity.ERROR if closed else Severity.WARNING, where)
+
+    def expressions(self, rule: RuleSpec, here: Path) -> Iterator[tuple[Path, str]]:
+        """The rule's expressions, then those of the file variables it reads (transitively), each once."""
+        own: list[tuple[Path, str]] = []
+        if rule.when is not None:
+            own.append(((*here, "when"), rule.when))
+        if rule.messageExpression is not None:
+            own.append(((*here, "messageExpression"), rule.messageExpression))
+        if rule.resultExpression is not None:
+            own.append(((*here, "resultExpression"), rule.resultExpression))
+        if rule.rewrite is not None:
+            own.extend(((*here, "rewrite", "set", target), source) for target, source in rule.rewrite.set.items())
+        pending = list(own)
+        seen: set[str] = set()
+        while pending:
+            path, source = pending.pop(0)
+            yield path, source
+            tree = _parse(source)
+            for ref in _references(tree, frozenset()) if tree is not None else ():
+                if ref.root == "variables" and ref.name in self.variables and ref.name not in seen:
+                    seen.add(ref.name)
+                    pending.append(self.variables[ref.name])
+
+
+def _valid(model: type[RuleSpec] | type[VariableSpec], items: Any) -> list[tuple[int, Any]]:
+    """(index, spec) for each entry that validates; the rest are the loader's to report."""
+    out: list[tuple[int, Any]] = []
+    for index, item in enumerate(items if isinstance(items, list) else []):
+        try:
+            out.append((index, model.model_validate(item)))
+        except ValidationError:
+            continue
+    return out
+
+
+# --- tool patterns ---
+
+def _unclosed_bracket(pattern: str) -> bool:
+    """Whether a ``[`` in ``pattern`` has no closing ``]`` (and so matches a literal ``[``)."""
+    start = pattern.find("[")
+    while start >= 0:
+        first = start + 1 + (start + 1 < len(pattern) and pattern[start + 1] in "!^")
+        end = pattern.find("]", first + 1)
+        if end < 0:
+            return True
+        start = pattern.find("[", end + 1)
+    return False
+
+
+def _suggest(pattern: str, names: list[str]) -> list[str]:
+    """Patterns (or names) close to ``pattern`` that do match a tool."""
+    def matches(candidate: str) -> bool:
+        return glob_problem(candidate) is None and any(glob_match(n, candidate) for n in names)
+
+    if not any(c in pattern for c in _WILDCARDS):
+        return difflib.get_close_matches(pattern, names, n=_MAX_SUGGESTIONS)
+    found: list[str] = []
+    if _unclosed_bracket(pattern):
+        repaired = pattern.replace("[", "")
+        if matches(repaired):
+            found.append(repaired)
+    cut = min(i for i in (pattern.find(c) for c in _WILDCARDS) if i >= 0)
+    prefix, rest = pattern[:cut], pattern[cut:]
+    # the literal head is where typos are: compare it with the tool names' heads of about its length
+    # (same length first: a swap or a wrong letter; then one letter dropped or added)
+    for k in (cut, cut - 1, cut + 1):
+        heads = sorted({n[:k] for n in names if 0 < k <= len(n)})
+        for head in difflib.get_close_matches(prefix, heads, n=10):
+            candidate = head + rest
+            if candidate not in found and candidate != pattern and matches(candidate):
+                found.append(candidate)
+        if found:
+            break
+    return found[:_MAX_SUGGESTIONS]
+
+
+# --- input schemas ---
+
+def _argument_names(schema: Mapping[str, Any]) -> tuple[set[str], bool] | None:
+    """(the argument names the schema lists, whether it forbids others); None when it accepts any."""
+    names: set[str] = set()
+    closed = True
+    parts = list(_object_parts(schema, schema, 0))
+    if not parts:
+        return None
+    for part in parts:
+        props = part.get("properties")
+        if not isinstance(props, dict) or part.get("patternProperties"):
+            return None
+        names.update(str(k) for k in props)
+        extra = part.get("additionalProperties", part.get("unevaluatedProperties"))
+        if extra is None:
+            closed = False
+        elif extra is not False:
+            return None
+    return names, closed
+
+
+def _object_parts(schema: Mapping[str, Any], root: Mapping[str, Any], depth: int) -> Iterator[Mapping[str, Any]]:
+    """The schema and the subschemas it is made of (local ``$ref``, ``allOf``/``anyOf``/``oneOf``)."""
+    if depth > 8:  # a $ref cycle: stop, the schema is then taken as accepting anything
+        return
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        target = _resolve(root, ref)
+        if target is not None:
+            yield from _object_parts(target, root, depth + 1)
+    combined = [s for key in ("allOf", "anyOf", "oneOf") for s in schema.get(key) or [] if isinstance(s, dict)]
+    for sub in combined:
+        yield from _object_parts(sub, root, depth + 1)
+    if "properties" in schema or not (combined or isinstance(ref, str)):
+        yield schema
+
+
+def _resolve(root: Mapping[str, Any], ref: str) -> Mapping[str, Any] | None:
+    if not ref.startswith("#"):
+        return None
+    node: Any = root
+    for part in (p for p in ref[1:].split("/") if p):
+        key = part.replace("~1", "/").replace("~0", "~")
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
+
+
+# --- CEL references, from the parse tree ---
+
+def _parse(source: str) -> Tree[Any] | None:
+    try:
+        return parser().parse(source)
+    except LarkError:
+        return None  # loading reports the syntax error
+
+
+def _line_column(source: str, offset: int) -> tuple[int, int]:
+    return source.count("\n", 0, offset) + 1, offset - source.rfind("\n", 0, offset)
+
+
+def _free_variables(tree: Tree[Any], bound: frozenset[str]) -> Iterator[str]:
+    """Declared variables the expression reads (macro variables excepted)."""
+    for node, scope in _walk(tree, bound):
+        if node.data in ("ident", "dot_ident"):
+            name = str(node.children[0])
+            if name in VARIABLES and name not in scope:
+                yield name
+
+
+def _references(tree: Tree[Any], bound: frozenset[str]) -> Iterator[_Reference]:
+    """``root.name`` and ``root["name"]`` selections on declared variables."""
+    for node, scope in _walk(tree, bound):
+        if node.data == "member_dot":
+            operand, field = node.children
+            root = _root_name(operand, scope)
+            if root is not None and isinstance(field, Token):
+                yield _Reference(root, str(field), field.start_pos or 0)
+        elif node.data == "member_index":
+            container, key = node.children
+            root = _root_name(container, scope)
+            literal = _string_literal(key)
+            if root is not None and literal is not None:
+                yield _Reference(root, literal[0], literal[1])
+
+
+def _walk(tree: Tree[Any], bound: frozenset[str]) -> Iterator[tuple[Tree[Any], frozenset[str]]]:
+    """Every node with the macro variables in scope at it."""
+    stack = [(tree, bound)]
+    while stack:
+        node, scope = stack.pop()
+        yield node, scope
+        kids = [k for k in node.children if isinstance(k, Tree)]
+        if node.data == "member_dot_arg" and str(node.children[1]) in MACROS and len(node.children) == 3:
+            receiver, _, arglist = node.children
+            args = [a for a in arglist.children if isinstance(a, Tree)]
+            variable = _root_ident(args[0]) if args else None
+            if variable is not None:
+                stack.append((receiver, scope))
+                stack.extend((a, scope | {variable}) for a in args[1:])
+                continue
+        stack.extend((k, scope) for k in kids)
+
+
+def _unwrapped(tree: Tree[Any]) -> Tree[Any]:
+    while len(tree.children) == 1 and isinstance(tree.children[0], Tree) and tree.data not in ("ident", "literal"):
+        tree = tree.children[0]
+    return tree
+
+
+def _root_ident(tree: Tree[Any]) -> str | None:
+    node = _unwrapped(tree)
+    return str(node.children[0]) if node.data == "ident" else None
+
+
+def _root_name(tree: Tree[Any], scope: frozenset[str]) -> str | None:
+    """The declared variable ``tree`` is, when it is one (not a macro variable of the same name)."""
+    name = _root_ident(tree)
+    return name if name is not None and name in VARIABLES and name not in scope else None
+
+
+def _string_literal(tree: Tree[Any]) -> tuple[str, int] | None:
+    node = _unwrapped(tree)
+    if node.data != "literal" or not isinstance(node.children[0], Token):
+        return None
+    token = node.children[0]
+    text = str(token)
+    if token.type != "STRING_LIT" or "\\" in text or text[:1] not in "'\"":
+        return None
+    return text[1:-1], (token.start_pos or 0) + 1
