@@ -45,9 +45,9 @@ _WILDCARDS = "*?["
 _MAX_SUGGESTIONS = 3
 
 
-def check_against_catalog(paths: Sequence[str | FsPath], catalog: Catalog, engine: Engine) -> list[Diagnostic]:
+def check_against_catalog(paths: Sequence[str | FsPath], catalog: Catalog | None, engine: Engine) -> list[Diagnostic]:
     """The catalog findings for the policy files under ``paths`` (files that do not parse are skipped:
-    loading them reports why)."""
+    loading them reports why). Without a catalog only what needs none is checked (``rule-never-fires``)."""
     from gateway.policy.load import discover, read_document  # load imports compile; keep this module light
 
     files, _ = discover(paths)
@@ -55,7 +55,7 @@ def check_against_catalog(paths: Sequence[str | FsPath], catalog: Catalog, engin
     return check_documents(documents, catalog, engine)
 
 
-def check_documents(documents: Sequence[YamlDocument], catalog: Catalog, engine: Engine) -> list[Diagnostic]:
+def check_documents(documents: Sequence[YamlDocument], catalog: Catalog | None, engine: Engine) -> list[Diagnostic]:
     """The catalog findings for parsed policy files, sorted by position."""
     found: list[Diagnostic] = []
     seen: set[tuple[str, int, int, str, str]] = set()
@@ -79,7 +79,7 @@ class _Reference:
 
 
 class _FileCheck:
-    def __init__(self, doc: YamlDocument, catalog: Catalog, engine: Engine) -> None:
+    def __init__(self, doc: YamlDocument, catalog: Catalog | None, engine: Engine) -> None:
         self.doc = doc
         self.catalog = catalog
         self.engine = engine
@@ -103,18 +103,20 @@ class _FileCheck:
     def rule(self, index: int, rule: RuleSpec) -> None:
         rule_id = f"{self.policy}/{rule.id}"
         here: Path = ("rules", index)
-        covered = self.patterns(rule, here, rule_id)
         if rule.when is not None:
             self.constant_false(rule.when, (*here, "when"), rule_id)
+        if self.catalog is None:
+            return
+        covered = self.patterns(self.catalog, rule, here, rule_id)
         if covered:
             self.arguments(rule, here, rule_id, covered)
 
-    def patterns(self, rule: RuleSpec, here: Path, rule_id: str) -> list[CatalogTool]:
+    def patterns(self, catalog: Catalog, rule: RuleSpec, here: Path, rule_id: str) -> list[CatalogTool]:
         """Report patterns that match no tool; the tools the rule covers."""
         if rule.tools is None:
-            return self.catalog.matching(None)
-        dead = [p for p in rule.tools if glob_problem(p) is None and not self.catalog.matching([p])]
-        names = sorted(self.catalog.tools)
+            return catalog.matching(None)
+        dead = [p for p in rule.tools if glob_problem(p) is None and not catalog.matching([p])]
+        names = sorted(catalog.tools)
         for index, pattern in enumerate(rule.tools):
             if pattern not in dead:
                 continue
@@ -127,7 +129,7 @@ class _FileCheck:
             hint = (f"did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else
                     f"none of the {len(names)} tools in the catalog is close; `gateway tools` lists them")
             self.emit((*here, "tools", index), "unknown-tool", message, rule_id, hint, Severity.ERROR)
-        return self.catalog.matching(rule.tools)
+        return catalog.matching(rule.tools)
 
     def constant_false(self, source: str, path: Path, rule_id: str) -> None:
         """Warn about a ``when`` that reads nothing and is false: the rule can never fire."""
@@ -238,7 +240,7 @@ def _suggest(pattern: str, names: list[str]) -> list[str]:
     # (same length first: a swap or a wrong letter; then one letter dropped or added)
     for k in (cut, cut - 1, cut + 1):
         heads = sorted({n[:k] for n in names if 0 < k <= len(n)})
-        for head in difflib.get_close_matches(prefix, heads, n=10):
+        for head in difflib.get_close_matches(prefix, heads, n=10, cutoff=0.8):
             candidate = head + rest
             if candidate not in found and candidate != pattern and matches(candidate):
                 found.append(candidate)
