@@ -84,16 +84,22 @@ def test_check_uses_the_engine_it_is_given(project, engine):
     assert out.stdout.endswith(f" ({engine})\n")
 
 
-def test_check_prints_one_positioned_line_per_error(project):
+def test_check_prints_one_positioned_line_per_error_with_a_caret_under_it(project):
     out = gateway(project, "check", "bad")
     assert out.returncode == 1
     lines = out.stderr.splitlines()
     assert lines[-1] == "2 error(s)"
-    assert [re.match(r"^(\S+):(\d+):(\d+): error\[([a-z-]+)\]: ", line).groups() for line in lines[:-1]] == [
+    heads = [line for line in lines[:-1] if not line.startswith("  ")]
+    assert [re.match(r"^(\S+):(\d+):(\d+): error\[([a-z-]+)\]: ", line).groups() for line in heads] == [
         ("bad/broken.yaml", "5", "5", "unknown-key"),
         ("bad/broken.yaml", "7", "21", "cel-compile"),
     ]
-    assert lines[0].endswith("(rule broken/typo); hint: did you mean 'when'?")
+    assert heads[0].endswith("(rule broken/typo); hint: did you mean 'when'?")
+    # each diagnostic is followed by its line and a caret under the column, as compilers print them
+    assert lines[1:3] == ["  5 |     whn: 'true'",
+                          "    |     ^"]
+    assert lines[4:6] == ["  7 |     when: args.x == )",
+                          "    |                     ^"]
     assert out.stdout == ""
 
 
@@ -102,9 +108,10 @@ def test_check_prints_warnings_on_stdout_and_still_succeeds(project, write):
     write("warn/pay.yaml", POLICY)
     out = gateway(project, "check", "warn")
     assert out.returncode == 0
-    first, last = out.stdout.splitlines()
+    first, line, caret, last = out.stdout.splitlines()
     assert first == ("warn/empty.yaml:1:1: warning[empty-policy]: policy 'e' has no rules; "
                      "hint: add rules, or delete the file")
+    assert (line, caret) == ("  1 | policy: e", "    | ^")
     assert last.startswith("ok: 2 policies, 2 rules, revision ")
 
 
@@ -118,7 +125,9 @@ def test_check_json(project):
         ("bad/broken.yaml", 5, 5, "unknown-key", "broken/typo", "error"),
         ("bad/broken.yaml", 7, 21, "cel-compile", "broken/bad-cel", "error"),
     ]
-    assert set(report["diagnostics"][0]) == {"code", "message", "file", "line", "column", "rule", "hint", "severity"}
+    assert set(report["diagnostics"][0]) == {"code", "message", "file", "line", "column", "rule", "hint", "severity",
+                                             "snippet"}
+    assert [d["snippet"] for d in report["diagnostics"]] == ["    whn: 'true'", "    when: args.x == )"]
 
     out = gateway(project, "check", "--format", "json", "good")
     assert out.returncode == 0
