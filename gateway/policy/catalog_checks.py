@@ -58,10 +58,10 @@ def check_against_catalog(paths: Sequence[str | FsPath], catalog: Catalog | None
 def check_documents(documents: Sequence[YamlDocument], catalog: Catalog | None, engine: Engine) -> list[Diagnostic]:
     """The catalog findings for parsed policy files, sorted by position."""
     found: list[Diagnostic] = []
-    seen: set[tuple[str, int, int, str, str]] = set()
+    seen: set[tuple[str, int, int, str]] = set()
     for doc in documents:
         for d in _FileCheck(doc, catalog, engine).run():
-            key = (d.file, d.line, d.column, d.code, d.message)
+            key = (d.file, d.line, d.column, d.code)
             if key not in seen:  # a variable read by several rules is reported once
                 seen.add(key)
                 found.append(d)
@@ -129,7 +129,7 @@ class _FileCheck:
             hint = (f"did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else
                     f"none of the {len(names)} tools in the catalog is close; `gateway tools` lists them")
             self.emit((*here, "tools", index), "unknown-tool", message, rule_id, hint, Severity.ERROR)
-        return catalog.matching(rule.tools)
+        return catalog.matching([p for p in rule.tools if glob_problem(p) is None])
 
     def constant_false(self, source: str, path: Path, rule_id: str) -> None:
         """Warn about a ``when`` that reads nothing and is false: the rule can never fire."""
@@ -263,12 +263,17 @@ def _argument_names(schema: Mapping[str, Any]) -> tuple[set[str], bool] | None:
         if not isinstance(props, dict) or part.get("patternProperties"):
             return None
         names.update(str(k) for k in props)
-        extra = part.get("additionalProperties", part.get("unevaluatedProperties"))
+        extra = _extra(part)
         if extra is None:
             closed = False
         elif extra is not False:
             return None
-    return names, closed
+    return names, closed or _extra(schema) is False  # the whole schema closed: so is each part
+
+
+def _extra(schema: Mapping[str, Any]) -> Any:
+    """What the schema says of arguments it does not list (None: nothing, so they are allowed)."""
+    return schema.get("additionalProperties", schema.get("unevaluatedProperties"))
 
 
 def _object_parts(schema: Mapping[str, Any], root: Mapping[str, Any], depth: int) -> Iterator[Mapping[str, Any]]:
