@@ -57,7 +57,11 @@ def live_catalog(config: Any) -> tuple[Catalog | None, list[Diagnostic]]:
     except GatewayError as exc:  # e.g. an OpenAPI document that cannot be read
         found = getattr(exc, "diagnostics", None)
         return None, list(found) if found else [Diagnostic("upstream-unavailable", str(exc), str(config.file))]
-    return asyncio.run(read_catalog(registry, str(config.file)))
+    positions = {}
+    for i, upstream in enumerate(config.spec.upstreams):
+        pos = config.document.position(("upstreams", i, "name"))
+        positions[upstream.name] = (pos.line, pos.column)
+    return asyncio.run(read_catalog(registry, str(config.file), positions))
 
 
 def load_snapshot(file: str) -> tuple[Catalog | None, list[Diagnostic]]:

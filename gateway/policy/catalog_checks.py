@@ -43,6 +43,8 @@ __all__ = ["check_against_catalog", "check_documents"]
 _ARG_ROOTS = ("args", "original_args")
 _WILDCARDS = "*?["
 _MAX_SUGGESTIONS = 3
+_CLOSE = 0.6  # difflib's similarity below which a name is no suggestion
+_NEAR_BEST = 0.1  # a second suggestion must be about as close as the first
 
 
 def check_against_catalog(paths: Sequence[str | FsPath], catalog: Catalog | None, engine: Engine) -> list[Diagnostic]:
@@ -165,7 +167,7 @@ class _FileCheck:
                 where = _line_column(source, ref.offset)
                 tools = ", ".join(t.name for t in covered[:3]) + (f" and {len(covered) - 3} more"
                                                                   if len(covered) > 3 else "")
-                close = difflib.get_close_matches(ref.name, sorted(known), n=_MAX_SUGGESTIONS)
+                close = _closest(ref.name, sorted(known))
                 hint = (f"did you mean {' or '.join(f'{ref.root}.{c}' for c in close)}?" if close else
                         f"the arguments are: {', '.join(sorted(known)) or 'none'}")
                 message = f"{ref.root}.{ref.name}: no argument {ref.name!r} in the input schema of {tools}"
@@ -228,7 +230,7 @@ def _suggest(pattern: str, names: list[str]) -> list[str]:
         return glob_problem(candidate) is None and any(glob_match(n, candidate) for n in names)
 
     if not any(c in pattern for c in _WILDCARDS):
-        return difflib.get_close_matches(pattern, names, n=_MAX_SUGGESTIONS)
+        return _closest(pattern, names)
     found: list[str] = []
     if _unclosed_bracket(pattern):
         repaired = pattern.replace("[", "")
@@ -247,6 +249,14 @@ def _suggest(pattern: str, names: list[str]) -> list[str]:
         if found:
             break
     return found[:_MAX_SUGGESTIONS]
+
+
+def _closest(word: str, candidates: Sequence[str]) -> list[str]:
+    """The candidates closest to ``word``: those about as close as the best one, best first."""
+    scored = sorted(((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in candidates), reverse=True)
+    if not scored or scored[0][0] < _CLOSE:
+        return []
+    return [c for ratio, c in scored[:_MAX_SUGGESTIONS] if ratio >= max(_CLOSE, scored[0][0] - _NEAR_BEST)]
 
 
 # --- input schemas ---

@@ -84,8 +84,7 @@ def test_a_misspelled_name_gets_the_closest_names(findings):
           - id: branch
             tools: [github_create_brnch, github_list_issues]
             action: reject
-        """) == [("unknown-tool", 4, 13, "gh/branch", "error",
-                  "did you mean 'github_create_branch' or 'github_create_issue'?")]
+        """) == [("unknown-tool", 4, 13, "gh/branch", "error", "did you mean 'github_create_branch'?")]
 
 
 def test_nothing_close_says_where_the_names_are(findings):
