@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.diagnostics import Diagnostic
 from gateway.errors import GatewayError
 from gateway.policy.catalog import Catalog, CatalogTool
+
+T = TypeVar("T")
 
 __all__ = ["catalog_for_check", "live_catalog", "load_snapshot", "register", "render_catalog", "tools"]
 
@@ -61,7 +65,18 @@ def live_catalog(config: Any) -> tuple[Catalog | None, list[Diagnostic]]:
     for i, upstream in enumerate(config.spec.upstreams):
         pos = config.document.position(("upstreams", i, "name"))
         positions[upstream.name] = (pos.line, pos.column)
-    return asyncio.run(read_catalog(registry, str(config.file), positions))
+    return _run(read_catalog(registry, str(config.file), positions))
+
+
+def _run(work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` to completion; in a thread of its own when this thread already runs an event loop
+    (the command called in-process, from async code)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(work)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, work).result()
 
 
 def load_snapshot(file: str) -> tuple[Catalog | None, list[Diagnostic]]:
