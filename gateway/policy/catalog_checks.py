@@ -7,10 +7,11 @@ Each mistake here loads cleanly, because it is only a mistake with respect to th
   is never closed and so is a literal ``[`` no tool name has → ``github_list_*``).
 * ``rule-never-fires`` (warning): a rule whose ``when`` reads nothing and is false.
 * ``unknown-argument``: ``args.NAME`` / ``original_args.NAME`` (also through ``variables``) where no
-  tool the rule covers has an argument NAME in its input schema. An error when every such tool's
-  schema is closed (``additionalProperties: false``), since the read can then only fail; a warning
-  when a schema merely leaves additional arguments unmentioned; nothing when one of the tools
-  accepts any argument (no ``properties``, or ``additionalProperties`` true or a schema).
+  tool the rule covers has an argument NAME in its input schema. An error, since the read fails on
+  every call that lacks the argument; a warning only when the expression guards it with
+  ``has(args.NAME)`` and some schema does not forbid other arguments (``additionalProperties:
+  false``), so a call might carry it; nothing when one of the tools accepts any argument (no
+  ``properties``, or ``additionalProperties`` true or a schema).
 
 The checks work on the parsed and validated files, not on a loaded set, so that they run (and their
 findings print) even when the set has other errors. References come from a CEL parse of each
@@ -161,9 +162,13 @@ class _FileCheck:
             tree = _parse(source)
             if tree is None:
                 continue
+            guarded = _guarded(tree)
             for ref in _references(tree, frozenset()):
                 if ref.root not in _ARG_ROOTS or ref.name in known:
                     continue
+                # a plain read of an argument no schema lists fails on every call that lacks it
+                # (then on_error decides); one the expression guards with has() is only always false
+                error = closed or (ref.root, ref.name) not in guarded
                 where = _line_column(source, ref.offset)
                 tools = ", ".join(t.name for t in covered[:3]) + (f" and {len(covered) - 3} more"
                                                                   if len(covered) > 3 else "")
@@ -171,10 +176,10 @@ class _FileCheck:
                 hint = (f"did you mean {' or '.join(f'{ref.root}.{c}' for c in close)}?" if close else
                         f"the arguments are: {', '.join(sorted(known)) or 'none'}")
                 message = f"{ref.root}.{ref.name}: no argument {ref.name!r} in the input schema of {tools}"
-                if not closed:
-                    message += " (their schemas do not forbid other arguments)"
+                if not error:
+                    message += " (guarded by has(); their schemas do not forbid other arguments)"
                 self.emit(path, "unknown-argument", message, rule_id, hint,
-                          Severity.ERROR if closed else Severity.WARNING, where)
+                          Severity.ERROR if error else Severity.WARNING, where)
 
     def expressions(self, rule: RuleSpec, here: Path) -> Iterator[tuple[Path, str]]:
         """The rule's expressions, then those of the file variables it reads (transitively), each once."""
@@ -348,6 +353,16 @@ def _references(tree: Tree[Any], bound: frozenset[str]) -> Iterator[_Reference]:
             literal = _string_literal(key)
             if root is not None and literal is not None:
                 yield _Reference(root, literal[0], literal[1])
+
+
+def _guarded(tree: Tree[Any]) -> set[tuple[str, str]]:
+    """The ``(root, name)`` selections the expression tests with ``has(root.name)``."""
+    found: set[tuple[str, str]] = set()
+    for node, scope in _walk(tree, frozenset()):
+        if node.data == "ident_arg" and str(node.children[0]) == "has" and len(node.children) == 2:
+            for ref in _references(node.children[1], scope):
+                found.add((ref.root, ref.name))
+    return found
 
 
 def _walk(tree: Tree[Any], bound: frozenset[str]) -> Iterator[tuple[Tree[Any], frozenset[str]]]:

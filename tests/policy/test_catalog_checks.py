@@ -191,10 +191,21 @@ def test_every_covered_tool_counts_and_refs_follow_the_schema(findings):
                   "the arguments are: body, branch, from, repo, title")]
 
 
-def test_a_schema_that_does_not_forbid_other_arguments_gives_a_warning(findings):
+def test_a_plain_read_is_an_error_even_where_the_schema_does_not_forbid_other_arguments(findings):
+    # the read fails on every call without the argument: the rule errors, and on_error decides
     [found] = findings("policy: p\nrules:\n  - id: r\n    tools: [slack_post]\n    when: args.chanel == 'x'\n"
                        "    action: reject\n")
-    assert found == ("unknown-argument", 5, 16, "p/r", "warning", "did you mean args.channel?")
+    assert found == ("unknown-argument", 5, 16, "p/r", "error", "did you mean args.channel?")
+
+
+def test_a_read_guarded_by_has_where_other_arguments_may_come_is_a_warning(findings):
+    assert findings("policy: p\nrules:\n  - id: r\n    tools: [slack_post]\n"
+                    "    when: has(args.chanel) && args.chanel == 'x'\n    action: reject\n") == [
+        ("unknown-argument", 5, 20, "p/r", "warning", "did you mean args.channel?"),
+        ("unknown-argument", 5, 36, "p/r", "warning", "did you mean args.channel?")]
+    # closed schemas: the guard is always false, so it is an error still
+    assert [f[4] for f in findings("policy: p\nrules:\n  - id: r\n    tools: [github_list_*]\n"
+                                   "    when: has(args.rpo)\n    action: reject\n")] == ["error"]
 
 
 def test_a_tool_that_takes_any_argument_is_never_reported(findings):
@@ -221,4 +232,4 @@ def test_diagnostics_point_into_the_file(findings, tmp_path: Path):
                        "    action: reject\n")
     line = (tmp_path / "policies" / "policy.yaml").read_text().splitlines()[found[1] - 1]
     assert line[found[2] - 1:].startswith("chanel")
-    assert Severity(found[4]) is Severity.WARNING
+    assert Severity(found[4]) is Severity.ERROR
