@@ -11,9 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gateway.cli.tools_command import catalog_for_check
 from gateway.diagnostics import Diagnostic, Severity, SourceLines, render
 from gateway.manifest import MANIFEST_NAME, build_manifest, render_manifest, write_manifest
 from gateway.policy.callspec import CallSpec
+from gateway.policy.catalog import Catalog
 from gateway.policy.explain import explain as explain_call
 from gateway.policy.explain import render_text
 from gateway.policy.load import check_policies, discover, read_document
@@ -72,10 +74,14 @@ def check(args: argparse.Namespace) -> int:
         if config is not None and manifest is None and config.spec.reload.manifest:
             manifest = config.path(config.spec.reload.manifest)
     if paths or not args.config:
+        catalog, problems = catalog_for_check(args, config)  # first: the typed load can use it too
+        diagnostics.extend(problems)
         policy_set, problems = check_policies(paths or ["."], args.engine)
         if policy_set is not None:
             summary = policy_set.summary()
-        problems.extend(_catalog_checks(args, config, paths or ["."], problems, summary))
+        if catalog is not None:
+            summary["tools"] = len(catalog.tools)
+        problems.extend(_catalog_checks(args.engine, catalog, paths or ["."], problems))
         diagnostics.extend(sorted(problems, key=lambda d: (d.file, d.line, d.column)))
     errors = sum(1 for d in diagnostics if d.severity is Severity.ERROR)
     warnings = len(diagnostics) - errors
@@ -104,19 +110,13 @@ def check(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
-def _catalog_checks(args: argparse.Namespace, config: Any, paths: list[str], found: list[Diagnostic],
-                    summary: dict[str, Any]) -> list[Diagnostic]:
-    """The policies checked against the tool catalog (``--tools``, or the config's live upstreams; with
-    neither, only what needs no catalog), without a second diagnostic for what loading reported."""
-    from gateway.cli.tools_command import catalog_for_check
+def _catalog_checks(engine: str, catalog: Catalog | None, paths: list[str],
+                    found: list[Diagnostic]) -> list[Diagnostic]:
+    """The policies checked against the tool catalog (without one, only what needs none), without a
+    second diagnostic for what loading reported."""
     from gateway.policy.catalog_checks import check_against_catalog
     from gateway.policy.cel import get_engine
 
-    catalog, problems = catalog_for_check(args, config)
-    if problems:
-        return problems
-    if catalog is not None:
-        summary["tools"] = len(catalog.tools)
     # A typed load may already have said that an argument is unknown (pointing at the same line);
     # other findings are new unless loading reported something at that very spot.
     lines = {(d.file, d.line) for d in found}
@@ -127,7 +127,7 @@ def _catalog_checks(args: argparse.Namespace, config: Any, paths: list[str], fou
             return (d.file, d.line) not in lines
         return (d.file, d.line, d.column) not in spots
 
-    return [d for d in check_against_catalog(paths, catalog, get_engine(args.engine)) if new(d)]
+    return [d for d in check_against_catalog(paths, catalog, get_engine(engine)) if new(d)]
 
 
 def _write_manifest(path: Path, paths: list[str]) -> Diagnostic | None:
