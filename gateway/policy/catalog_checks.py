@@ -5,7 +5,8 @@ Each mistake here loads cleanly, because it is only a mistake with respect to th
 * ``unknown-tool`` (error): a ``tools:`` pattern that matches no tool in the catalog, at the pattern
   itself, with a did-you-mean (``github_lsit_*`` → ``github_list_*``; ``github_list_[*``, whose ``[``
   is never closed and so is a literal ``[`` no tool name has → ``github_list_*``).
-* ``rule-never-fires`` (warning): a rule whose ``when`` reads nothing and is false.
+* ``rule-never-fires`` (warning): a rule whose ``when`` reads nothing, has no comprehension, and is
+  false.
 * ``unknown-argument``: ``args.NAME`` / ``original_args.NAME`` (also through ``variables``) where no
   tool the rule covers has an argument NAME in its input schema. An error, since the read fails on
   every call that lacks the argument; a warning only when the expression guards it with
@@ -44,6 +45,7 @@ __all__ = ["check_against_catalog", "check_documents"]
 _ARG_ROOTS = ("args", "original_args")
 _WILDCARDS = "*?["
 _MAX_SUGGESTIONS = 3
+_TRIPLE = ("'''", '"""')
 _CLOSE = 0.6  # difflib's similarity below which a name is no suggestion
 _NEAR_BEST = 0.1  # a second suggestion must be about as close as the first
 
@@ -137,8 +139,8 @@ class _FileCheck:
     def constant_false(self, source: str, path: Path, rule_id: str) -> None:
         """Warn about a ``when`` that reads nothing and is false: the rule can never fire."""
         tree = _parse(source)
-        if tree is None or any(True for _ in _free_variables(tree, frozenset())):
-            return
+        if tree is None or any(True for _ in _free_variables(tree, frozenset())) or _comprehends(tree):
+            return  # a comprehension is not evaluated here: its cost is the loader's to bound
         try:
             activation = self.engine.activation({name: {} for name in VARIABLES})
             value = self.engine.compile(source, ExprType.BOOL).evaluate(activation)
@@ -355,6 +357,12 @@ def _references(tree: Tree[Any], bound: frozenset[str]) -> Iterator[_Reference]:
                 yield _Reference(root, literal[0], literal[1])
 
 
+def _comprehends(tree: Tree[Any]) -> bool:
+    """Whether the expression has a comprehension (``all``, ``exists``, ``map``, ...)."""
+    return any(node.data == "member_dot_arg" and str(node.children[1]) in MACROS
+               for node in tree.iter_subtrees())
+
+
 def _guarded(tree: Tree[Any]) -> set[tuple[str, str]]:
     """The ``(root, name)`` selections the expression tests with ``has(root.name)``."""
     found: set[tuple[str, str]] = set()
@@ -406,6 +414,6 @@ def _string_literal(tree: Tree[Any]) -> tuple[str, int] | None:
         return None
     token = node.children[0]
     text = str(token)
-    if token.type != "STRING_LIT" or "\\" in text or text[:1] not in "'\"":
+    if token.type != "STRING_LIT" or "\\" in text or text[:1] not in "'\"" or text[:3] in _TRIPLE:
         return None
     return text[1:-1], (token.start_pos or 0) + 1

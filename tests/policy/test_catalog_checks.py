@@ -119,14 +119,14 @@ def test_a_malformed_glob_stays_a_load_error_and_is_not_reported_twice(write, en
 
 
 @pytest.mark.parametrize("when", ["'false'", "1 > 2", "|\n      // off for now\n      false", "'\"a\" == \"b\"'",
-                                  "'[1].exists(args, args > 5)'"])
+                                  "'size([1, 2]) == 3 && true'"])
 def test_a_when_that_reads_nothing_and_is_false_never_fires(findings, when):
     [found] = findings(f"policy: p\nrules:\n  - id: r\n    when: {when}\n    action: reject\n", catalog=None)
     assert found[:5] == ("rule-never-fires", 4, 11, "p/r", "warning")
 
 
 @pytest.mark.parametrize("when", ["'true'", "args.x == 1", "'[1].exists(a, a > 5) || tool.name == \"x\"'",
-                                  "size(args) > 100"])
+                                  "size(args) > 100", "'[1].exists(args, args > 5)'"])
 def test_a_when_that_can_be_true_is_not_reported(findings, when):
     assert findings(f"policy: p\nrules:\n  - id: r\n    when: {when}\n    action: reject\n", catalog=None) == []
 
