@@ -7,6 +7,8 @@ Each mistake here loads cleanly, because it is only a mistake with respect to th
   is never closed and so is a literal ``[`` no tool name has → ``github_list_*``).
 * ``rule-never-fires`` (warning): a rule whose ``when`` reads nothing, has no comprehension, and is
   false.
+* ``rule-shadowed`` (warning): a rule that can never decide a call, because an enforced rule without
+  ``when`` and with a stricter verdict covers all its tools at its stage (the strictest verdict wins).
 * ``unknown-argument``: ``args.NAME`` / ``original_args.NAME`` (also through ``variables``) where no
   tool the rule covers has an argument NAME in its input schema. An error, since the read fails on
   every call that lacks the argument; a warning only when the expression guards it with
@@ -37,6 +39,7 @@ from gateway.policy.catalog import Catalog, CatalogTool
 from gateway.policy.cel import VARIABLES, Engine, ExprType
 from gateway.policy.cel.globbing import glob_match, glob_problem
 from gateway.policy.cel.pure_check import MACROS, parser
+from gateway.policy.decision import ACTION_VERDICT, STRICTNESS, Mode, OnError, Stage, Verdict
 from gateway.policy.model import RuleSpec, VariableSpec
 from gateway.sourcemap import Path, YamlDocument
 
@@ -64,12 +67,16 @@ def check_documents(documents: Sequence[YamlDocument], catalog: Catalog | None, 
     """The catalog findings for parsed policy files, sorted by position."""
     found: list[Diagnostic] = []
     seen: set[tuple[str, int, int, str]] = set()
+    rules: list[_Rule] = []
     for doc in documents:
-        for d in _FileCheck(doc, catalog, engine).run():
+        check = _FileCheck(doc, catalog, engine)
+        for d in check.run():
             key = (d.file, d.line, d.column, d.code)
             if key not in seen:  # a variable read by several rules is reported once
                 seen.add(key)
                 found.append(d)
+        rules.extend(check.summaries)
+    found.extend(_shadowed(rules, catalog))
     found.sort(key=lambda d: (d.file, d.line, d.column))
     return found
 
@@ -83,17 +90,39 @@ class _Reference:
     offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """What the shadowing check needs of one rule."""
+
+    id: str
+    file: str
+    line: int
+    column: int
+    stage: Stage
+    enforced: bool
+    verdict: Verdict | None
+    unconditional: bool
+    can_fail: bool  # it has an expression, whose failure rejects (on_error: deny)
+    tools: tuple[str, ...] | None  # its valid patterns; None: every tool
+
+
 class _FileCheck:
     def __init__(self, doc: YamlDocument, catalog: Catalog | None, engine: Engine) -> None:
         self.doc = doc
         self.catalog = catalog
         self.engine = engine
         self.out: list[Diagnostic] = []
+        self.summaries: list[_Rule] = []
         data = doc.data if isinstance(doc.data, dict) else {}
         self.policy = str(data.get("policy", "?"))
         self.rules = _valid(RuleSpec, data.get("rules"))
         variables = _valid(VariableSpec, data.get("variables"))
         self.variables = {spec.name: (("variables", i, "expression"), spec.expression) for i, spec in variables}
+        defaults = data.get("defaults")
+        mode = defaults.get("mode") if isinstance(defaults, dict) else None
+        self.default_mode = Mode(mode) if mode in tuple(Mode) else Mode.ENFORCE
+        on_error = defaults.get("on_error") if isinstance(defaults, dict) else None
+        self.default_on_error = OnError(on_error) if on_error in tuple(OnError) else OnError.DENY
 
     def run(self) -> list[Diagnostic]:
         for index, rule in self.rules:
@@ -108,6 +137,11 @@ class _FileCheck:
     def rule(self, index: int, rule: RuleSpec) -> None:
         rule_id = f"{self.policy}/{rule.id}"
         here: Path = ("rules", index)
+        pos = self.doc.position(here)
+        tools = None if rule.tools is None else tuple(p for p in rule.tools if glob_problem(p) is None)
+        self.summaries.append(_Rule(rule_id, self.doc.file, pos.line, pos.column, rule.stage,
+                                    (rule.mode or self.default_mode) is Mode.ENFORCE, ACTION_VERDICT[rule.action],
+                                    rule.when is None, _can_fail(rule, self.default_on_error), tools))
         if rule.when is not None:
             self.constant_false(rule.when, (*here, "when"), rule_id)
         if self.catalog is None:
@@ -204,6 +238,49 @@ class _FileCheck:
                 if ref.root == "variables" and ref.name in self.variables and ref.name not in seen:
                     seen.add(ref.name)
                     pending.append(self.variables[ref.name])
+
+
+def _shadowed(rules: Sequence[_Rule], catalog: Catalog | None) -> list[Diagnostic]:
+    """Rules that can never decide a call: an enforced rule without ``when`` whose verdict is stricter
+    covers every tool they cover (at their stage), and the strictest verdict always wins.
+
+    Without a catalog only a rule for every tool (no ``tools:``) is known to cover another.
+    """
+    def covered(rule: _Rule) -> frozenset[str] | None:  # None: every tool, or unknown without a catalog
+        if rule.tools is None or catalog is None:
+            return None
+        return frozenset(t.name for t in catalog.matching(rule.tools))
+
+    def covers(wide: _Rule, narrow: _Rule) -> bool:
+        if wide.tools is None:
+            return True
+        theirs, mine = covered(wide), covered(narrow)
+        return theirs is not None and mine is not None and mine <= theirs
+
+    found: list[Diagnostic] = []
+    strict = [r for r in rules if r.enforced and r.unconditional and r.verdict is not None]
+    for rule in rules:
+        if not rule.enforced or rule.verdict is None or covered(rule) == frozenset():
+            continue  # (a rule that matches no tool is unknown-tool's to report)
+        for other in strict:
+            if (other is rule or other.stage is not rule.stage or other.verdict is None
+                    or STRICTNESS[other.verdict] <= STRICTNESS[rule.verdict] or not covers(other, rule)):
+                continue
+            if rule.can_fail and STRICTNESS[other.verdict] < STRICTNESS[Verdict.REJECT]:
+                continue  # its failure would reject, which is stricter: it can still decide
+            whom = "every tool" if other.tools is None else "each of its tools"
+            found.append(Diagnostic(
+                "rule-shadowed", f"this rule can never decide a call: rule {other.id} ({other.file}:{other.line})"
+                f" gives every call to {whom} the stricter verdict {other.verdict!s}, and the strictest verdict"
+                " wins", rule.file, rule.line, rule.column, rule.id,
+                f"narrow {other.id} with 'when' or 'tools', or remove this rule", Severity.WARNING))
+            break
+    return found
+
+
+def _can_fail(rule: RuleSpec, default: OnError) -> bool:
+    expressions = (rule.when, rule.messageExpression, rule.resultExpression)
+    return (rule.on_error or default) is OnError.DENY and any(e is not None for e in expressions)
 
 
 def _valid(model: type[RuleSpec] | type[VariableSpec], items: Any) -> list[tuple[int, Any]]:

@@ -233,3 +233,62 @@ def test_diagnostics_point_into_the_file(findings, tmp_path: Path):
     line = (tmp_path / "policies" / "policy.yaml").read_text().splitlines()[found[1] - 1]
     assert line[found[2] - 1:].startswith("chanel")
     assert Severity(found[4]) is Severity.ERROR
+
+
+# --- rules that a stricter unconditional rule always outweighs ------------------------------------
+
+
+SHADOWS = """
+    policy: gh
+    rules:
+      - id: no-branches
+        tools: [github_create_*]
+        action: reject
+      - id: allow-branch
+        tools: [github_create_branch]
+        action: allow
+      - id: approve-branch
+        tools: [github_create_branch]
+        when: args.branch == "main"
+        action: approve
+      - id: allow-github
+        tools: ["github_*"]
+        action: allow
+      - id: terminate-in-audit
+        tools: [github_create_branch]
+        action: terminate
+        mode: audit
+"""
+
+
+def test_a_rule_an_unconditional_stricter_rule_always_outweighs_is_reported(findings):
+    assert [f[:5] for f in findings(SHADOWS)] == [
+        ("rule-shadowed", 6, 5, "gh/allow-branch", "warning"),
+        ("rule-shadowed", 9, 5, "gh/approve-branch", "warning"),
+    ]
+
+
+def test_a_rule_whose_failure_would_be_stricter_is_not_shadowed(findings):
+    # when its 'when' fails, approve-branch rejects (on_error: deny), which outweighs the skip
+    assert findings("""
+        policy: gh
+        rules:
+          - id: skip-creates
+            tools: [github_create_*]
+            action: skip
+          - id: approve-branch
+            tools: [github_create_branch]
+            when: args.branch == "main"
+            action: approve
+          - id: allow-branch
+            tools: [github_create_branch]
+            action: allow
+        """) == [("rule-shadowed", 10, 5, "gh/allow-branch", "warning",
+                  "narrow gh/skip-creates with 'when' or 'tools', or remove this rule")]
+
+
+def test_without_a_catalog_only_a_rule_for_every_tool_is_known_to_shadow(findings):
+    assert findings(SHADOWS, catalog=None) == []
+    found = findings("policy: p\nrules:\n  - id: stop\n    action: terminate\n  - id: go\n    tools: [x]\n"
+                     "    action: reject\n  - id: later\n    stage: response\n    action: reject\n", catalog=None)
+    assert [f[:4] for f in found] == [("rule-shadowed", 5, 5, "p/go")]
