@@ -46,7 +46,7 @@ from gateway.upstreams.launch import LaunchedUpstream
 from gateway.upstreams.mcp import McpUpstream
 from gateway.upstreams.registry import Source, ToolRegistry
 
-__all__ = ["build_app", "build_gateway", "build_upstream", "server_options"]
+__all__ = ["build_app", "build_gateway", "build_registry", "build_upstream", "server_options"]
 
 log = logging.getLogger("gateway")
 
@@ -112,11 +112,16 @@ def _settle_seconds(config: LoadedConfig) -> float:
     return max(DEFAULT_SETTLE_SECONDS, SETTLE_POLLS * parse_duration(config.spec.reload_interval))
 
 
+def build_registry(config: LoadedConfig) -> ToolRegistry:
+    """The config's upstreams under their exposed names (not started yet)."""
+    return ToolRegistry([Source(build_upstream(u, config), u.exposed_name, _own_timeout(u))
+                         for u in config.spec.upstreams])
+
+
 def build_gateway(config: LoadedConfig) -> Gateway:
     """The call pipeline with its policies, store, audit log and approvals (upstreams not started yet)."""
     spec = config.spec
-    registry = ToolRegistry([Source(build_upstream(u, config), u.exposed_name, _own_timeout(u))
-                             for u in spec.upstreams])
+    registry = build_registry(config)
     redactor = Redactor(spec.audit.redact_keys, spec.audit.redact_patterns)
     audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout, redactor,
                      fsync=spec.audit.fsync, max_value_bytes=spec.audit.max_value_bytes,

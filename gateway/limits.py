@@ -211,3 +211,10 @@ MAX_COMPREHENSION_NESTING = 2
 # Parse trees of CEL expressions kept for the typed checker (a reload re-reads mostly the same
 # expressions); a tree is a few kilobytes, so this bounds the cache to a few tens of megabytes.
 MAX_CACHED_PARSE_TREES = 4096
+# A caret snippet under a diagnostic shows at most this many characters of the offending line (a
+# window around the column), so that one minified line does not flood a terminal or a CI log.
+MAX_SNIPPET_CHARS = 160
+
+# `gateway tools` and `gateway check --config` start every upstream to read its tools; one that has
+# not answered within this many seconds is reported as unavailable rather than waited for.
+CATALOG_START_TIMEOUT_SECONDS = 30.0

@@ -1,4 +1,4 @@
-"""The `gateway` command: check, test, explain, schema, serve, approvals, sessions."""
+"""The `gateway` command: check, test, explain, replay, schema, serve, approvals, sessions, tools."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from gateway.cli import (
     replay_command,
     serve_command,
     sessions_command,
+    tools_command,
 )
 from gateway.policy.cel import ENGINE_NAMES
 
@@ -36,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="load and compile policy files (and a gateway config)")
     check.add_argument("paths", nargs="*", help="policy files or directories")
     check.add_argument("--config", help="also check this gateway config file")
+    check.add_argument("--tools", metavar="TOOLS.json",
+                       help="also check the policies against this tool catalog (`gateway tools --format json`)")
+    check.add_argument("--no-upstreams", action="store_true",
+                       help="with --config: do not start the upstreams to check against their live tools")
+    check.add_argument("--strict", action="store_true", help="fail on warnings too")
     check.add_argument("--write-manifest", nargs="?", const="", metavar="PATH",
                        help="when the check passes, write the SHA-256 manifest of the policy files to PATH "
                             "(default: the config's reload.manifest, else policies.manifest.json)")
@@ -76,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     approvals_command.register(sub)
     sessions_command.register(sub)
+    tools_command.register(sub)
     return parser
 
 

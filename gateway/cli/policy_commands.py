@@ -11,9 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.diagnostics import Diagnostic, Severity
+from gateway.cli.tools_command import catalog_for_check
+from gateway.diagnostics import Diagnostic, Severity, SourceLines, render
 from gateway.manifest import MANIFEST_NAME, build_manifest, render_manifest, write_manifest
 from gateway.policy.callspec import CallSpec
+from gateway.policy.catalog import Catalog
 from gateway.policy.explain import explain as explain_call
 from gateway.policy.explain import render_text
 from gateway.policy.load import check_policies, discover, read_document
@@ -22,7 +24,7 @@ from gateway.testing import Status, run_tests
 from gateway.testing.coverage import CoverageCollector, coverage_exit
 from gateway.validation import validate_document
 
-__all__ = ["SCHEMAS", "check", "explain", "schema", "test"]
+__all__ = ["SCHEMAS", "check", "explain", "print_diagnostics", "schema", "test"]
 
 
 def _schema_models() -> dict[str, Callable[[], type[BaseModel]]]:
@@ -37,12 +39,23 @@ def _schema_models() -> dict[str, Callable[[], type[BaseModel]]]:
 SCHEMAS = ("policy", "config")
 
 
-def _print_diagnostics(diagnostics: list[Diagnostic], as_json: bool, extra: dict[str, Any]) -> None:
+def print_diagnostics(diagnostics: list[Diagnostic], as_json: bool, extra: dict[str, Any]) -> None:
+    """Diagnostics as JSON (each with its source line as ``snippet`` when known), or as text with a
+    caret under the offending column: errors to stderr, warnings to stdout."""
+    sources = SourceLines()
     if as_json:
-        print(json.dumps({**extra, "diagnostics": [d.to_dict() for d in diagnostics]}, indent=2))
+        print(json.dumps({**extra, "diagnostics": [_with_snippet(d, sources) for d in diagnostics]}, indent=2))
         return
     for d in diagnostics:
-        print(d.format(), file=sys.stderr if d.severity is Severity.ERROR else sys.stdout)
+        print(render(d, sources), file=sys.stderr if d.severity is Severity.ERROR else sys.stdout)
+
+
+def _with_snippet(d: Diagnostic, sources: SourceLines) -> dict[str, Any]:
+    line = sources.line(d.file, d.line)
+    return d.to_dict() if line is None else {**d.to_dict(), "snippet": line}
+
+
+_print_diagnostics = print_diagnostics
 
 
 def check(args: argparse.Namespace) -> int:
@@ -52,6 +65,7 @@ def check(args: argparse.Namespace) -> int:
     paths = list(args.paths)
     manifest = Path(args.write_manifest) if args.write_manifest else None
     typing: dict[str, Any] = {}  # what the config tells the typed environment (env values, usage windows)
+    config = None
     if args.config:
         from gateway.config.load import check_config
 
@@ -65,11 +79,19 @@ def check(args: argparse.Namespace) -> int:
         if config is not None and manifest is None and config.spec.reload.manifest:
             manifest = config.path(config.spec.reload.manifest)
     if paths or not args.config:
-        policy_set, problems = check_policies(paths or ["."], args.engine, **typing)
+        catalog, problems = catalog_for_check(args, config)  # first: the typed load can use it too
         diagnostics.extend(problems)
+        policy_set, problems = check_policies(paths or ["."], args.engine, catalog=catalog, **typing)
         if policy_set is not None:
             summary = policy_set.summary()
+        if catalog is not None:
+            summary["tools"] = len(catalog.tools)
+        problems.extend(_catalog_checks(args.engine, catalog, paths or ["."], problems))
+        diagnostics.extend(sorted(problems, key=lambda d: (d.file, d.line, d.column)))
     errors = sum(1 for d in diagnostics if d.severity is Severity.ERROR)
+    warnings = len(diagnostics) - errors
+    if args.strict:
+        errors += warnings
     if args.write_manifest is not None and not errors:
         problem = _write_manifest(manifest or Path(MANIFEST_NAME), paths or ["."])
         if problem is None:
@@ -80,15 +102,37 @@ def check(args: argparse.Namespace) -> int:
     _print_diagnostics(diagnostics, args.format == "json", {"ok": errors == 0, **summary})
     if args.format == "text":
         if errors:
-            print(f"{errors} error(s)", file=sys.stderr)
+            print(f"{errors} error(s)" + (" (--strict: warnings count)" if args.strict and warnings else ""),
+                  file=sys.stderr)
         elif summary:
+            against = f", checked against {summary['tools']} tools" if "tools" in summary else ""
             print(f"ok: {summary['policies']} policies, {summary['rules']} rules, revision {summary['revision']}"
-                  f" ({summary['engine']})")
+                  f" ({summary['engine']}){against}")
             if "manifest" in summary:
                 print(f"wrote {summary['manifest']} ({len(summary['files'])} files)")
         else:
             print("ok")
     return 1 if errors else 0
+
+
+def _catalog_checks(engine: str, catalog: Catalog | None, paths: list[str],
+                    found: list[Diagnostic]) -> list[Diagnostic]:
+    """The policies checked against the tool catalog (without one, only what needs none), without a
+    second diagnostic for what loading reported."""
+    from gateway.policy.catalog_checks import check_against_catalog
+    from gateway.policy.cel import get_engine
+
+    # A typed load may already have said that an argument is unknown (pointing at the same line);
+    # other findings are new unless loading reported something at that very spot.
+    lines = {(d.file, d.line) for d in found}
+    spots = {(d.file, d.line, d.column) for d in found}
+
+    def new(d: Diagnostic) -> bool:
+        if d.code == "unknown-argument":
+            return (d.file, d.line) not in lines
+        return (d.file, d.line, d.column) not in spots
+
+    return [d for d in check_against_catalog(paths, catalog, get_engine(engine)) if new(d)]
 
 
 def _write_manifest(path: Path, paths: list[str]) -> Diagnostic | None:
@@ -114,8 +158,9 @@ def test(args: argparse.Namespace) -> int:
                           "cases": [c.to_dict() for c in run.cases],
                           **({"coverage": coverage.to_dict()} if coverage else {})}, indent=2))
         return code
+    sources = SourceLines()
     for d in run.errors:
-        print(d.format())
+        print(render(d, sources))
     for case in run.cases:
         if case.status is Status.PASS and not args.verbose:
             continue

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gateway.diagnostics import SourceLines, render
 from gateway.errors import ConfigError, PolicyLoadError
 
 __all__ = ["serve"]
@@ -38,8 +39,9 @@ def serve(args: argparse.Namespace) -> int:
             return 1
         app = build_app(config)
     except (ConfigError, PolicyLoadError) as exc:
+        sources = SourceLines()
         for d in exc.diagnostics:
-            print(d.format(), file=sys.stderr)
+            print(render(d, sources), file=sys.stderr)
         return 1
     except (OSError, sqlite3.Error) as exc:  # a data file that looked fine but cannot be opened after all
         print(f"gateway: cannot open the gateway's data files: {exc}", file=sys.stderr)

@@ -19,7 +19,7 @@ from gateway.errors import CelCompileError, CelEvaluationError
 from gateway.policy.call import ToolCall
 from gateway.policy.cel import Engine, ExprType, Program
 from gateway.policy.cel.pure_check import parser, unwrap
-from gateway.policy.compile import CompiledRule, Variable, inline_variables
+from gateway.policy.compile import CompiledRule, Variable, inline_source
 from gateway.policy.decision import Action, Decision, Stage
 from gateway.policy.evaluate import rule_activation
 from gateway.policy.policyset import PolicySet
@@ -64,7 +64,7 @@ def split_when(source: str, engine: Engine, variables: Sequence[Variable] = ()) 
     parts: list[Clause] = []
     for node in _flatten(tree):
         text = source[node.meta.start_pos:node.meta.end_pos].strip()
-        inline = inline_variables(text, known) if variables else None
+        inline = inline_source(text, known) if variables else None
         program: Program | None = None
         for candidate in ([inline] if inline is not None else []) + [text]:
             try:

@@ -118,8 +118,22 @@ def inline_variables(expr: Expression, known: dict[str, str | None]) -> str | No
     """
     if expr.variables_read is None or expr.variable_spans is None:
         return None
-    text = expr.source
-    for name, start, end in sorted(expr.variable_spans, key=lambda span: span[1], reverse=True):
+    return _written_in(expr.source, expr.variable_spans, known)
+
+
+def inline_source(source: str, known: dict[str, str | None]) -> str | None:
+    """``inline_variables`` for bare source text (explain's clauses): the places come from a parse."""
+    try:
+        found = analyse(source, ExprType.ANY, None, limits=False)
+    except CelCompileError:
+        return None
+    if found.has_variables or found.reads_all_variables:
+        return None
+    return _written_in(source, tuple(found.variable_uses), known)
+
+
+def _written_in(text: str, spans: tuple[tuple[str, int, int], ...], known: dict[str, str | None]) -> str | None:
+    for name, start, end in sorted(spans, key=lambda span: span[1], reverse=True):
         inline = known.get(name)
         if inline is None:
             return None

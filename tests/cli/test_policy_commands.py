@@ -84,16 +84,22 @@ def test_check_uses_the_engine_it_is_given(project, engine):
     assert out.stdout.endswith(f" ({engine})\n")
 
 
-def test_check_prints_one_positioned_line_per_error(project):
+def test_check_prints_one_positioned_line_per_error_with_a_caret_under_it(project):
     out = gateway(project, "check", "bad")
     assert out.returncode == 1
     lines = out.stderr.splitlines()
     assert lines[-1] == "2 error(s)"
-    assert [re.match(r"^(\S+):(\d+):(\d+): error\[([a-z-]+)\]: ", line).groups() for line in lines[:-1]] == [
+    heads = [line for line in lines[:-1] if not line.startswith("  ")]
+    assert [re.match(r"^(\S+):(\d+):(\d+): error\[([a-z-]+)\]: ", line).groups() for line in heads] == [
         ("bad/broken.yaml", "5", "5", "unknown-key"),
         ("bad/broken.yaml", "7", "21", "cel-compile"),
     ]
-    assert lines[0].endswith("(rule broken/typo); hint: did you mean 'when'?")
+    assert heads[0].endswith("(rule broken/typo); hint: did you mean 'when'?")
+    # each diagnostic is followed by its line and a caret under the column, as compilers print them
+    assert lines[1:3] == ["  5 |     whn: 'true'",
+                          "    |     ^"]
+    assert lines[4:6] == ["  7 |     when: args.x == )",
+                          "    |                     ^"]
     assert out.stdout == ""
 
 
@@ -102,9 +108,10 @@ def test_check_prints_warnings_on_stdout_and_still_succeeds(project, write):
     write("warn/pay.yaml", POLICY)
     out = gateway(project, "check", "warn")
     assert out.returncode == 0
-    first, last = out.stdout.splitlines()
+    first, line, caret, last = out.stdout.splitlines()
     assert first == ("warn/empty.yaml:1:1: warning[empty-policy]: policy 'e' has no rules; "
                      "hint: add rules, or delete the file")
+    assert (line, caret) == ("  1 | policy: e", "    | ^")
     assert last.startswith("ok: 2 policies, 2 rules, revision ")
 
 
@@ -118,7 +125,9 @@ def test_check_json(project):
         ("bad/broken.yaml", 5, 5, "unknown-key", "broken/typo", "error"),
         ("bad/broken.yaml", 7, 21, "cel-compile", "broken/bad-cel", "error"),
     ]
-    assert set(report["diagnostics"][0]) == {"code", "message", "file", "line", "column", "rule", "hint", "severity"}
+    assert set(report["diagnostics"][0]) == {"code", "message", "file", "line", "column", "rule", "hint", "severity",
+                                             "snippet"}
+    assert [d["snippet"] for d in report["diagnostics"]] == ["    whn: 'true'", "    when: args.x == )"]
 
     out = gateway(project, "check", "--format", "json", "good")
     assert out.returncode == 0
@@ -137,6 +146,144 @@ def test_check_without_policies_fails(tmp_path):
         "hint: policy files are *.yaml files that do not end in _test.yaml",
         "1 error(s)",
     ]
+
+
+# --- check against the tool catalog (--tools snapshot, --config live) ------------------------------
+
+GITHUB = """
+    policy: gh
+    rules:
+      - id: read
+        tools: [github_lsit_*]
+        action: allow
+      - id: list
+        tools: ["github_list_[*"]
+        action: allow
+      - id: protect-main
+        tools: [github_create_branch]
+        when: args.brnach == "main"
+        action: reject
+"""
+
+SNAPSHOT = {"version": 1, "tools": [
+    {"name": "github_list_issues", "input_schema": {"type": "object", "properties": {"repo": {"type": "string"}}}},
+    {"name": "github_list_pulls", "input_schema": {"type": "object", "properties": {"repo": {"type": "string"}}}},
+    {"name": "github_create_branch", "input_schema": {"type": "object", "additionalProperties": False,
+                                                      "properties": {"repo": {}, "branch": {}}}},
+]}
+UPSTREAM_SERVER = Path(__file__).parents[1] / "gateway" / "upstream_mcp_server.py"
+
+
+@pytest.fixture
+def github(write, tmp_path) -> Path:
+    write("policies/gh.yaml", GITHUB)
+    write("tools.json", json.dumps(SNAPSHOT))
+    return tmp_path
+
+
+def test_check_without_a_catalog_passes_the_mistakes_it_cannot_see(github):
+    out = gateway(github, "check", "policies")
+    assert out.returncode == 0, out.stderr
+
+
+def test_check_against_a_snapshot_reports_each_mistake_at_its_spot_with_a_caret(github):
+    out = gateway(github, "check", "policies", "--tools", "tools.json")
+    assert out.returncode == 1
+    assert out.stderr.splitlines() == [
+        "policies/gh.yaml:4:13: error[unknown-tool]: no tool matches 'github_lsit_*'; the rule never applies"
+        " (rule gh/read); hint: did you mean 'github_list_*'?",
+        "  4 |     tools: [github_lsit_*]",
+        "    |             ^",
+        "policies/gh.yaml:7:13: error[unknown-tool]: no tool matches 'github_list_[*' (its '[' is never closed,"
+        " so it is a literal '[', which no tool name has); the rule never applies (rule gh/list);"
+        " hint: did you mean 'github_list_*'?",
+        "  7 |     tools: [\"github_list_[*\"]",
+        "    |             ^",
+        "policies/gh.yaml:11:16: error[unknown-argument]: args.brnach: no argument 'brnach' in the input schema"
+        " of github_create_branch (rule gh/protect-main); hint: did you mean args.branch?",
+        "  11 |     when: args.brnach == \"main\"",
+        "     |                ^",
+        "3 error(s)",
+    ]
+
+
+def test_check_against_a_snapshot_as_json(github):
+    out = gateway(github, "check", "policies", "--tools", "tools.json", "--format", "json")
+    assert out.returncode == 1
+    report = json.loads(out.stdout)
+    assert report["ok"] is False and report["tools"] == 3
+    assert [(d["code"], d["line"], d["column"], d["rule"], d["severity"], d["snippet"])
+            for d in report["diagnostics"]] == [
+        ("unknown-tool", 4, 13, "gh/read", "error", "    tools: [github_lsit_*]"),
+        ("unknown-tool", 7, 13, "gh/list", "error", '    tools: ["github_list_[*"]'),
+        ("unknown-argument", 11, 16, "gh/protect-main", "error", '    when: args.brnach == "main"'),
+    ]
+
+
+def test_warnings_pass_unless_strict(write, tmp_path):
+    write("policies/p.yaml", "policy: p\nrules:\n  - id: r\n    tools: [github_list_*]\n"
+                             "    when: has(args.rpo)\n    action: reject\n")
+    write("tools.json", json.dumps(SNAPSHOT))
+    out = gateway(tmp_path, "check", "policies", "--tools", "tools.json")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("policies/p.yaml:5:20: warning[unknown-argument]: args.rpo: no argument 'rpo'")
+    assert lines[-1].startswith("ok: 1 policies, 1 rules, revision ")
+    assert lines[-1].endswith(", checked against 3 tools")
+    out = gateway(tmp_path, "check", "policies", "--tools", "tools.json", "--strict")
+    assert out.returncode == 1
+    assert out.stderr.splitlines()[-1] == "1 error(s) (--strict: warnings count)"
+
+
+def test_a_rule_that_can_never_fire_is_reported_without_a_catalog(write, tmp_path):
+    write("policies/p.yaml", "policy: p\nrules:\n  - id: r\n    when: 1 > 2\n    action: reject\n")
+    out = gateway(tmp_path, "check", "policies")
+    assert out.returncode == 0
+    assert out.stdout.splitlines()[:3] == [
+        "policies/p.yaml:4:11: warning[rule-never-fires]: 'when' is always false ('1 > 2' reads nothing)"
+        " (rule p/r); hint: remove the rule, or write the condition it was meant to test",
+        "  4 |     when: 1 > 2",
+        "    |           ^"]
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"tools": []}', '{"version": 1, "tools": [{"nme": "x"}]}'])
+def test_a_bad_snapshot_is_an_error(github, text):
+    (github / "tools.json").write_text(text)
+    out = gateway(github, "check", "policies", "--tools", "tools.json")
+    assert out.returncode == 1
+    assert out.stderr.startswith("tools.json:1:1: error[invalid-catalog]: not a tool catalog: ")
+
+
+def test_check_config_checks_against_the_live_upstreams(write, tmp_path):
+    write("policies/up.yaml", "policy: up\nrules:\n  - id: echo\n    tools: [up_ehco]\n    action: reject\n"
+                              "  - id: add\n    tools: [up_add]\n    when: args.c > 1\n    action: reject\n")
+    write("gateway.yaml", yaml.safe_dump({"policies": ["policies"], "upstreams": [
+        {"name": "up", "mcp": {"command": sys.executable, "args": [str(UPSTREAM_SERVER)]}}]}))
+    out = gateway(tmp_path, "check", "--config", "gateway.yaml")
+    assert out.returncode == 1
+    errors = [line for line in out.stderr.splitlines() if not line.startswith("  ")]
+    policy = tmp_path / "policies" / "up.yaml"  # the config names the folder: paths are the config's
+    assert errors[0] == (f"{policy}:4:13: error[unknown-tool]: no tool matches 'up_ehco'; the rule never"
+                         " applies (rule up/echo); hint: did you mean 'up_echo'?")
+    assert errors[1] == (f"{policy}:8:16: error[unknown-argument]: args.c: no argument 'c' in the input schema"
+                         " of up_add (rule up/add); hint: the arguments are: a, b")
+    # offline: only what needs no catalog
+    out = gateway(tmp_path, "check", "--config", "gateway.yaml", "--no-upstreams")
+    assert out.returncode == 0, out.stderr
+
+
+def test_check_config_fails_when_an_upstream_does_not_start(write, tmp_path):
+    write("policies/up.yaml", "policy: up\nrules:\n  - id: echo\n    tools: [up_echo]\n    action: reject\n")
+    down = write("down", "")
+    write("gateway.yaml", yaml.safe_dump({"policies": ["policies"], "upstreams": [
+        {"name": "up", "mcp": {"command": sys.executable, "args": [str(UPSTREAM_SERVER)],
+                               "env": {"UPSTREAM_DOWN_FILE": str(down)}}}]}, sort_keys=False))
+    out = gateway(tmp_path, "check", "--config", "gateway.yaml")
+    assert out.returncode == 1
+    first, line, caret = out.stderr.splitlines()[:3]
+    assert first.startswith(f"{tmp_path / 'gateway.yaml'}:4:9: error[upstream-unavailable]: upstream 'up' did not"
+                            " start: ")
+    assert (line, caret) == ("  4 | - name: up", "    |         ^")
 
 
 # --- test ----------------------------------------------------------------------------------------

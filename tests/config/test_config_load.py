@@ -88,7 +88,9 @@ def test_gateway_check_config_prints_every_problem_and_fails(config, tmp_path):
     assert out.returncode == 1
     lines = out.stderr.splitlines()
     assert lines[0].startswith(f"{path}:1:10: error[unknown-key]: unknown key 'listen.prot'")
-    assert lines[1].startswith(f"{path}:2:8: error[wrong-type]: store:")
+    assert lines[1:3] == ["  1 | listen: {prot: 1}", "    |          ^"]
+    assert lines[3].startswith(f"{path}:2:8: error[wrong-type]: store:")
+    assert lines[4:6] == ["  2 | store: 5", "    |        ^"]
     assert lines[-1] == "2 error(s)"
 
 

@@ -1,0 +1,61 @@
+"""The live tool catalog: start a config's upstreams, read the tools they expose, stop them again.
+
+`gateway tools` prints it (a snapshot for offline checks in CI) and `gateway check --config` checks
+policies against it. The tools are named, and collisions found, exactly as the running gateway does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+
+from gateway.diagnostics import Diagnostic
+from gateway.limits import CATALOG_START_TIMEOUT_SECONDS
+from gateway.policy.catalog import Catalog, CatalogTool
+from gateway.upstreams.base import Upstream
+from gateway.upstreams.registry import ToolRegistry
+
+__all__ = ["catalog_of", "read_catalog"]
+
+
+def catalog_of(registry: ToolRegistry) -> Catalog:
+    """The tools ``registry`` exposes now, as policies see them."""
+    return Catalog.of(CatalogTool(t.name, t.upstream.name, t.info.title, t.spec.description,
+                                  dict(t.spec.input_schema), dict(t.spec.annotations)) for t in registry.all())
+
+
+async def read_catalog(registry: ToolRegistry, where: str, positions: Mapping[str, tuple[int, int]] | None = None,
+                       timeout: float = CATALOG_START_TIMEOUT_SECONDS) -> tuple[Catalog | None, list[Diagnostic]]:
+    """Start every upstream, read the catalog, close them all (launched servers are stopped).
+
+    None when an upstream did not start or tool names collide: a partial catalog would make every
+    rule for the missing tools look wrong. ``where`` is the config file the diagnostics point at,
+    ``positions`` each upstream's (line, column) in it.
+    """
+    at = positions or {}
+    problems: list[Diagnostic] = []
+
+    async def start(upstream: Upstream) -> None:
+        try:
+            await asyncio.wait_for(upstream.start(), timeout)
+        except TimeoutError:
+            problems.append(_unavailable(upstream.name, f"no answer within {timeout:g}s", where, at))
+        except Exception as exc:  # any failure to start is reported, never raised: the others still close
+            problems.append(_unavailable(upstream.name, str(exc) or type(exc).__name__, where, at))
+
+    try:
+        await asyncio.gather(*(start(u) for u in registry.upstreams))
+        problems.extend(Diagnostic("tool-names", p, where) for p in registry.rebuild())
+        catalog = catalog_of(registry)
+    finally:
+        for upstream in registry.upstreams:
+            with contextlib.suppress(Exception):
+                await upstream.close()
+    return (None if problems else catalog), problems
+
+
+def _unavailable(name: str, why: str, where: str, positions: Mapping[str, tuple[int, int]]) -> Diagnostic:
+    line, column = positions.get(name, (1, 1))
+    return Diagnostic("upstream-unavailable", f"upstream {name!r} did not start: {why}", where, line, column,
+                      hint="start it (or fix its config), or check offline against a snapshot with --tools")
