@@ -395,9 +395,7 @@ class Gateway:
         if call is None or not trace.decisions:
             return None, []  # refused before any policy saw it: nothing to replay
         decision = trace.decisions[0]
-        # The run model's rolling usage windows (issue 8), once the call carries them.
-        usage = getattr(call, "usage", None)
-        extra = {"usage": usage if isinstance(usage, dict) else usage.to_cel()} if usage else {}
+        extra = {"usage": call.usage_cel()} if call.usage else {}  # the principal's rolling windows
         return self.audit.redactor.apply({
             "tool": {"title": call.tool.title, "description": call.tool.description,
                      "annotations": call.tool.annotations},

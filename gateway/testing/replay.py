@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall, ToolInfo
+from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall, ToolInfo, UsageInfo
 from gateway.policy.compile import CompiledRule
 from gateway.policy.decision import Decision, Mode, Outcome
 from gateway.policy.policyset import PolicySet, env_revision
@@ -187,13 +187,23 @@ def _call_of(event: dict[str, Any], context: dict[str, Any], env: dict[str, Any]
                             dict(context.get("principal_claims") or {})),
         session=SessionInfo(str(session.get("id") or ""), int(session.get("calls") or 0),
                             {str(k): int(v) for k, v in (session.get("calls_by_tool") or {}).items()},
-                            int(session.get("rejected") or 0), str(session.get("started_at") or "")),
+                            int(session.get("rejected") or 0), str(session.get("started_at") or ""),
+                            bool(session.get("implicit"))),
         call=CallInfo(str(event.get("call_id") or ""), int(event.get("iteration") or 0),
                       str(context.get("call_time") or "")),
         env=env,
-        # the run model's usage windows, logged only by a gateway whose calls carry them
-        **({"usage": context["usage"]} if isinstance(context.get("usage"), dict) else {}),
+        usage=_usage_of(context.get("usage")),
     )
+
+
+def _usage_of(logged: Any) -> dict[str, UsageInfo]:
+    """The principal's rolling windows as the event logged them (none when the config declared none)."""
+    if not isinstance(logged, dict):
+        return {}
+    return {str(name): UsageInfo(int(w.get("calls") or 0),
+                                 {str(k): int(v) for k, v in (w.get("calls_by_tool") or {}).items()},
+                                 int(w.get("rejected") or 0))
+            for name, w in logged.items() if isinstance(w, dict)}
 
 
 def _compare(report: ReplayReport, event: dict[str, Any], context: dict[str, Any], decision: Decision,
