@@ -40,6 +40,7 @@ __all__ = [
     "ReloadSpec",
     "SecretRef",
     "StoreSpec",
+    "SupervisionSpec",
     "UpstreamSpec",
     "WebhookSpec",
 ]
@@ -323,6 +324,16 @@ class ReloadSpec(_Strict):
         return None if value is None else _duration(value)
 
 
+class SupervisionSpec(_Strict):
+    """How upstreams are kept up: retries of a down one (doubling from `retry_first` to `retry_max`) and checks."""
+
+    retry_first: str | int | float = limits.UPSTREAM_RETRY_FIRST_SECONDS
+    retry_max: str | int | float = limits.UPSTREAM_RETRY_MAX_SECONDS
+    check_interval: str | int | float = limits.UPSTREAM_CHECK_SECONDS  # how often an upstream that is up is checked
+
+    _durations = field_validator("retry_first", "retry_max", "check_interval")(_duration)
+
+
 class GatewayConfig(_Strict):
     """The whole gateway: where it listens, its policies, upstreams, auth, store and audit."""
 
@@ -339,5 +350,6 @@ class GatewayConfig(_Strict):
     http: HttpSpec = Field(default_factory=HttpSpec)
     reload_interval: str | int | float = "1s"
     reload: ReloadSpec = Field(default_factory=ReloadSpec)
+    supervision: SupervisionSpec = Field(default_factory=SupervisionSpec)
 
     _interval = field_validator("reload_interval")(_duration)

@@ -19,8 +19,8 @@ import mcp_types as types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway.errors import UpstreamError, UpstreamNotReached
-from gateway.limits import MAX_RESPONSE_BYTES
+from gateway.errors import UpstreamDown, UpstreamError, UpstreamNotReached
+from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
 from gateway.upstreams.base import ToolResult, UpstreamTool, resolve_command
 from gateway.upstreams.environment import child_environment
 
@@ -73,7 +73,8 @@ class McpUpstream:
                 await asyncio.wait_for(asyncio.shield(ready), CONNECT_TIMEOUT_SECONDS)
             except TimeoutError:
                 await self.close()
-                raise UpstreamError(f"{self.name}: no answer within {CONNECT_TIMEOUT_SECONDS}s") from None
+                raise UpstreamDown(f"{self.name}: no answer within {CONNECT_TIMEOUT_SECONDS}s",
+                                   "no answer in time") from None
 
     async def _own(self, ready: asyncio.Future[None]) -> None:
         client: Client | None = None
@@ -97,7 +98,7 @@ class McpUpstream:
                 await self._stop.wait()
         except BaseException as exc:  # an ExceptionGroup from the SDK's task groups, or a launch failure
             if not ready.done():
-                ready.set_exception(UpstreamError(f"{self.name}: cannot connect: {_describe(exc)}"))
+                ready.set_exception(UpstreamDown(f"{self.name}: cannot connect: {_describe(exc)}", "cannot connect"))
             else:
                 log.warning("upstream %s disconnected: %s", self.name, _describe(exc))
             if isinstance(exc, asyncio.CancelledError):
@@ -114,6 +115,17 @@ class McpUpstream:
                 await asyncio.wait_for(owner, 5)
         for task in list(self._background):
             task.cancel()
+
+    async def check(self) -> None:
+        """A ping through the session; a connection that fails it is dropped (the supervisor reconnects)."""
+        client = self._client
+        if client is None:
+            raise UpstreamDown(f"{self.name}: not connected", "not connected")
+        try:
+            await asyncio.wait_for(client.send_ping(), UPSTREAM_CHECK_TIMEOUT_SECONDS)
+        except Exception as exc:  # a closed stdio pipe, a refused HTTP connection, no answer
+            await self._drop(client)
+            raise UpstreamDown(f"{self.name}: ping failed: {_describe(exc)}", "lost connection") from exc
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
         if self._client is None:
