@@ -117,15 +117,20 @@ class McpUpstream:
             task.cancel()
 
     async def check(self) -> None:
-        """A ping through the session; a connection that fails it is dropped (the supervisor reconnects)."""
+        """A tools/list through the session (``ping`` is gone from MCP 2026-07-28); a connection that fails
+        it is dropped, for the supervisor to reopen. A changed list is taken up as a list_changed would be."""
         client = self._client
         if client is None:
             raise UpstreamDown(f"{self.name}: not connected", "not connected")
         try:
-            await asyncio.wait_for(client.send_ping(), UPSTREAM_CHECK_TIMEOUT_SECONDS)
+            tools = await asyncio.wait_for(self._fetch_tools(client), UPSTREAM_CHECK_TIMEOUT_SECONDS)
         except Exception as exc:  # a closed stdio pipe, a refused HTTP connection, no answer
             await self._drop(client)
-            raise UpstreamDown(f"{self.name}: ping failed: {_describe(exc)}", "lost connection") from exc
+            raise UpstreamDown(f"{self.name}: tools/list failed: {_describe(exc)}", "lost connection") from exc
+        if tools != self._tools:
+            self._tools = tools
+            for listener in self._listeners:
+                listener()
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
         if self._client is None:
