@@ -1,4 +1,4 @@
-"""The `gateway` command: check, test, explain, schema, serve, approvals."""
+"""The `gateway` command: check, test, explain, schema, serve, approvals, status."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gateway.cli import approvals_command, policy_commands, serve_command
+from gateway.cli import approvals_command, policy_commands, probe_command, serve_command, status_command
 from gateway.policy.cel import ENGINE_NAMES
 
 __all__ = ["main"]
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     engine(check)
     fmt(check)
     check.set_defaults(func=policy_commands.check)
+    probe_command.register(check)
 
     test = sub.add_parser("test", help="run policy test suites (*_test.yaml)")
     test.add_argument("paths", nargs="+", help="suite files or directories")
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.set_defaults(func=policy_commands.schema)
 
     approvals_command.register(sub)
+    status_command.register(sub)
     return parser
 
 

@@ -67,6 +67,8 @@ class McpUpstream:
             if self._client is not None:
                 return
             ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            # Read even when nobody waits any more (the start was cancelled): no "never retrieved" warning.
+            ready.add_done_callback(lambda done: done.cancelled() or done.exception())
             self._stop = asyncio.Event()
             self._owner = asyncio.create_task(self._own(ready), name=f"mcp-upstream-{self.name}")
             try:
