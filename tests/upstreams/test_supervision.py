@@ -138,7 +138,8 @@ async def test_an_mcp_upstream_down_at_start_comes_up_and_its_tools_appear_witho
         assert (down["_status"], down["state"], down["last_error"]) == (503, "down", "cannot connect")
 
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
-        async with http, Client(streamable_http_client(f"{str(client.base_url).rstrip('/')}/mcp", http_client=http), mode="legacy",
+        endpoint = f"{str(client.base_url).rstrip('/')}/mcp"
+        async with http, Client(streamable_http_client(endpoint, http_client=http), mode="legacy",
                                 message_handler=on_message) as mcp:
             assert (await mcp.list_tools()).tools == []
             async with serve_app(mcp_http_app(), port=port):  # the upstream starts, on the same port
