@@ -52,6 +52,8 @@ class LaunchedUpstream:
         self._process: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
+        if self._process is not None:  # started again after a failed check: the old process goes first
+            await self.close()
         # Whatever answers on the port now is not ours: calls would go to another process. Refuse.
         if await listening(self._host, self._port, UPSTREAM_CHECK_TIMEOUT_SECONDS):
             raise UpstreamDown(f"{self.name}: {self._host}:{self._port} is already in use by another process;"

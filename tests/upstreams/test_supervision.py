@@ -33,6 +33,9 @@ from starlette.routing import Route
 from gateway.app import build_app, server_options
 from gateway.auth import hash_key
 from gateway.config.load import load_config
+from gateway.upstreams.http import HttpUpstream
+from gateway.upstreams.registry import Source, ToolRegistry
+from gateway.upstreams.supervise import Backoff, Supervisor
 
 KEY = "supervision-key-5d1e"
 FAST = {"retry_first": 0.05, "retry_max": 0.2, "check_interval": 0.1}
@@ -269,3 +272,29 @@ async def test_a_down_upstream_is_logged_once_not_per_retry(tmp_path, caplog):
     assert len(retries) >= 3  # the retries happened, quietly
     back = [r for r in mine if r.levelno == logging.WARNING and "is back" in r.getMessage()]
     assert len(back) == 1
+
+
+def test_the_wait_between_attempts_doubles_and_is_capped():
+    backoff = Backoff(first=0.5, maximum=60.0)
+    assert [backoff.delay(n) for n in range(1, 10)] == [0.5, 1, 2, 4, 8, 16, 32, 60, 60]
+    assert backoff.delay(10_000) == 60.0  # no overflow however long it has been down
+
+
+async def test_a_long_outage_is_summarised_now_and_then(caplog):
+    caplog.set_level(logging.DEBUG, logger="gateway.upstreams")
+    upstream = HttpUpstream("gone", f"http://127.0.0.1:{free_port()}", [])
+    supervisor = Supervisor(ToolRegistry([Source(upstream, lambda t: t)]), Backoff(0.02, 0.02, 0.02),
+                            summary_seconds=0.3)
+    try:
+        await supervisor.start()
+        await asyncio.sleep(1.0)
+    finally:
+        await supervisor.close()
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "gateway.upstreams"]
+    assert [m for level, m in lines if level == logging.ERROR] == \
+        [f"upstream gone is down: gone: nothing answers on {upstream.base_url.removeprefix('http://')} "
+         "(retrying in the background)"]
+    summaries = [m for level, m in lines if level == logging.WARNING]
+    assert 2 <= len(summaries) <= 4, summaries  # about one per 0.3 s, not one per 0.02 s retry
+    assert all(m.startswith("upstream gone is still down: ") and "failed attempts since" in m for m in summaries)
+    assert len([m for level, m in lines if level == logging.DEBUG]) > 10
