@@ -89,7 +89,15 @@ class LaunchedUpstream:
         if process is None or process.returncode is not None:
             raise _exited(self.name, None if process is None else process.returncode)
         if isinstance(self.inner, HealthChecked):
-            await self.inner.check()
+            try:
+                await self.inner.check()
+            except UpstreamDown:
+                # A process that stopped listening is usually exiting: say so, rather than "not reachable".
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(process.wait(), _BIND_GRACE_SECONDS)
+                if process.returncode is not None:
+                    raise _exited(self.name, process.returncode) from None
+                raise
 
     async def close(self) -> None:
         await self.inner.close()

@@ -5,8 +5,11 @@
 
 A failed start or check is logged once, at ERROR, when the upstream goes down (and again only if
 the reason changes); while it stays down one WARNING line every ``summary_seconds`` counts the
-failed attempts; coming back is logged at WARNING. Each time an upstream comes up its tools are read
-again, and clients are told (``tools/list_changed``) if the exposed tools changed.
+failed attempts; coming back is logged at WARNING. An upstream that keeps failing soon after it
+comes up (a crash loop) is not relaunched at full speed: the backoff keeps growing until it stays up
+for ``Backoff.maximum``, and the same failure is logged at ERROR at most once per ``summary_seconds``.
+Each time an upstream comes up its tools are read again, and clients are told (``tools/list_changed``)
+if the exposed tools changed.
 
 Starting again is each upstream's own ``start``: a launched service is launched again, an MCP
 connection reopened (its stdio server relaunched), an HTTP upstream only checked. An upstream that
@@ -68,8 +71,12 @@ class _Entry:
     state: State = State.STARTING
     since: float = field(default_factory=time.time)
     reason: str | None = None  # public: short, no URL, path or secret
-    failures: int = 0  # failed attempts since it was last up
-    logged_at: float = 0.0  # monotonic time of the last ERROR or summary line of this outage
+    failures: int = 0  # failures since it was last up for a while (sets the backoff)
+    attempts: int = 0  # failed attempts in this outage
+    up_at: float = 0.0  # monotonic time it last came up
+    logged_at: float = -1e18  # monotonic time of the last ERROR or summary line
+    logged_reason: str | None = None  # the reason that line gave
+    loud: bool = False  # this outage was announced at ERROR (so its end is announced too)
 
 
 async def attempt(upstream: Upstream) -> None:
@@ -146,6 +153,8 @@ class Supervisor:
             if not tried.done():
                 tried.set_result(None)
             await self._watch(entry)
+            if entry.failures > 1:  # it failed again soon after it came up: no relaunch loop at full speed
+                await asyncio.sleep(self._backoff.delay(entry.failures - 1))
 
     async def _watch(self, entry: _Entry) -> None:
         """Return when the upstream fails a check (an upstream that cannot be checked is watched forever)."""
@@ -167,31 +176,39 @@ class Supervisor:
     def _failed(self, entry: _Entry, exc: UpstreamDown) -> None:
         now = time.monotonic()
         name = entry.upstream.name
+        quiet = exc.reason == entry.logged_reason and now - entry.logged_at < self._summary_seconds
         if entry.state is not State.DOWN:
-            entry.state, entry.since, entry.failures = State.DOWN, time.time(), 0
-            log.error("upstream %s is down: %s (retrying in the background)", name, exc)
-            entry.logged_at = now
-        elif exc.reason != entry.reason:
+            if entry.state is State.UP and now - entry.up_at >= self._backoff.maximum:
+                entry.failures = 0  # it had been up for a while: this is a new failure, not a flapping one
+            entry.state, entry.since, entry.attempts = State.DOWN, time.time(), 0
+            entry.loud = not quiet  # the same failure again soon after the last one (flapping) is summarised
+            if entry.loud:
+                log.error("upstream %s is down: %s (retrying in the background)", name, exc)
+        elif exc.reason != entry.logged_reason:
             log.error("upstream %s is still down, now: %s", name, exc)
-            entry.logged_at = now
-        elif now - entry.logged_at >= self._summary_seconds:
+            entry.loud, quiet = True, False
+        elif not quiet:
             log.warning("upstream %s is still down: %d failed attempts since %s; last: %s", name,
-                        entry.failures + 1, datetime.fromtimestamp(entry.since, UTC).isoformat(timespec="seconds"),
+                        entry.attempts + 1, datetime.fromtimestamp(entry.since, UTC).isoformat(timespec="seconds"),
                         exc)
-            entry.logged_at = now
-        else:
+        if quiet:
             log.debug("upstream %s: attempt failed: %s", name, exc)
+        else:
+            entry.logged_at, entry.logged_reason = now, exc.reason
         entry.failures += 1
+        entry.attempts += 1
         entry.reason = exc.reason
 
     def _up(self, entry: _Entry) -> None:
         upstream = entry.upstream
-        if entry.state is State.DOWN:
-            log.warning("upstream %s is back after %d failed attempts: %d tools", upstream.name, entry.failures,
+        if entry.state is not State.DOWN:
+            log.info("upstream %s is up: %d tools", upstream.name, len(upstream.tools()))
+        elif entry.loud:
+            log.warning("upstream %s is back after %d failed attempts: %d tools", upstream.name, entry.attempts,
                         len(upstream.tools()))
         else:
-            log.info("upstream %s is up: %d tools", upstream.name, len(upstream.tools()))
-        entry.state, entry.since, entry.failures = State.UP, time.time(), 0
+            log.debug("upstream %s is back", upstream.name)
+        entry.state, entry.since, entry.up_at = State.UP, time.time(), time.monotonic()
         if self._serving:  # at start the registry is built once all upstreams were tried
             self._registry.refresh()
 

@@ -298,3 +298,22 @@ async def test_a_long_outage_is_summarised_now_and_then(caplog):
     assert 2 <= len(summaries) <= 4, summaries  # about one per 0.3 s, not one per 0.02 s retry
     assert all(m.startswith("upstream gone is still down: ") and "failed attempts since" in m for m in summaries)
     assert len([m for level, m in lines if level == logging.DEBUG]) > 10
+
+
+FLAPPING = ("import socket, sys, time\n"
+            "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen()\n"
+            "open(sys.argv[2], 'a').write('launched\\n'); time.sleep(0.4); sys.exit(1)\n")
+
+
+async def test_a_crash_loop_is_relaunched_and_logged_once(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="gateway.upstreams")
+    port, launches = free_port(), tmp_path / "launches.txt"
+    launch = {"command": sys.executable, "args": ["-c", FLAPPING, str(port), str(launches)]}
+    async with gateway(tmp_path, pid_upstream("svc", port, launch)):
+        await eventually(lambda: _async(launches.exists() and launches.read_text().count("\n") >= 4))
+    mine = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "gateway.upstreams"]
+    errors = [m for level, m in mine if level == logging.ERROR]
+    assert errors == ["upstream svc is down: svc: the launched process exited with 1 (retrying in the background)"]
+    # the first recovery is told; the later flaps are not (neither their "down" nor their "back")
+    warnings = [m for level, m in mine if level == logging.WARNING]
+    assert warnings == ["upstream svc is back after 1 failed attempts: 1 tools"]
