@@ -205,10 +205,12 @@ class UpstreamNotReached(UpstreamError):
 
 
 class UpstreamDown(UpstreamNotReached):
-    """An upstream that cannot serve now (not started, exited, refused); ``reason`` is short and safe to show
-    anyone (no URL, path or secret: /readyz prints it), the message has the details for operators."""
+    """An upstream that cannot serve now (not started, exited, refused); see ``reason``."""
 
     code = "upstream-down"
+
+    # ``reason`` is short and safe to show anyone (no URL, path or secret: /readyz prints it);
+    # the message has the details, for operators.
 
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
