@@ -46,7 +46,7 @@ from gateway.upstreams.mcp import McpUpstream
 from gateway.upstreams.registry import Source, ToolRegistry
 from gateway.upstreams.supervise import Backoff, Supervisor
 
-__all__ = ["build_app", "build_gateway", "build_registry", "build_upstream", "server_options"]
+__all__ = ["build_app", "build_gateway", "build_registry", "build_supervisor", "build_upstream", "server_options"]
 
 log = logging.getLogger("gateway")
 
