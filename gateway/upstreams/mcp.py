@@ -100,7 +100,9 @@ class McpUpstream:
                 await self._stop.wait()
         except BaseException as exc:  # an ExceptionGroup from the SDK's task groups, or a launch failure
             if not ready.done():
-                ready.set_exception(UpstreamDown(f"{self.name}: cannot connect: {_describe(exc)}", "cannot connect"))
+                launched = f" (command: {self._stdio.command})" if self._stdio is not None else ""
+                ready.set_exception(UpstreamDown(f"{self.name}: cannot connect: {_describe(exc)}{launched}",
+                                                 "cannot connect"))
             else:
                 log.warning("upstream %s disconnected: %s", self.name, _describe(exc))
             if isinstance(exc, asyncio.CancelledError):
