@@ -317,3 +317,27 @@ async def test_a_crash_loop_is_relaunched_and_logged_once(tmp_path, caplog):
     # the first recovery is told; the later flaps are not (neither their "down" nor their "back")
     warnings = [m for level, m in mine if level == logging.WARNING]
     assert warnings == ["upstream svc is back after 1 failed attempts: 1 tools"]
+
+
+DEAF = ("import os, socket, sys, time\n"
+        "open(sys.argv[2], 'a').write(f'{os.getpid()}\\n')\n"
+        "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(0.5); s.close(); time.sleep(3600)\n")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_a_launched_process_that_stops_listening_is_replaced_not_left_running(tmp_path):
+    port, launches = free_port(), tmp_path / "launches.txt"
+    launch = {"command": sys.executable, "args": ["-c", DEAF, str(port), str(launches)]}
+    async with gateway(tmp_path, pid_upstream("svc", port, launch)):
+        await eventually(lambda: _async(launches.exists() and launches.read_text().count("\n") >= 2))
+        first = int(launches.read_text().split()[0])
+        assert await eventually(lambda: _async(not alive(first)))  # stopped before its successor was launched
+    assert not any(alive(int(pid)) for pid in launches.read_text().split())  # and the last one with the gateway
