@@ -140,6 +140,15 @@ class Supervisor:
                  "last_error": e.reason, "tools": self._registry.count(e.upstream)} for e in self._entries]
 
     async def _supervise(self, entry: _Entry, tried: asyncio.Future[None]) -> None:
+        try:
+            await self._keep_up(entry, tried)
+        except Exception:  # a bug here must not hang the start or go unnoticed
+            log.exception("supervising upstream %s failed; it is no longer restarted", entry.upstream.name)
+        finally:
+            if not tried.done():
+                tried.set_result(None)
+
+    async def _keep_up(self, entry: _Entry, tried: asyncio.Future[None]) -> None:
         while True:
             try:
                 await attempt(entry.upstream)
