@@ -45,8 +45,9 @@ from gateway.upstreams.http import HttpOperation, HttpUpstream
 from gateway.upstreams.launch import LaunchedUpstream
 from gateway.upstreams.mcp import McpUpstream
 from gateway.upstreams.registry import Source, ToolRegistry
+from gateway.upstreams.supervise import Backoff, Supervisor
 
-__all__ = ["build_app", "build_gateway", "build_registry", "build_upstream", "server_options"]
+__all__ = ["build_app", "build_gateway", "build_registry", "build_supervisor", "build_upstream", "server_options"]
 
 log = logging.getLogger("gateway")
 
@@ -113,9 +114,16 @@ def _settle_seconds(config: LoadedConfig) -> float:
 
 
 def build_registry(config: LoadedConfig) -> ToolRegistry:
-    """The config's upstreams under their exposed names (not started yet)."""
+    """Every configured upstream (not started) under the names agents see."""
     return ToolRegistry([Source(build_upstream(u, config), u.exposed_name, _own_timeout(u))
                          for u in config.spec.upstreams])
+
+
+def build_supervisor(config: LoadedConfig, registry: ToolRegistry) -> Supervisor:
+    """What keeps the registry's upstreams up, with `supervision:`'s retry and check times."""
+    knobs = config.spec.supervision
+    return Supervisor(registry, Backoff(parse_duration(knobs.retry_first), parse_duration(knobs.retry_max),
+                                        parse_duration(knobs.check_interval)))
 
 
 def build_gateway(config: LoadedConfig) -> Gateway:
@@ -143,19 +151,20 @@ def build_gateway(config: LoadedConfig) -> Gateway:
 
 
 def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette:
-    """The ASGI app: /mcp, /v1/*, /healthz, with upstreams started and policies watched in its lifespan."""
+    """The ASGI app: /mcp, /v1/*, /healthz, /readyz, with upstreams supervised and policies watched in its lifespan."""
     edge = _edge_middleware(config)  # first: a config the edge refuses starts nothing
     gateway = gateway or build_gateway(config)
     auth = Authenticator(config.spec.auth, config.base)
     mcp = McpFrontend(gateway, max_sessions_per_principal=config.spec.limits.max_sessions_per_principal)
     interval = parse_duration(config.spec.reload_interval)
+    supervisor = build_supervisor(config, gateway.registry)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if config.spec.auth.anonymous is not None:
             log.warning("anonymous access is on: requests without a key act as principal %r (auth.anonymous)",
                         config.spec.auth.anonymous.id)
-        await _start_upstreams(gateway, config)
+        await _start_upstreams(gateway, supervisor, config)
         tasks = [asyncio.create_task(gateway.policies.watch(interval), name="policy-watcher")]
         if isinstance(gateway.approvals, ApprovalService):
             try:
@@ -176,8 +185,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                     await task
             if isinstance(gateway.approvals, ApprovalService):
                 await gateway.approvals.aclose()
-            for upstream in gateway.registry.upstreams:
-                await upstream.close()
+            await supervisor.close()
             gateway.audit.close()
             gateway.store.close()
 
@@ -185,9 +193,16 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
         return JSONResponse({"status": "ok", "revision": gateway.policies.current.revision,
                              "tools": len(gateway.registry.all())})
 
+    async def readyz(request: Request) -> JSONResponse:
+        # Open like /healthz, so it says only names, states and short reasons: no URL, path or secret.
+        ready = supervisor.ready
+        return JSONResponse({"status": "ready" if ready else "not_ready",
+                             "revision": gateway.policies.current.revision, "upstreams": supervisor.statuses()},
+                            status_code=200 if ready else 503)
+
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway),
            *session_admin_routes(gateway)]
-    open_routes: list[BaseRoute] = [Route("/healthz", healthz), *openapi_routes()]
+    open_routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/readyz", readyz), *openapi_routes()]
     if isinstance(gateway.approvals, ApprovalService):
         api.extend(approval_routes(gateway.approvals))
         open_routes.extend(approvals_page_routes())
@@ -199,6 +214,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
         # No 307 to the slash-less path: an API answers the path it was asked, as JSON (404 if unknown).
         router.redirect_slashes = False
     app.state.gateway = gateway
+    app.state.supervisor = supervisor
     return app
 
 
@@ -234,16 +250,12 @@ def _edge_middleware(config: LoadedConfig) -> list[Middleware]:
             Middleware(BodyLimit, max_bytes=max_body, timeout=parse_duration(http.body_timeout))]
 
 
-async def _start_upstreams(gateway: Gateway, config: LoadedConfig) -> None:
-    async def start(upstream: Upstream) -> None:
-        try:
-            await upstream.start()
-        except Exception as exc:  # a down upstream must not keep the others from serving
-            log.error("upstream %s failed to start: %s", upstream.name, exc)
-
-    await asyncio.gather(*(start(u) for u in gateway.registry.upstreams))
-    problems = gateway.registry.rebuild()
+async def _start_upstreams(gateway: Gateway, supervisor: Supervisor, config: LoadedConfig) -> None:
+    # Each upstream is tried once before serving; one that is down is retried in the background
+    # and does not keep the others from serving.
+    problems = await supervisor.start()
     if problems:
+        await supervisor.close()
         raise ConfigError([Diagnostic("tool-names", p, str(config.file)) for p in problems])
     log.info("serving %d tools from %d upstreams; policy revision %s", len(gateway.registry.all()),
              len(gateway.registry.upstreams), gateway.policies.current.revision)

@@ -19,6 +19,7 @@
         ├── InvalidArgumentsError  arguments fail the tool's input schema
         ├── UpstreamError      the tool's upstream failed, timed out or is down
         │   └── UpstreamNotReached  the request provably never left the gateway (refused, no route)
+        │       └── UpstreamDown    the upstream is down (supervised; retried in the background)
         └── AuditWriteError    the audit event could not be written (the call fails closed)
 
 Foreign exceptions (YAML, CEL engines, HTTP, MCP) are mapped to these at the boundary
@@ -52,6 +53,7 @@ __all__ = [
     "StoreUnavailable",
     "TestSuiteError",
     "UnknownToolError",
+    "UpstreamDown",
     "UpstreamError",
     "UpstreamNotReached",
 ]
@@ -200,3 +202,16 @@ class UpstreamNotReached(UpstreamError):
     """The request provably never left the gateway (connection refused, no route, DNS); approvals stay usable."""
 
     code = "upstream-not-reached"
+
+
+class UpstreamDown(UpstreamNotReached):
+    """An upstream that cannot serve now (not started, exited, refused); see ``reason``."""
+
+    code = "upstream-down"
+
+    # ``reason`` is short and safe to show anyone (no URL, path or secret: /readyz prints it);
+    # the message has the details, for operators.
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason

@@ -218,3 +218,18 @@ MAX_SNIPPET_CHARS = 160
 # `gateway tools` and `gateway check --config` start every upstream to read its tools; one that has
 # not answered within this many seconds is reported as unavailable rather than waited for.
 CATALOG_START_TIMEOUT_SECONDS = 30.0
+# --- upstream supervision (each overridable under `supervision:` in gateway.yaml) ---
+
+# A down upstream is tried again after UPSTREAM_RETRY_FIRST_SECONDS, the wait doubling with each
+# failure up to UPSTREAM_RETRY_MAX_SECONDS: a dead service costs one attempt a minute, and one that
+# comes back is found within a minute without a restart.
+UPSTREAM_RETRY_FIRST_SECONDS = 1.0
+UPSTREAM_RETRY_MAX_SECONDS = 60.0
+
+# An upstream that is up is checked this often (a launched process still running, a TCP connect to
+# an HTTP service, an MCP ping), and each check may take at most UPSTREAM_CHECK_TIMEOUT_SECONDS.
+UPSTREAM_CHECK_SECONDS = 5.0
+UPSTREAM_CHECK_TIMEOUT_SECONDS = 5.0
+
+# While an upstream stays down, its failures are not logged one per retry: one summary line this often.
+UPSTREAM_DOWN_SUMMARY_SECONDS = 300.0

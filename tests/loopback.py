@@ -20,16 +20,17 @@ HOST = "127.0.0.1"
 @contextlib.asynccontextmanager
 async def serve_app(app: Any, *, lifespan: Literal["on", "off"] = "on", startup: float = 30.0,
                     grace: float = 2.0, shutdown: float = 10.0,
-                    options: Mapping[str, Any] | None = None) -> AsyncIterator[str]:
+                    options: Mapping[str, Any] | None = None, port: int = 0) -> AsyncIterator[str]:
     """Serve ``app`` until the block ends; yields its base URL.
 
     ``options`` are more ``uvicorn.Config`` settings (the gateway's come from ``gateway.app.server_options``).
+    ``port`` 0 (the default) picks a free port; a test that needs a server to appear on a known port names it.
 
     ``startup`` bounds the wait for uvicorn to listen (a lifespan that launches an upstream can take
     seconds on a busy machine); requests still running at shutdown are cancelled after ``grace``.
     """
     settings: dict[str, Any] = {"ws": "none", **(options or {})}
-    config = uvicorn.Config(app, host=HOST, port=0, lifespan=lifespan, log_config=None, log_level="warning",
+    config = uvicorn.Config(app, host=HOST, port=port, lifespan=lifespan, log_config=None, log_level="warning",
                             timeout_graceful_shutdown=grace, **settings)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

@@ -55,6 +55,7 @@ def test_error_exports():
         "StoreUnavailable",
         "TestSuiteError",
         "UnknownToolError",
+        "UpstreamDown",
         "UpstreamError",
         "UpstreamNotReached",
     ]

@@ -1,4 +1,4 @@
-"""The `gateway` command: check, test, explain, replay, schema, serve, approvals, sessions, tools."""
+"""The `gateway` command: check, test, explain, replay, schema, serve, approvals, sessions, tools, status."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from gateway.cli import (
     approvals_command,
     coverage_command,
     policy_commands,
+    probe_command,
     replay_command,
     serve_command,
     sessions_command,
+    status_command,
     tools_command,
 )
 from gateway.policy.cel import ENGINE_NAMES
@@ -48,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     engine(check)
     fmt(check)
     check.set_defaults(func=policy_commands.check)
+    probe_command.register(check)
 
     test = sub.add_parser("test", help="run policy test suites (*_test.yaml)")
     test.add_argument("paths", nargs="+", help="suite files or directories")
@@ -83,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     approvals_command.register(sub)
     sessions_command.register(sub)
     tools_command.register(sub)
+    status_command.register(sub)
     return parser
 
 

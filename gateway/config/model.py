@@ -41,6 +41,7 @@ __all__ = [
     "RunsSpec",
     "SecretRef",
     "StoreSpec",
+    "SupervisionSpec",
     "UpstreamSpec",
     "WebhookSpec",
 ]
@@ -348,6 +349,14 @@ def _usage_windows(value: dict[str, str | int | float]) -> dict[str, str | int |
         if seconds < limits.USAGE_BUCKET_SECONDS or seconds % limits.USAGE_BUCKET_SECONDS:
             raise ValueError(f"usage window {name!r} must be a whole number of minutes (at least 1m)")
     return value
+class SupervisionSpec(_Strict):
+    """How upstreams are kept up: retries of a down one (doubling from `retry_first` to `retry_max`) and checks."""
+
+    retry_first: str | int | float = limits.UPSTREAM_RETRY_FIRST_SECONDS
+    retry_max: str | int | float = limits.UPSTREAM_RETRY_MAX_SECONDS
+    check_interval: str | int | float = limits.UPSTREAM_CHECK_SECONDS  # how often an upstream that is up is checked
+
+    _durations = field_validator("retry_first", "retry_max", "check_interval")(_duration)
 
 
 class GatewayConfig(_Strict):
@@ -371,5 +380,6 @@ class GatewayConfig(_Strict):
     usage_windows: dict[str, str | int | float] = Field(default_factory=dict)
 
     _windows = field_validator("usage_windows")(_usage_windows)
+    supervision: SupervisionSpec = Field(default_factory=SupervisionSpec)
 
     _interval = field_validator("reload_interval")(_duration)

@@ -1,8 +1,8 @@
 """The OpenAPI 3.1 description of the gateway's own REST API, served at ``GET /openapi.json``.
 
-    GET /openapi.json   (no authentication, like /healthz)
+    GET /openapi.json   (no authentication, like /healthz and /readyz)
 
-It describes this gateway's API (the tool API, the approver API and /healthz), not the tools behind
+It describes this gateway's API (the tool API, the approver API, /healthz and /readyz), not the tools behind
 it: every gateway serves the same document, so it holds no secret, no tool name and no policy, and
 it is served without a key so clients and fuzzers (schemathesis in tests/fuzz) can read it before
 they have one. Tool names and their input schemas stay behind authentication at ``GET /v1/tools``.
@@ -165,6 +165,15 @@ def _schemas() -> Json:
         "Health": {"type": "object", "required": ["status"],
                    "properties": {"status": {"const": "ok"}, "revision": {"type": "string"},
                                   "tools": {"type": "integer", "minimum": 0}}},
+        "Readiness": {"type": "object", "required": ["status", "revision", "upstreams"], "properties": {
+            "status": {"enum": ["ready", "not_ready"]}, "revision": {"type": "string"},
+            "upstreams": {"type": "array", "items": {
+                "type": "object", "required": ["name", "state", "since", "last_error", "tools"], "properties": {
+                    "name": {"type": "string"}, "state": {"enum": ["starting", "up", "down"]},
+                    "since": {"type": "string", "format": "date-time"},
+                    "last_error": {"type": ["string", "null"],
+                                   "description": "A short reason (no URL, path or secret); details are in the log."},
+                    "tools": {"type": "integer", "minimum": 0}}}}}},
     }
 
 
@@ -231,6 +240,12 @@ def _operations() -> Json:
         "/healthz": {"get": {
             "operationId": "health", "summary": "Liveness, the policy revision and the number of tools.",
             "security": [], "responses": {"200": _body(_ref("Health"), "The gateway is serving.")}}},
+        "/readyz": {"get": {
+            "operationId": "ready", "summary": "Readiness: every upstream's state, and the policy revision.",
+            "security": [], "responses": {
+                "200": _body(_ref("Readiness"), "Every upstream is up."),
+                "503": _body(_ref("Readiness"), "At least one upstream is starting or down (retried in the "
+                                                "background).")}}},
         "/v1/tools": {"get": {
             "operationId": "listTools", "summary": "The tools this key may see.",
             "responses": {"200": _body(_ref("ToolList"), "The visible tools."), **_EDGE_ERRORS}}},
@@ -286,7 +301,7 @@ def openapi_document() -> Json:
                 "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
             },
         },
-        # Either scheme; an operation with `security: []` (only /healthz) needs none. A gateway
+        # Either scheme; an operation with `security: []` (/healthz, /readyz) needs none. A gateway
         # configured for anonymous access accepts requests without a key too.
         "security": [{"bearer": []}, {"apiKey": []}],
     }

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ToolResult", "Upstream", "UpstreamTool", "resolve_command", "text_result"]
+__all__ = ["HealthChecked", "ToolResult", "Upstream", "UpstreamTool", "listening", "resolve_command", "text_result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,3 +77,26 @@ class Upstream(Protocol):
     def on_tools_changed(self, callback: Callable[[], None]) -> None:
         """Ask to be told when the tool list changes."""
         ...
+
+
+@runtime_checkable
+class HealthChecked(Protocol):
+    """An upstream that can tell whether it still serves (the supervisor asks it now and then)."""
+
+    async def check(self) -> None:
+        """Return when the upstream serves; raise ``UpstreamDown`` (with a public reason) when it does not."""
+        ...
+
+
+async def listening(host: str, port: int, timeout: float) -> bool:
+    """Whether something accepts TCP connections on ``host:port`` (nothing is sent: a probe has no side effects)."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except OSError:  # the peer reset the connection it had just accepted: it was listening all the same
+        pass
+    return True

@@ -12,13 +12,18 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx2
 
-from gateway.errors import InvalidArgumentsError, UpstreamError, UpstreamNotReached
-from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_KEEPALIVE_SECONDS, UPSTREAM_MAX_CONNECTIONS
-from gateway.upstreams.base import ToolResult, UpstreamTool, text_result
+from gateway.errors import InvalidArgumentsError, UpstreamDown, UpstreamError, UpstreamNotReached
+from gateway.limits import (
+    MAX_RESPONSE_BYTES,
+    UPSTREAM_CHECK_TIMEOUT_SECONDS,
+    UPSTREAM_KEEPALIVE_SECONDS,
+    UPSTREAM_MAX_CONNECTIONS,
+)
+from gateway.upstreams.base import ToolResult, UpstreamTool, listening, text_result
 from gateway.values import text
 
 __all__ = ["HttpOperation", "HttpUpstream"]
@@ -81,6 +86,13 @@ class HttpUpstream:
 
     def tools(self) -> list[UpstreamTool]:
         return [op.tool for op in self._operations.values()]
+
+    async def check(self) -> None:
+        """Up when the base URL's host accepts a TCP connection (no request is sent: GETs may not be safe)."""
+        parts = urlsplit(self._base)
+        host, port = parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
+        if not await listening(host, port, UPSTREAM_CHECK_TIMEOUT_SECONDS):
+            raise UpstreamDown(f"{self.name}: nothing answers on {host}:{port}", "not reachable")
 
     def on_tools_changed(self, callback: Callable[[], None]) -> None:
         del callback  # an HTTP upstream's tools are fixed by the config

@@ -2,7 +2,9 @@
 
 For example services and single-box deployments, so one `gateway serve` brings up everything.
 The process is stopped (terminate, then kill) when the gateway stops. It gets a minimal
-environment, not the gateway's (``child_environment``).
+environment, not the gateway's (``child_environment``). It is not launched when something already
+listens on its port (calls would reach that other process), and while it is not running no call is
+sent; the supervisor (gateway/upstreams/supervise.py) relaunches it when it exits.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.errors import UpstreamError
-from gateway.upstreams.base import ToolResult, Upstream, UpstreamTool, resolve_command
+from gateway.errors import UpstreamDown
+from gateway.limits import UPSTREAM_CHECK_TIMEOUT_SECONDS
+from gateway.upstreams.base import HealthChecked, ToolResult, Upstream, UpstreamTool, listening, resolve_command
 from gateway.upstreams.environment import child_environment
 
 __all__ = ["LaunchedUpstream"]
@@ -25,6 +28,10 @@ log = logging.getLogger("gateway.upstreams.launch")
 
 # How long a launched service may take to accept connections.
 READY_TIMEOUT_SECONDS = 20.0
+
+# Once the port answers, the launched process must still be running this long later: a process that
+# lost the race for the port to another one exits at once, and must not be taken for the listener.
+_BIND_GRACE_SECONDS = 0.2
 
 
 class LaunchedUpstream:
@@ -45,21 +52,52 @@ class LaunchedUpstream:
         self._process: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
+        if self._process is not None:  # started again after a failed check: the old process goes first
+            await self.close()
+        # Whatever answers on the port now is not ours: calls would go to another process. Refuse.
+        if await listening(self._host, self._port, UPSTREAM_CHECK_TIMEOUT_SECONDS):
+            raise UpstreamDown(f"{self.name}: {self._host}:{self._port} is already in use by another process;"
+                               " not launching (stop that process or change the upstream's base_url)",
+                               "port already in use by another process")
         self._process = await asyncio.create_subprocess_exec(*self._argv, env=self._env, cwd=self._cwd)
+        try:
+            await self._wait_listening(self._process)
+            await self.inner.start()
+        except BaseException:
+            await self.close()  # a half-started process is not left behind
+            raise
+
+    async def _wait_listening(self, process: asyncio.subprocess.Process) -> None:
         deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS
         while True:
-            if self._process.returncode is not None:
-                raise UpstreamError(f"{self.name}: launched process exited with {self._process.returncode}")
+            if process.returncode is not None:
+                raise _exited(self.name, process.returncode)
+            if await listening(self._host, self._port, UPSTREAM_CHECK_TIMEOUT_SECONDS):
+                # It may be another process that bound the port first, and ours is about to fail to bind.
+                await asyncio.sleep(_BIND_GRACE_SECONDS)
+                if process.returncode is not None:
+                    raise _exited(self.name, process.returncode)
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise UpstreamDown(f"{self.name}: nothing answers on {self._host}:{self._port} within"
+                                   f" {READY_TIMEOUT_SECONDS}s of the launch", "launched process not listening in time")
+            await asyncio.sleep(0.1)
+
+    async def check(self) -> None:
+        """Down when the launched process has exited (then nothing of ours listens: see ``start``)."""
+        process = self._process
+        if process is None or process.returncode is not None:
+            raise _exited(self.name, None if process is None else process.returncode)
+        if isinstance(self.inner, HealthChecked):
             try:
-                _, writer = await asyncio.open_connection(self._host, self._port)
-                writer.close()
-                await writer.wait_closed()
-                break
-            except OSError:
-                if asyncio.get_running_loop().time() > deadline:
-                    raise UpstreamError(f"{self.name}: nothing answers on {self._host}:{self._port}") from None
-                await asyncio.sleep(0.1)
-        await self.inner.start()
+                await self.inner.check()
+            except UpstreamDown:
+                # A process that stopped listening is usually exiting: say so, rather than "not reachable".
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(process.wait(), _BIND_GRACE_SECONDS)
+                if process.returncode is not None:
+                    raise _exited(self.name, process.returncode) from None
+                raise
 
     async def close(self) -> None:
         await self.inner.close()
@@ -78,7 +116,17 @@ class LaunchedUpstream:
         return self.inner.tools()
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
+        process = self._process
+        if process is None or process.returncode is not None:
+            # Not running: whatever may answer on its port now is some other process.
+            raise _exited(self.name, None if process is None else process.returncode)
         return await self.inner.call(tool, arguments, timeout)
 
     def on_tools_changed(self, callback: Callable[[], None]) -> None:
         self.inner.on_tools_changed(callback)
+
+
+def _exited(name: str, code: int | None) -> UpstreamDown:
+    if code is None:
+        return UpstreamDown(f"{name}: the launched process is not running", "launched process not running")
+    return UpstreamDown(f"{name}: the launched process exited with {code}", f"launched process exited with {code}")

@@ -19,8 +19,8 @@ import mcp_types as types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway.errors import UpstreamError, UpstreamNotReached
-from gateway.limits import MAX_RESPONSE_BYTES
+from gateway.errors import UpstreamDown, UpstreamError, UpstreamNotReached
+from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
 from gateway.upstreams.base import ToolResult, UpstreamTool, resolve_command
 from gateway.upstreams.environment import child_environment
 
@@ -67,13 +67,16 @@ class McpUpstream:
             if self._client is not None:
                 return
             ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            # Read even when nobody waits any more (the start was cancelled): no "never retrieved" warning.
+            ready.add_done_callback(lambda done: done.cancelled() or done.exception())
             self._stop = asyncio.Event()
             self._owner = asyncio.create_task(self._own(ready), name=f"mcp-upstream-{self.name}")
             try:
                 await asyncio.wait_for(asyncio.shield(ready), CONNECT_TIMEOUT_SECONDS)
             except TimeoutError:
                 await self.close()
-                raise UpstreamError(f"{self.name}: no answer within {CONNECT_TIMEOUT_SECONDS}s") from None
+                raise UpstreamDown(f"{self.name}: no answer within {CONNECT_TIMEOUT_SECONDS}s",
+                                   "no answer in time") from None
 
     async def _own(self, ready: asyncio.Future[None]) -> None:
         client: Client | None = None
@@ -97,7 +100,9 @@ class McpUpstream:
                 await self._stop.wait()
         except BaseException as exc:  # an ExceptionGroup from the SDK's task groups, or a launch failure
             if not ready.done():
-                ready.set_exception(UpstreamError(f"{self.name}: cannot connect: {_describe(exc)}"))
+                launched = f" (command: {self._stdio.command})" if self._stdio is not None else ""
+                ready.set_exception(UpstreamDown(f"{self.name}: cannot connect: {_describe(exc)}{launched}",
+                                                 "cannot connect"))
             else:
                 log.warning("upstream %s disconnected: %s", self.name, _describe(exc))
             if isinstance(exc, asyncio.CancelledError):
@@ -114,6 +119,22 @@ class McpUpstream:
                 await asyncio.wait_for(owner, 5)
         for task in list(self._background):
             task.cancel()
+
+    async def check(self) -> None:
+        """A tools/list through the session (``ping`` is gone from MCP 2026-07-28); a connection that fails
+        it is dropped, for the supervisor to reopen. A changed list is taken up as a list_changed would be."""
+        client = self._client
+        if client is None:
+            raise UpstreamDown(f"{self.name}: not connected", "not connected")
+        try:
+            tools = await asyncio.wait_for(self._fetch_tools(client), UPSTREAM_CHECK_TIMEOUT_SECONDS)
+        except Exception as exc:  # a closed stdio pipe, a refused HTTP connection, no answer
+            await self._drop(client)
+            raise UpstreamDown(f"{self.name}: tools/list failed: {_describe(exc)}", "lost connection") from exc
+        if tools != self._tools:
+            self._tools = tools
+            for listener in self._listeners:
+                listener()
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
         if self._client is None:

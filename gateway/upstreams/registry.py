@@ -101,6 +101,19 @@ class ToolRegistry:
         for listener in self._listeners:
             listener()
 
+    def refresh(self) -> None:
+        """Re-read every upstream's tools (one came back); listeners hear of it only if the exposed set changed."""
+        before = {name: (tool.upstream, tool.spec) for name, tool in self._tools.items()}
+        for problem in self.rebuild():
+            log.warning("%s", problem)
+        if {name: (tool.upstream, tool.spec) for name, tool in self._tools.items()} != before:
+            for listener in self._listeners:
+                listener()
+
+    def count(self, upstream: Upstream) -> int:
+        """How many tools ``upstream`` has exposed now."""
+        return sum(1 for tool in self._tools.values() if tool.upstream is upstream)
+
     def get(self, name: str) -> ExposedTool | None:
         """The tool exposed under ``name``."""
         return self._tools.get(name)

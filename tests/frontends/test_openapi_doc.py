@@ -24,6 +24,7 @@ from gateway.frontends.openapi_doc import OPENAPI_PATH, UNDESCRIBED_PATHS, opena
 KEY = "openapi-doc-key-3e9a"
 KEY_HASH = hash_key(KEY)
 TOOL = "secretive_lookup"  # a tool name that must not leak into the public document
+OPEN_PATHS = {"/healthz", "/readyz"}  # the only operations served without a key
 
 
 def make_app(root: Path) -> Starlette:
@@ -92,19 +93,19 @@ def test_the_document_describes_exactly_the_rest_routes(app: Starlette) -> None:
 
 
 def test_operations_declare_auth_and_the_error_shape() -> None:
-    """Every operation but /healthz needs a key; every 4xx answers the one error body."""
+    """Every operation but /healthz and /readyz needs a key; every 4xx answers the one error body."""
     document = openapi_document()
     assert set(document["components"]["securitySchemes"]) == {"bearer", "apiKey"}
     assert document["components"]["securitySchemes"]["apiKey"]["name"] == "X-API-Key"
     for path, item in document["paths"].items():
         for method, operation in item.items():
-            assert (operation.get("security") == []) == (path == "/healthz"), (path, method)
+            assert (operation.get("security") == []) == (path in OPEN_PATHS), (path, method)
             for status, response in operation["responses"].items():
                 if status.startswith("4"):
                     name = response["$ref"].rsplit("/", 1)[1]
                     error = document["components"]["responses"][name]
                     assert error["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
-            if path != "/healthz":
+            if path not in OPEN_PATHS:
                 assert "401" in operation["responses"], (path, method)
 
 

@@ -1,0 +1,74 @@
+"""`gateway status`: a running gateway's readiness (``GET /readyz``): each upstream's state, the policy revision.
+
+Exit codes: 0 ready (every upstream is up); 1 not ready; 2 the gateway could not be reached or did
+not answer as a gateway does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Any
+
+import httpx2
+
+__all__ = ["register", "status"]
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+# /readyz answers from memory; a gateway that takes longer than this is not ready in any useful sense.
+TIMEOUT_SECONDS = 10.0
+
+# Characters that could move a terminal's cursor or change its colours (the answer is not trusted).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def register(sub: Any) -> None:
+    """Add `status` to the `gateway` parser's subparsers."""
+    parser = sub.add_parser("status", help="a running gateway's readiness: each upstream's state")
+    parser.add_argument("--url", default=os.environ.get("GATEWAY_URL", DEFAULT_URL),
+                        help=f"the gateway (default: $GATEWAY_URL or {DEFAULT_URL})")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.set_defaults(func=status)
+
+
+def status(args: argparse.Namespace) -> int:
+    """Print ``/readyz``; exit 0 when ready, 1 when not, 2 when the gateway cannot be read."""
+    url = args.url.rstrip("/") + "/readyz"
+    try:
+        response = httpx2.get(url, timeout=TIMEOUT_SECONDS, follow_redirects=False)
+        body = response.json()
+        if response.status_code not in (200, 503) or not isinstance(body, dict) \
+                or not isinstance(body.get("upstreams"), list):
+            raise ValueError(f"HTTP {response.status_code}, not a readiness answer")
+    except (httpx2.HTTPError, ValueError) as exc:
+        print(f"gateway status: cannot read {url}: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        print(json.dumps(body, indent=2))
+    else:
+        print(_render(body))
+    return 0 if response.status_code == 200 else 1
+
+
+def _render(body: dict[str, Any]) -> str:
+    ready = body.get("status") == "ready"
+    lines = [f"{'ready' if ready else 'NOT READY'}: policy revision {_clean(body.get('revision'))}"]
+    upstreams = [u for u in body["upstreams"] if isinstance(u, dict)]
+    width = max([len(_clean(u.get("name"))) for u in upstreams] or [0])
+    for u in upstreams:
+        line = f"  {_clean(u.get('state')):<8} {_clean(u.get('name')):<{width}}  since {_clean(u.get('since'))}" \
+               f"  {_clean(u.get('tools'))} tools"
+        if u.get("last_error"):
+            line += f"  last error: {_clean(u.get('last_error'))}"
+        lines.append(line)
+    if not upstreams:
+        lines.append("  no upstreams")
+    return "\n".join(lines)
+
+
+def _clean(value: Any) -> str:
+    return _CONTROL.sub("?", str(value))

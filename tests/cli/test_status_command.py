@@ -1,0 +1,99 @@
+"""`gateway status` against a real gateway (not ready, then ready), a hostile answer, and no gateway at all."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from loopback import serve_app
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from gateway.app import build_app
+from gateway.config.load import load_config
+
+FAST = {"retry_first": 0.05, "retry_max": 0.2, "check_interval": 0.1}
+TIMEOUT = 60
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def gateway_status(*args: str) -> tuple[int, str, str]:
+    """Run `gateway status` as a process (without blocking the loop the gateway serves in)."""
+    process = await asyncio.create_subprocess_exec(sys.executable, "-m", "gateway", "status", *args,
+                                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def write_config(root: Path, port: int) -> Path:
+    (root / "policies").mkdir()
+    (root / "policies" / "p.yaml").write_text("policy: p\nrules: []\n", encoding="utf-8")
+    config = {"policies": ["policies"], "store": {"sqlite": "data/g.sqlite3"}, "audit": {"file": "data/audit.jsonl"},
+              "supervision": FAST, "upstreams": [{"name": "svc", "http": {
+                  "base_url": f"http://127.0.0.1:{port}", "tools": [{"name": "ping", "method": "GET", "path": "/"}]}}]}
+    (root / "gateway.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    return root / "gateway.yaml"
+
+
+def json_app(body: Any, status: int = 200) -> Starlette:
+    async def answer(request: object) -> JSONResponse:
+        return JSONResponse(body, status_code=status)
+
+    return Starlette(routes=[Route("/readyz", answer), Route("/", answer)])
+
+
+async def test_status_says_not_ready_then_ready(tmp_path):
+    port = free_port()
+    config = load_config(write_config(tmp_path, port))
+    async with serve_app(build_app(config)) as url:
+        code, out, _ = await gateway_status("--url", url)
+        assert code == 1
+        lines = out.splitlines()
+        assert lines[0].startswith("NOT READY: policy revision ")
+        assert lines[1].split()[:2] == ["down", "svc"]
+        assert lines[1].endswith("1 tools  last error: not reachable")
+
+        async with serve_app(json_app({}), port=port):
+            for _ in range(100):
+                code, out, _ = await gateway_status("--url", url, "--format", "json")
+                if code == 0:
+                    break
+                await asyncio.sleep(0.1)
+            assert code == 0
+            body = json.loads(out)
+            assert body["status"] == "ready"
+            assert [(u["name"], u["state"]) for u in body["upstreams"]] == [("svc", "up")]
+
+            code, out, _ = await gateway_status("--url", url)
+            assert (code, out.splitlines()[0].split(":")[0]) == (0, "ready")
+
+
+async def test_status_prints_no_terminal_control_characters_from_the_answer():
+    hostile = {"status": "ready", "revision": "r\x1b[2J", "upstreams": [
+        {"name": "evil\x1b]0;owned\x07", "state": "up", "since": "now", "last_error": "x\r\x1b[31m", "tools": 1}]}
+    async with serve_app(json_app(hostile)) as url:
+        code, out, _ = await gateway_status("--url", url)
+    assert code == 0
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out
+    assert "evil?]0;owned?" in out
+
+
+async def test_status_without_a_gateway_exits_2(tmp_path):
+    code, out, err = await gateway_status("--url", f"http://127.0.0.1:{free_port()}")
+    assert (code, out) == (2, "")
+    assert err.startswith("gateway status: cannot read http://127.0.0.1:")
+    async with serve_app(json_app({"not": "readiness"}, 404)) as url:  # something else answers there
+        code, _, err = await gateway_status("--url", url)
+    assert code == 2 and "not a readiness answer" in err
