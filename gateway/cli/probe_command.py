@@ -35,6 +35,9 @@ def _with_probe(command: Command) -> Command:
         if not args.config:
             print("gateway check: --probe needs --config", file=sys.stderr)
             return 2
+        # The probe starts the upstreams itself and says which fail: the check does not start them
+        # a second time for its catalog (that needs --tools with --probe).
+        args.no_upstreams = True
         if args.format == "json":  # one JSON document: the check's, with the probe's findings added
             out = io.StringIO()
             with contextlib.redirect_stdout(out):

@@ -166,6 +166,10 @@ class _Compiler:
         self.unbounded: set[str] = set()  # file variables computed from inputs of unbounded size
         self.proves: frozenset[str] = frozenset()  # what the last expression typed proves when true
 
+    def errors(self) -> int:
+        """How many errors (not warnings) were reported so far."""
+        return sum(1 for d in self.diagnostics if d.severity is Severity.ERROR)
+
     def error(self, path: Path, code: str, message: str, rule: str | None, hint: str | None = None,
               *, key: bool = False) -> None:
         pos = self.doc.position(path, key=key)
@@ -284,7 +288,7 @@ def _compile_rule(
     c: _Compiler, spec: PolicyFile, rule: RuleSpec, path: Path, full_id: str, policy_index: int,
     ordinal: int, variables: dict[str, Variable], env: dict[str, Any],
 ) -> CompiledRule | None:
-    before = len(c.diagnostics)
+    before = c.errors()
     _check_shape(c, rule, path, full_id)
     when = c.expression(rule.when, ExprType.BOOL, (*path, "when"), full_id, env) if rule.when is not None else None
     proven = c.proves if when is not None else frozenset()
@@ -308,7 +312,7 @@ def _compile_rule(
             hold_seconds=parse_duration(spec_a.hold) if spec_a and spec_a.hold is not None
             else DEFAULT_APPROVAL_HOLD_SECONDS,
         )
-    if len(c.diagnostics) > before:
+    if c.errors() > before:  # a warning never drops a rule
         return None
     exprs = [e for e in (when, message_expr, result_expr) if e is not None]
     if rewrite is not None:
@@ -384,7 +388,7 @@ def _check_shape(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> None
 def _compile_rewrite(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str, env: dict[str, Any],
                      proven: frozenset[str]) -> CompiledRewrite:
     assert rule.rewrite is not None
-    before = len(c.diagnostics)
+    before = c.errors()
     sets: list[tuple[PathParts, Expression]] = []
     rewritten = RESULT if rule.stage is Stage.RESPONSE else env["args"]
     for target, source in rule.rewrite.set.items():
@@ -413,7 +417,7 @@ def _compile_rewrite(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str, env
         except re.error as exc:
             c.error(here, "invalid-regex", f"invalid regular expression {pattern!r}: {exc}", rule_id,
                     "redact takes Python regular expressions; escape special characters with \\")
-    if not (sets or removes or patterns) and len(c.diagnostics) == before:
+    if not (sets or removes or patterns) and c.errors() == before:
         c.error((*path, "rewrite"), "invalid-value", "the rewrite block changes nothing", rule_id,
                 "add set, remove or redact")
     return CompiledRewrite(tuple(sets), tuple(removes), tuple(patterns))

@@ -6,15 +6,13 @@ policies against it. The tools are named, and collisions found, exactly as the r
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Mapping
 
 from gateway.diagnostics import Diagnostic
 from gateway.limits import CATALOG_START_TIMEOUT_SECONDS
 from gateway.policy.catalog import Catalog, CatalogTool
-from gateway.upstreams.base import Upstream
 from gateway.upstreams.registry import ToolRegistry
+from gateway.upstreams.supervise import probe
 
 __all__ = ["catalog_of", "read_catalog"]
 
@@ -31,28 +29,13 @@ async def read_catalog(registry: ToolRegistry, where: str, positions: Mapping[st
 
     None when an upstream did not start or tool names collide: a partial catalog would make every
     rule for the missing tools look wrong. ``where`` is the config file the diagnostics point at,
-    ``positions`` each upstream's (line, column) in it.
+    ``positions`` each upstream's (line, column) in it. Starting is `gateway check --probe`'s.
     """
     at = positions or {}
-    problems: list[Diagnostic] = []
-
-    async def start(upstream: Upstream) -> None:
-        try:
-            await asyncio.wait_for(upstream.start(), timeout)
-        except TimeoutError:
-            problems.append(_unavailable(upstream.name, f"no answer within {timeout:g}s", where, at))
-        except Exception as exc:  # any failure to start is reported, never raised: the others still close
-            problems.append(_unavailable(upstream.name, str(exc) or type(exc).__name__, where, at))
-
-    try:
-        await asyncio.gather(*(start(u) for u in registry.upstreams))
-        problems.extend(Diagnostic("tool-names", p, where) for p in registry.rebuild())
-        catalog = catalog_of(registry)
-    finally:
-        for upstream in registry.upstreams:
-            with contextlib.suppress(Exception):
-                await upstream.close()
-    return (None if problems else catalog), problems
+    problems = [_unavailable(r.name, r.error, where, at) for r in await probe(registry.upstreams, timeout, check=False)
+                if r.error is not None]
+    problems.extend(Diagnostic("tool-names", p, where) for p in registry.rebuild())
+    return (None if problems else catalog_of(registry)), problems
 
 
 def _unavailable(name: str, why: str, where: str, positions: Mapping[str, tuple[int, int]]) -> Diagnostic:

@@ -79,11 +79,11 @@ class _Entry:
     loud: bool = False  # this outage was announced at ERROR (so its end is announced too)
 
 
-async def attempt(upstream: Upstream) -> None:
-    """Start ``upstream`` and check that it serves; raise ``UpstreamDown`` saying why not."""
+async def attempt(upstream: Upstream, check: bool = True) -> None:
+    """Start ``upstream`` and (``check``) that it serves; raise ``UpstreamDown`` saying why not."""
     try:
         await upstream.start()
-        if isinstance(upstream, HealthChecked):
+        if check and isinstance(upstream, HealthChecked):
             await upstream.check()
     except UpstreamDown:
         raise
@@ -231,15 +231,21 @@ class ProbeResult:
     error: str | None = None
 
 
-async def probe(upstreams: Sequence[Upstream]) -> list[ProbeResult]:
-    """Start each upstream once (no retries; all at once), read its tools, close it."""
+async def probe(upstreams: Sequence[Upstream], timeout: float | None = None, check: bool = True) -> list[ProbeResult]:
+    """Start each upstream once (no retries; all at once; each within ``timeout``), read its tools, close it.
+
+    ``check`` also asks each one to show it serves (an HTTP service declared tool by tool need not
+    answer for its tools to be known: the catalog passes False).
+    """
 
     async def one(upstream: Upstream) -> ProbeResult:
         try:
-            await attempt(upstream)
+            await asyncio.wait_for(attempt(upstream, check), timeout)
             return ProbeResult(upstream.name, [t.name for t in upstream.tools()])
         except UpstreamDown as exc:
             return ProbeResult(upstream.name, [], str(exc))
+        except TimeoutError:
+            return ProbeResult(upstream.name, [], f"no answer within {timeout:g}s")
         finally:
             with contextlib.suppress(Exception):
                 await upstream.close()

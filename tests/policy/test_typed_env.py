@@ -275,6 +275,15 @@ def test_a_recursive_ref_and_list_items_are_typed(error, loads):
     assert d.code == "cel-field" and "did you mean 'name'" in d.message
 
 
+def test_a_rule_with_only_a_warning_is_kept_and_decides(check):
+    """A warning is advice: the rule it names still loads and still refuses (a dropped reject rule lets calls by)."""
+    policy_set, diagnostics, _ = check(rule("'args.limit > 10'", TOOLS_PUSH), catalog=CATALOG)
+    assert [d.code for d in diagnostics] == ["cel-optional-field"]
+    assert policy_set is not None and policy_set.summary()["rules"] == 1
+    args = {"repo": {"owner": "o", "name": "n"}, "branch": "b", "limit": 11}
+    assert policy_set.decide(make_call("github_push", args)).verdict is Verdict.REJECT
+
+
 def test_reading_an_optional_argument_without_has_is_a_warning(loads):
     warnings = loads(rule("'args.limit > 10'", TOOLS_PUSH), catalog=CATALOG)
     assert [at(w) for w in warnings] == [("cel-optional-field", 5, 16, "t/r")]
