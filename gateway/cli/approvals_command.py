@@ -8,38 +8,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import httpx2
-
 from gateway.approvals.model import ApprovalState
+from gateway.cli.api_client import clean, options, run
 
 __all__ = ["register"]
 
-DEFAULT_URL = "http://127.0.0.1:8080"
 STATES = tuple(str(s) for s in ApprovalState)
-
-# Seconds to wait for the gateway; the API answers from its own database, so this is generous.
-TIMEOUT_SECONDS = 10.0
-
-# Characters that could move a terminal's cursor or change its colours (in untrusted text).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def register(sub: Any) -> None:
     """Add `approvals` and its subcommands to the `gateway` parser's subparsers."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=os.environ.get("GATEWAY_URL", DEFAULT_URL),
-                        help=f"the gateway (default: $GATEWAY_URL or {DEFAULT_URL})")
-    common.add_argument("--key", default=os.environ.get("GATEWAY_API_KEY"),
-                        help="an approver's API key (default: $GATEWAY_API_KEY)")
-    common.add_argument("--format", choices=("text", "json"), default="text")
+    common = options("an approver's API key")
 
     approvals = sub.add_parser("approvals", help="list, show, approve and deny approval requests")
     actions = approvals.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -65,57 +50,9 @@ def register(sub: Any) -> None:
     deny.set_defaults(func=decide, approve=False)
 
 
-class _Failed(Exception):
-    """The request failed; ``code`` is the exit code and the message says why."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    """One API request; the JSON answer, or ``_Failed`` with exit code 1 (HTTP error) or 2 (unreachable)."""
-    base = args.url.rstrip("/")
-    headers = {"accept": "application/json"}
-    if args.key:
-        headers["authorization"] = f"Bearer {args.key}"
-    try:
-        with httpx2.Client(timeout=TIMEOUT_SECONDS) as client:
-            response = client.request(method, f"{base}{path}", headers=headers, json=body)
-    except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
-        raise _Failed(2, f"bad gateway URL {base!r}: {exc}") from exc
-    except httpx2.HTTPError as exc:  # refused, timed out, reset: nothing was decided
-        raise _Failed(2, f"cannot connect to the gateway at {base}: {exc or type(exc).__name__}") from exc
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
-    if response.is_success and data is not None:
-        return data
-    error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        code = f" {error['code']}" if isinstance(error.get("code"), str) else ""
-        message = f"{_clean(error['message'])} (HTTP {response.status_code}{_clean(code)})"
-    else:
-        message = f"HTTP {response.status_code} {response.reason_phrase}: {_clean(response.text[:200])}"
-    if response.status_code == 401 and not args.key:
-        message += "\nPass an approver's key with --key or GATEWAY_API_KEY."
-    raise _Failed(1, message)
-
-
 def _run(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None,
-         text: Any) -> int:
-    """Call the API and print its answer as JSON or through ``text``; the exit code."""
-    try:
-        data = _call(args, method, path, body)
-    except _Failed as failed:
-        print(f"gateway approvals: {failed}", file=sys.stderr)
-        return failed.code
-    if args.format == "json":
-        print(json.dumps(data, indent=2, ensure_ascii=False))
-    else:
-        print(text(data))
-    return 0
+         text: Callable[[Any], str]) -> int:
+    return run(args, "approvals", method, path, body, text, "Pass an approver's key with --key or GATEWAY_API_KEY.")
 
 
 def list_approvals(args: argparse.Namespace) -> int:
@@ -153,7 +90,7 @@ def _table(approvals: list[dict[str, Any]], state: str) -> str:
         return "No approval requests." if state == "all" else f"No {state} approval requests."
     header = ("ID", "STATE", "TOOL", "REQUESTED BY", "CREATED", "TIME LEFT", "APPROVALS", "THE CALL")
     rows = [header] + [(
-        _clean(a["id"]), a["state"], _clean(a["tool"]), _clean(a["principal"]["id"]), _clean(a["created_at"]),
+        clean(a["id"]), a["state"], clean(a["tool"]), clean(a["principal"]["id"]), clean(a["created_at"]),
         _left(a) if a["state"] == "pending" else "-",
         f"{sum(1 for r in a['requirements'] if r['satisfied_by'])}/{len(a['requirements'])}",
         _execution(a),
@@ -164,39 +101,39 @@ def _table(approvals: list[dict[str, Any]], state: str) -> str:
 
 def _details(a: dict[str, Any]) -> str:
     p = a["principal"]
-    groups = f" (groups: {', '.join(_clean(g) for g in p['groups'])})" if p["groups"] else ""
+    groups = f" (groups: {', '.join(clean(g) for g in p['groups'])})" if p["groups"] else ""
     left = f" ({_left(a)} left)" if a["state"] == "pending" else ""
     lines = [
-        f"Approval {_clean(a['id'])}: {a['state']}",
-        f"  Tool:          {_clean(a['tool'])}",
-        f"  Requested by:  {_clean(p['id'])}{groups}",
-        f"  Call:          {_clean(a['call_id'])} (session {_clean(a['session'])})",
-        f"  Created:       {_clean(a['created_at'])}",
-        f"  Expires:       {_clean(a['expires_at'])}{left}; if nobody decides it is "
+        f"Approval {clean(a['id'])}: {a['state']}",
+        f"  Tool:          {clean(a['tool'])}",
+        f"  Requested by:  {clean(p['id'])}{groups}",
+        f"  Call:          {clean(a['call_id'])} (session {clean(a['session'])})",
+        f"  Created:       {clean(a['created_at'])}",
+        f"  Expires:       {clean(a['expires_at'])}{left}; if nobody decides it is "
         + ("allowed" if a["on_timeout"] == "allow" else "refused"),
         f"  The call:      {_execution(a)}",
         "Requirements:",
     ]
     for r in a["requirements"]:
-        approvers = ", ".join(_clean(x) for x in r["approvers"]) or "any approver"
-        done = f"approved by {_clean(r['satisfied_by'])}" if r["satisfied_by"] else "waiting"
-        lines.append(f"  [{'x' if r['satisfied_by'] else ' '}] {_clean(r['rule'])}: {_clean(r['message'])}")
+        approvers = ", ".join(clean(x) for x in r["approvers"]) or "any approver"
+        done = f"approved by {clean(r['satisfied_by'])}" if r["satisfied_by"] else "waiting"
+        lines.append(f"  [{'x' if r['satisfied_by'] else ' '}] {clean(r['rule'])}: {clean(r['message'])}")
         lines.append(f"      approvers: {approvers}; {done}")
     lines.append("Arguments:")
     original, final = a["original_args"], a["final_args"]
     for key in sorted(original.keys() | final.keys()):
         if original.get(key, _ABSENT) == final.get(key, _ABSENT):
-            lines.append(f"  {_clean(key)}: {_value(final[key])}")
+            lines.append(f"  {clean(key)}: {_value(final[key])}")
         else:
-            lines.append(f"  {_clean(key)}: {_value(original.get(key, _ABSENT))} -> {_value(final.get(key, _ABSENT))}"
+            lines.append(f"  {clean(key)}: {_value(original.get(key, _ABSENT))} -> {_value(final.get(key, _ABSENT))}"
                          "   (rewritten by policy)")
     if not original and not final:
         lines.append("  (none)")
     if a["votes"]:
         lines.append("Decisions:")
         for v in a["votes"]:
-            comment = f": {_clean(v['comment'])}" if v["comment"] else ""
-            lines.append(f"  {_clean(v['at'])}  {_clean(v['approver'])} {'approved' if v['approve'] else 'denied'}"
+            comment = f": {clean(v['comment'])}" if v["comment"] else ""
+            lines.append(f"  {clean(v['at'])}  {clean(v['approver'])} {'approved' if v['approve'] else 'denied'}"
                          f"{comment}")
     return "\n".join(lines)
 
@@ -204,15 +141,15 @@ def _details(a: dict[str, Any]) -> str:
 def _execution(a: dict[str, Any]) -> str:
     """What became of the call itself ("approved, waiting for the agent to call again (until ...)", "ran at ...")."""
     execution = a.get("execution") or {}
-    return _clean(str(execution.get("label") or "-"))
+    return clean(str(execution.get("label") or "-"))
 
 
 def _decided(a: dict[str, Any]) -> str:
-    tool, who = _clean(a["tool"]), _clean(a["principal"]["id"])
+    tool, who = clean(a["tool"]), clean(a["principal"]["id"])
     if a["state"] == "pending":
         waiting = sum(1 for r in a["requirements"] if not r["satisfied_by"])
-        return f"Recorded your approval of {_clean(a['id'])} ({tool} for {who}); still waiting on {waiting} more."
-    return f"{'Denied' if a['state'] == 'denied' else 'Approved'} {_clean(a['id'])} ({tool} for {who})."
+        return f"Recorded your approval of {clean(a['id'])} ({tool} for {who}); still waiting on {waiting} more."
+    return f"{'Denied' if a['state'] == 'denied' else 'Approved'} {clean(a['id'])} ({tool} for {who})."
 
 
 _ABSENT = object()
@@ -221,7 +158,7 @@ _ABSENT = object()
 def _value(value: Any) -> str:
     if value is _ABSENT:
         return "(not set)"
-    return _clean(json.dumps(value, ensure_ascii=False, sort_keys=True))
+    return clean(json.dumps(value, ensure_ascii=False, sort_keys=True))
 
 
 def _left(a: dict[str, Any]) -> str:
@@ -233,11 +170,6 @@ def _left(a: dict[str, Any]) -> str:
     if s <= 0:
         return "none"
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
-
-
-def _clean(text: Any) -> str:
-    """Untrusted text, with control characters shown as escapes instead of acted on by the terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
 def _segment(approval_id: str) -> str:

@@ -7,26 +7,18 @@ with an error (its message is printed); 2 the gateway could not be reached (or b
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from gateway.cli.approvals_command import DEFAULT_URL, _call, _clean, _Failed
+from gateway.cli.api_client import clean, options, run
 
 __all__ = ["register"]
 
 
 def register(sub: Any) -> None:
     """Add `sessions` and its subcommands to the `gateway` parser's subparsers."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=os.environ.get("GATEWAY_URL", DEFAULT_URL),
-                        help=f"the gateway (default: $GATEWAY_URL or {DEFAULT_URL})")
-    common.add_argument("--key", default=os.environ.get("GATEWAY_API_KEY"),
-                        help="an admin's API key (default: $GATEWAY_API_KEY)")
-    common.add_argument("--format", choices=("text", "json"), default="text")
+    common = options("an admin's API key")
 
     sessions = sub.add_parser("sessions", help="list, show, reset and end agent runs (admin keys)")
     actions = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -49,13 +41,7 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None,
          text: Callable[[Any], str]) -> int:
-    try:
-        data = _call(args, method, path, body)
-    except _Failed as failed:
-        print(f"gateway sessions: {failed}", file=sys.stderr)
-        return failed.code
-    print(json.dumps(data, indent=2, ensure_ascii=False) if args.format == "json" else text(data))
-    return 0
+    return run(args, "sessions", method, path, body, text, "Pass an admin's key with --key or GATEWAY_API_KEY.")
 
 
 def _path(args: argparse.Namespace, suffix: str = "") -> str:
@@ -86,15 +72,15 @@ def show_session(args: argparse.Namespace) -> int:
 def reset_session(args: argparse.Namespace) -> int:
     """`gateway sessions reset PRINCIPAL ID`."""
     return _run(args, "POST", _path(args, "/reset"), {},
-                lambda s: f"Reset run {_clean(s['id'])} of {_clean(s['principal'])}: 0 calls, not terminated.")
+                lambda s: f"Reset run {clean(s['id'])} of {clean(s['principal'])}: 0 calls, not terminated.")
 
 
 def end_session(args: argparse.Namespace) -> int:
     """`gateway sessions end PRINCIPAL ID`."""
     body = {"message": args.message} if args.message else {}
     return _run(args, "POST", _path(args, "/end"), body,
-                lambda s: f"Ended run {_clean(s['id'])} of {_clean(s['principal'])}: "
-                          f"{_clean(s['terminate_message'])}")
+                lambda s: f"Ended run {clean(s['id'])} of {clean(s['principal'])}: "
+                          f"{clean(s['terminate_message'])}")
 
 
 def _table(sessions: list[dict[str, Any]]) -> str:
@@ -102,22 +88,22 @@ def _table(sessions: list[dict[str, Any]]) -> str:
         return "No sessions."
     header = ("PRINCIPAL", "RUN", "KIND", "STARTED", "CALLS", "REJECTED", "STATE")
     rows = [header] + [(
-        _clean(s["principal"]), _clean(s["id"]), f"implicit ({_clean(s['client'])})" if s["implicit"] else "named",
-        _clean(s["started_at"]), str(s["calls"]), str(s["rejected"]), "terminated" if s["terminated"] else "live",
+        clean(s["principal"]), clean(s["id"]), f"implicit ({clean(s['client'])})" if s["implicit"] else "named",
+        clean(s["started_at"]), str(s["calls"]), str(s["rejected"]), "terminated" if s["terminated"] else "live",
     ) for s in sessions]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
 def _details(s: dict[str, Any]) -> str:
-    kind = f"implicit, made for client {_clean(s['client'])}" if s["implicit"] else "named by the client"
+    kind = f"implicit, made for client {clean(s['client'])}" if s["implicit"] else "named by the client"
     lines = [
-        f"Run {_clean(s['id'])} of {_clean(s['principal'])} ({kind})",
-        f"  Started:   {_clean(s['started_at'])}",
+        f"Run {clean(s['id'])} of {clean(s['principal'])} ({kind})",
+        f"  Started:   {clean(s['started_at'])}",
         f"  Calls:     {s['calls']}  (rejected: {s['rejected']})",
-        f"  State:     {'terminated: ' + _clean(s['terminate_message']) if s['terminated'] else 'live'}",
+        f"  State:     {'terminated: ' + clean(s['terminate_message']) if s['terminated'] else 'live'}",
     ]
     if s["calls_by_tool"]:
         lines.append("  By tool:")
-        lines += [f"    {_clean(tool)}: {n}" for tool, n in sorted(s["calls_by_tool"].items())]
+        lines += [f"    {clean(tool)}: {n}" for tool, n in sorted(s["calls_by_tool"].items())]
     return "\n".join(lines)

@@ -8,30 +8,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import sys
 from typing import Any
 
 import httpx2
 
+from gateway.cli.api_client import TIMEOUT_SECONDS, clean, options
+
 __all__ = ["register", "status"]
 
-DEFAULT_URL = "http://127.0.0.1:8080"
 
-# /readyz answers from memory; a gateway that takes longer than this is not ready in any useful sense.
-TIMEOUT_SECONDS = 10.0
 
-# Characters that could move a terminal's cursor or change its colours (the answer is not trusted).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def register(sub: Any) -> None:
     """Add `status` to the `gateway` parser's subparsers."""
-    parser = sub.add_parser("status", help="a running gateway's readiness: each upstream's state")
-    parser.add_argument("--url", default=os.environ.get("GATEWAY_URL", DEFAULT_URL),
-                        help=f"the gateway (default: $GATEWAY_URL or {DEFAULT_URL})")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser = sub.add_parser("status", parents=[options(None)],
+                            help="a running gateway's readiness: each upstream's state")
     parser.set_defaults(func=status)
 
 
@@ -56,19 +49,15 @@ def status(args: argparse.Namespace) -> int:
 
 def _render(body: dict[str, Any]) -> str:
     ready = body.get("status") == "ready"
-    lines = [f"{'ready' if ready else 'NOT READY'}: policy revision {_clean(body.get('revision'))}"]
+    lines = [f"{'ready' if ready else 'NOT READY'}: policy revision {clean(body.get('revision'))}"]
     upstreams = [u for u in body["upstreams"] if isinstance(u, dict)]
-    width = max([len(_clean(u.get("name"))) for u in upstreams] or [0])
+    width = max([len(clean(u.get("name"))) for u in upstreams] or [0])
     for u in upstreams:
-        line = f"  {_clean(u.get('state')):<8} {_clean(u.get('name')):<{width}}  since {_clean(u.get('since'))}" \
-               f"  {_clean(u.get('tools'))} tools"
+        line = f"  {clean(u.get('state')):<8} {clean(u.get('name')):<{width}}  since {clean(u.get('since'))}" \
+               f"  {clean(u.get('tools'))} tools"
         if u.get("last_error"):
-            line += f"  last error: {_clean(u.get('last_error'))}"
+            line += f"  last error: {clean(u.get('last_error'))}"
         lines.append(line)
     if not upstreams:
         lines.append("  no upstreams")
     return "\n".join(lines)
-
-
-def _clean(value: Any) -> str:
-    return _CONTROL.sub("?", str(value))
