@@ -3,6 +3,7 @@ results that validate against its outputSchema, and its progress notifications, 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 from collections.abc import AsyncIterator
@@ -41,7 +42,9 @@ ERAS = ["legacy", "auto"]  # the handshake era (2025-11-25) and 2026-07-28 where
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def gateway(start_gateway, configs):
-    return await start_gateway(configs.base(configs.mcp_upstream("up")), {"p.yaml": POLICY})
+    # A call timeout far beyond the cancellation test's wait: only the client's cancellation can end linger.
+    return await start_gateway(configs.base(configs.mcp_upstream("up"), limits={"call_timeout": 120}),
+                               {"p.yaml": POLICY})
 
 
 @contextlib.asynccontextmanager
@@ -117,3 +120,19 @@ async def test_upstream_progress_reaches_the_client(gateway, mode):
     assert result.content[0].text == "done in 3 steps"  # type: ignore[union-attr]
     assert heard == [(1, 3, "step 1 of 3"), (2, 3, "step 2 of 3"), (3, 3, "step 3 of 3")]
     assert quiet.content[0].text == "done in 2 steps"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_cancelled_call_is_cancelled_upstream(gateway, mode, tmp_path, until):
+    marker = tmp_path / f"linger-{mode}"
+
+    async def says(word: str) -> bool:
+        return marker.exists() and marker.read_text() == word
+
+    async with client_of(gateway, mode) as client:
+        call = asyncio.ensure_future(client.call_tool("up_linger", {"marker": str(marker)}))
+        assert await until(lambda: says("started"), timeout=20)
+        call.cancel()  # the SDK client sends notifications/cancelled for an abandoned request
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        assert await until(lambda: says("cancelled"), timeout=5)

@@ -3,7 +3,7 @@
 Tools: echo, add, slow, fail, secret, delete_thing (destructive), pid, and register_extra, which adds
 a tool named ``extra`` at runtime and sends ``notifications/tools/list_changed``; ``weather`` has every
 field a tool definition can have (title, icons, _meta, execution, an object outputSchema), and
-``steps`` sends a progress notification per step.
+``steps`` sends a progress notification per step; ``linger`` waits until cancelled and says so in a file.
 
 If the file named by ``UPSTREAM_DOWN_FILE`` exists when the process starts, it exits at once: tests
 use that to keep the gateway from relaunching an upstream they killed ("the upstream is down").
@@ -105,6 +105,20 @@ async def steps(ctx: Context, count: int = 3) -> str:
     for i in range(1, count + 1):
         await ctx.report_progress(i, count, f"step {i} of {count}")
     return f"done in {count} steps"
+
+
+@server.tool()
+async def linger(marker: str) -> str:
+    """Write "started" to the file ``marker``, wait a minute, and write "cancelled" there if cancelled first."""
+    with open(marker, "w") as f:
+        f.write("started")
+    try:
+        await anyio.sleep(60)
+    except anyio.get_cancelled_exc_class():
+        with open(marker, "w") as f:
+            f.write("cancelled")
+        raise
+    return "lingered"
 
 
 def extra(text: str = "") -> str:
