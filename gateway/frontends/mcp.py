@@ -7,10 +7,13 @@ requested name. Unexpected failures become an ``isError`` result, never a crash 
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 from collections import OrderedDict
 from typing import Any
 
+import jsonschema
 import mcp_types as types
 from mcp import MCPError
 from mcp.server import NotificationOptions, Server, ServerRequestContext
@@ -24,7 +27,8 @@ from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.frontends.runs import CLIENT_INFO_META, client_of, explicit_run_id, resolve_run
 from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, MAX_CACHED_SESSIONS
 from gateway.pipeline import CallRequest, Gateway
-from gateway.pipeline.request import call_id_of, gave_call_id, iteration_of
+from gateway.pipeline.request import Progress, call_id_of, gave_call_id, iteration_of
+from gateway.upstreams.base import ToolProgress
 
 __all__ = ["CALL_ID_META", "McpFrontend"]
 
@@ -67,9 +71,13 @@ class McpFrontend:
         tools = []
         for tool in self.gateway.visible_tools(identity.principal):
             spec = tool.spec
-            annotations = types.ToolAnnotations.model_validate(spec.annotations) if spec.annotations else None
-            tools.append(types.Tool(name=tool.name, title=spec.title, description=spec.description,
-                                    input_schema=spec.input_schema, annotations=annotations))
+            # Every field of the upstream's definition, under the exposed name.
+            tools.append(types.Tool.model_validate({
+                "name": tool.name, "title": spec.title, "description": spec.description,
+                "inputSchema": spec.input_schema, "annotations": spec.annotations or None,
+                "outputSchema": spec.output_schema, "icons": list(spec.icons) or None,
+                "execution": spec.execution, "_meta": spec.meta,
+            }))
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
@@ -81,6 +89,7 @@ class McpFrontend:
         meta = dict(params.meta or {})
         run = resolve_run(self.gateway.store, identity.principal.id, explicit_run_id(headers, meta),
                           client_of(_client_info(ctx, meta), headers))
+        keep_alive, relay = _progress(ctx, meta)
         request = CallRequest(
             tool=params.name,
             arguments=dict(params.arguments or {}),
@@ -90,7 +99,8 @@ class McpFrontend:
             call_id=call_id_of(meta.get(CALL_ID_META)),
             call_id_given=gave_call_id(meta.get(CALL_ID_META)),
             iteration=iteration_of(meta.get(ITERATION_META)),
-            progress=_progress(ctx, meta),
+            progress=keep_alive,
+            upstream_progress=relay,
             frontend="mcp",
             elicit=_elicitation(ctx),
         )
@@ -103,8 +113,18 @@ class McpFrontend:
             return types.CallToolResult(content=[types.TextContent(type="text", text="The gateway failed.")],
                                         is_error=True)
         structured = outcome.structured if isinstance(outcome.structured, dict) else None
+        is_error = outcome.is_error
+        exposed = self.gateway.registry.get(params.name)
+        schema = exposed.spec.output_schema if exposed is not None else None
+        if not is_error and schema is not None and not _fits(schema, structured):
+            # MCP requires a non-error result of a tool with an outputSchema to carry conforming structured
+            # content (the SDK client raises otherwise). A result the gateway made (skip, pending) or rewrote
+            # that does not fit goes as an error result with the same text, which clients do not validate.
+            log.info("call %s: the result does not fit %s's outputSchema; sent as isError", request.call_id,
+                     params.name)
+            structured, is_error = None, True
         return types.CallToolResult.model_validate({
-            "content": outcome.content, "structuredContent": structured, "isError": outcome.is_error,
+            "content": outcome.content, "structuredContent": structured, "isError": is_error,
             "_meta": outcome.meta,
         })
 
@@ -188,13 +208,41 @@ def _elicitation(ctx: ServerRequestContext[Any, Any]) -> Any:
     return ask
 
 
-def _progress(ctx: ServerRequestContext[Any, Any], meta: dict[str, Any]) -> Any:
+def _progress(ctx: ServerRequestContext[Any, Any], meta: dict[str, Any]) -> tuple[Progress | None, ToolProgress | None]:
+    """The call's approval keep-alives and the relay of its upstream's progress, when the client gave a token."""
     if meta.get("progress_token") is None and meta.get("progressToken") is None:
-        return None
+        return None, None
     counter = {"n": 0}
 
     async def report(message: str) -> None:
         counter["n"] += 1
         await ctx.session.report_progress(counter["n"], None, message)
 
-    return report
+    async def relay(progress: float, total: float | None, message: str | None) -> None:
+        # Shifted past the keep-alives sent while the call was held: a token's progress must only increase.
+        base = counter["n"]
+        try:
+            await ctx.session.report_progress(base + progress, None if total is None else base + total, message)
+        except Exception as exc:  # the client went away: the call itself goes on
+            log.info("progress not relayed: %s", exc)
+
+    return report, relay
+
+
+@functools.lru_cache(maxsize=256)
+def _output_validator(schema: str) -> Any:
+    parsed = json.loads(schema)
+    cls = jsonschema.validators.validator_for(parsed)
+    cls.check_schema(parsed)
+    return cls(parsed)
+
+
+def _fits(schema: dict[str, Any], structured: Any) -> bool:
+    """Whether ``structured`` is content a client validating against ``schema`` accepts."""
+    if structured is None:
+        return False
+    try:
+        validator = _output_validator(json.dumps(schema, sort_keys=True))
+    except (jsonschema.SchemaError, TypeError, ValueError):  # an invalid schema: nothing can fit; relay as is
+        return True
+    return bool(validator.is_valid(structured))

@@ -67,7 +67,8 @@ def rest_routes(gateway: Gateway) -> list[Route]:
         identity = identity_of(request.scope)
         tools = [{"name": t.name, "title": t.spec.title, "description": t.spec.description,
                   "input_schema": t.spec.input_schema, "annotations": t.spec.annotations,
-                  "upstream": t.upstream.name} for t in gateway.visible_tools(identity.principal)]
+                  "output_schema": t.spec.output_schema, "upstream": t.upstream.name}
+                 for t in gateway.visible_tools(identity.principal)]
         return JSONResponse({"tools": tools})
 
     async def invoke(request: Request) -> JSONResponse:

@@ -259,7 +259,7 @@ class Gateway:
         started = time.perf_counter()
         timeout = min(self.call_timeout, tool.timeout) if tool.timeout else self.call_timeout
         try:
-            result = await tool.upstream.call(tool.spec.name, decision.args, timeout)
+            result = await tool.upstream.call(tool.spec.name, decision.args, timeout, request.upstream_progress)
         except InvalidArgumentsError as exc:  # arguments the upstream's request cannot carry safely
             trace.upstream = {"status": "not_called", "error": str(exc)}
             return refusal(request.call_id, "invalid_arguments", f"The arguments were refused: {exc}")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.policy.call import Principal
+from gateway.upstreams.base import ToolProgress
 from gateway.values import printable, text
 
 __all__ = ["CallOutcome", "CallRequest", "Progress", "call_id_of", "gave_call_id", "id_text", "iteration_of",
@@ -74,6 +75,7 @@ class CallRequest:
     # arguments instead (see gateway/approvals/service.py).
     call_id_given: bool = True
     run_client: str | None = None  # set when session_id is an implicit run: the client it was made for
+    upstream_progress: ToolProgress | None = None  # where the upstream's own progress notifications go, if anywhere
 
 
 @dataclass(slots=True)

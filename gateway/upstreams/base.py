@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["HealthChecked", "ToolResult", "Upstream", "UpstreamTool", "listening", "resolve_command", "text_result"]
+__all__ = ["HealthChecked", "ToolProgress", "ToolResult", "Upstream", "UpstreamTool", "listening", "resolve_command",
+           "text_result"]
+
+# Where an upstream's progress notifications for one call go: (progress, total, message), as MCP sends them.
+ToolProgress = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +26,10 @@ class UpstreamTool:
     title: str | None = None
     annotations: dict[str, Any] = field(default_factory=dict)
     output_schema: dict[str, Any] | None = None
+    # The rest of an MCP tool definition, relayed to MCP clients as the upstream sent it.
+    icons: tuple[dict[str, Any], ...] = ()
+    execution: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -70,8 +78,9 @@ class Upstream(Protocol):
         """The tools known now."""
         ...
 
-    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
-        """Run one call; the tool's own failure is a result with ``is_error``."""
+    async def call(self, tool: str, arguments: dict[str, Any], timeout: float,
+                   progress: ToolProgress | None = None) -> ToolResult:
+        """Run one call; the tool's own failure is a result with ``is_error``; ``progress`` hears its progress."""
         ...
 
     def on_tools_changed(self, callback: Callable[[], None]) -> None:

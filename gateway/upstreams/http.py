@@ -23,7 +23,7 @@ from gateway.limits import (
     UPSTREAM_KEEPALIVE_SECONDS,
     UPSTREAM_MAX_CONNECTIONS,
 )
-from gateway.upstreams.base import ToolResult, UpstreamTool, listening, text_result
+from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, listening, text_result
 from gateway.values import text
 
 __all__ = ["HttpOperation", "HttpUpstream"]
@@ -111,7 +111,8 @@ class HttpUpstream:
             query.update({k: _query_value(v) for k, v in rest.items() if v is not None})
         return op.method, self._base + path, query, body
 
-    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], timeout: float,
+                   progress: ToolProgress | None = None) -> ToolResult:
         if self._client is None:
             raise UpstreamNotReached(f"upstream {self.name} is not started")
         method, url, query, body = self.request_for(tool, arguments)

@@ -19,7 +19,15 @@ from urllib.parse import urlsplit
 
 from gateway.errors import UpstreamDown
 from gateway.limits import UPSTREAM_CHECK_TIMEOUT_SECONDS
-from gateway.upstreams.base import HealthChecked, ToolResult, Upstream, UpstreamTool, listening, resolve_command
+from gateway.upstreams.base import (
+    HealthChecked,
+    ToolProgress,
+    ToolResult,
+    Upstream,
+    UpstreamTool,
+    listening,
+    resolve_command,
+)
 from gateway.upstreams.environment import child_environment
 
 __all__ = ["LaunchedUpstream"]
@@ -115,12 +123,13 @@ class LaunchedUpstream:
     def tools(self) -> list[UpstreamTool]:
         return self.inner.tools()
 
-    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], timeout: float,
+                   progress: ToolProgress | None = None) -> ToolResult:
         process = self._process
         if process is None or process.returncode is not None:
             # Not running: whatever may answer on its port now is some other process.
             raise _exited(self.name, None if process is None else process.returncode)
-        return await self.inner.call(tool, arguments, timeout)
+        return await self.inner.call(tool, arguments, timeout, progress)
 
     def on_tools_changed(self, callback: Callable[[], None]) -> None:
         self.inner.on_tools_changed(callback)

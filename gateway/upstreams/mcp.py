@@ -18,10 +18,11 @@ import httpx2
 import mcp_types as types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
 
 from gateway.errors import UpstreamDown, UpstreamError, UpstreamNotReached
 from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
-from gateway.upstreams.base import ToolResult, UpstreamTool, resolve_command
+from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, resolve_command
 from gateway.upstreams.environment import child_environment
 
 __all__ = ["McpUpstream"]
@@ -136,7 +137,8 @@ class McpUpstream:
             for listener in self._listeners:
                 listener()
 
-    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], timeout: float,
+                   progress: ToolProgress | None = None) -> ToolResult:
         if self._client is None:
             try:
                 await self.start()  # reconnect after a crash
@@ -146,7 +148,8 @@ class McpUpstream:
         if client is None:
             raise UpstreamNotReached(f"{self.name}: not connected")
         try:
-            result = await asyncio.wait_for(client.call_tool(tool, arguments), timeout)
+            result = await asyncio.wait_for(client.call_tool(tool, arguments, progress_callback=_relay(progress)),
+                                          timeout)
         except TimeoutError:
             raise UpstreamError(f"{self.name}: {tool} timed out after {timeout}s") from None
         except MCPError as exc:
@@ -250,7 +253,22 @@ def _tool(tool: types.Tool) -> UpstreamTool:
         title=tool.title or annotations.get("title"),
         annotations=annotations,
         output_schema=dict(tool.output_schema) if tool.output_schema else None,
+        icons=tuple(icon.model_dump(mode="json", by_alias=True, exclude_none=True) for icon in tool.icons or ()),
+        execution=tool.execution.model_dump(mode="json", by_alias=True, exclude_none=True) if tool.execution else None,
+        meta=dict(tool.meta) if tool.meta else None,
     )
+
+
+def _relay(to: ToolProgress | None) -> ProgressFnT | None:
+    """The SDK's progress callback handing each notification to ``to``."""
+    if to is None:
+        return None
+    forward = to
+
+    async def relay(progress: float, total: float | None, message: str | None) -> None:
+        await forward(progress, total, message)
+
+    return relay
 
 
 def _describe(exc: BaseException) -> str:

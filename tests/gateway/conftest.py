@@ -76,7 +76,7 @@ rules:
     tools: [up_echo]
     when: args.text == "skip me"
     action: skip
-    result: {echoed: false, note: dry run}
+    result: {result: dry run}
   - id: prefix-echo
     tools: [up_echo]
     when: args.text.startsWith("rw:")

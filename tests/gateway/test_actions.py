@@ -108,15 +108,15 @@ async def test_skip_answers_for_the_tool_without_calling_it(mcp_alice, shared_ga
     result = await mcp_alice.call("up_echo", {"text": "skip me"}, call_id=cid)
 
     assert result.is_error is False
-    assert result.structured_content == {"echoed": False, "note": "dry run"}
-    assert json.loads(result.content[0].text) == {"echoed": False, "note": "dry run"}
+    assert result.structured_content == {"result": "dry run"}
+    assert json.loads(result.content[0].text) == {"result": "dry run"}
     assert result.meta["gateway/skipped"] is True
     assert result.meta["gateway/decision"] == "skip"
     assert shared_gateway.audit_event(cid)["upstream_outcome"] == {"status": "not_called"}
 
     body = await rest_call(rest(shared_gateway), "up_echo", {"text": "skip me"})
     assert (body["is_error"], body["structured"], body["meta"]["gateway/skipped"]) == (
-        False, {"echoed": False, "note": "dry run"}, True)
+        False, {"result": "dry run"}, True)
 
 
 # --- rewrite ---------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ from gateway.app import build_app
 from gateway.config.load import load_config
 from gateway.errors import ConfigError
 
-UP_TOOLS = {"echo", "add", "slow", "fail", "secret", "delete_thing", "pid", "register_extra"}
+UP_TOOLS = {"echo", "add", "slow", "fail", "secret", "delete_thing", "pid", "register_extra", "weather", "steps",
+            "linger"}
 API_TOOLS = {"get_item", "create_item", "delete_item", "search", "boom", "nap"}
 
 
