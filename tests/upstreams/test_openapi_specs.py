@@ -56,6 +56,16 @@ def only_error(excinfo: pytest.ExceptionInfo[ConfigError]) -> dict[str, Any]:
     return excinfo.value.diagnostics[0].to_dict()
 
 
+async def start_refused(upstream: Any) -> dict[str, Any]:
+    """The one diagnostic starting ``upstream`` is refused with (it is closed either way)."""
+    try:
+        with pytest.raises(ConfigError) as excinfo:
+            await upstream.start()
+    finally:
+        await upstream.close()
+    return only_error(excinfo)
+
+
 # --- Swagger 2.0 ---------------------------------------------------------------------------------
 
 
@@ -325,12 +335,7 @@ async def test_a_url_spec_cannot_make_the_gateway_fetch_another_origin(serve: Se
     served = create_app({"/v3/openapi.yaml": (hostile, "application/yaml")})
     base = await serve(served)
     upstream = openapi_upstream("pets", spec_of(f"{base}/v3/openapi.yaml"), tmp_path, {})
-    try:
-        with pytest.raises(ConfigError) as excinfo:
-            await upstream.start()
-    finally:
-        await upstream.close()
-    d = only_error(excinfo)
+    d = await start_refused(upstream)
     assert d["code"] == "openapi-ref" and f"is not on the spec's origin {base}" in d["message"]
     assert d["file"] == f"{base}/v3/openapi.yaml"
     assert upstream.tools() == []
@@ -342,12 +347,7 @@ async def test_an_error_in_a_json_spec_at_a_url_names_its_json_pointer(serve: Se
         "/pets/{id}": {"get": {"operationId": "getPet", "parameters": [{"$ref": "#/components/parameters/Nope"}]}}}}
     base = await serve(create_app({"/openapi.json": (json.dumps(doc), "application/json")}))
     upstream = openapi_upstream("pets", spec_of(f"{base}/openapi.json"), tmp_path, {})
-    try:
-        with pytest.raises(ConfigError) as excinfo:
-            await upstream.start()
-    finally:
-        await upstream.close()
-    d = only_error(excinfo)
+    d = await start_refused(upstream)
     assert d["file"] == f"{base}/openapi.json" and d["message"] == (
         "$ref '#/components/parameters/Nope' points at nothing (at #/paths/~1pets~1{id}/get)")
 
@@ -361,23 +361,13 @@ async def test_a_spec_url_that_does_not_answer_200_is_named(serve: Serve, tmp_pa
                                                             why: str) -> None:
     base = await serve(create_app())
     upstream = openapi_upstream("bin", spec_of(f"{base}{path}"), tmp_path, {})
-    try:
-        with pytest.raises(ConfigError) as excinfo:
-            await upstream.start()
-    finally:
-        await upstream.close()
-    d = only_error(excinfo)
+    d = await start_refused(upstream)
     assert d["code"] == "openapi-unreachable" and d["message"] == f"cannot fetch OpenAPI spec {base}{path}: {why}"
 
 
 async def test_an_unreachable_spec_url_is_named_with_a_hint(refused_url: str, tmp_path: Path) -> None:
     upstream = openapi_upstream("bin", spec_of(f"{refused_url}/spec.json"), tmp_path, {})
-    try:
-        with pytest.raises(ConfigError) as excinfo:
-            await upstream.start()
-    finally:
-        await upstream.close()
-    d = only_error(excinfo)
+    d = await start_refused(upstream)
     assert d["code"] == "openapi-unreachable" and f"cannot fetch OpenAPI spec {refused_url}/spec.json" in d["message"]
     assert "ConnectError" in d["message"] and "is the service up" in d["hint"]
 
@@ -386,12 +376,7 @@ async def test_a_broken_document_at_a_url_names_the_url_line_and_column(serve: S
     base = await serve(create_app({"/broken.json": ('{\n  "openapi": "3.0.0",\n  "paths": {,}\n}\n',
                                                     "application/json")}))
     upstream = openapi_upstream("bin", spec_of(f"{base}/broken.json"), tmp_path, {})
-    try:
-        with pytest.raises(ConfigError) as excinfo:
-            await upstream.start()
-    finally:
-        await upstream.close()
-    d = only_error(excinfo)
+    d = await start_refused(upstream)
     assert (d["code"], d["file"], d["line"], d["column"]) == ("json-syntax", f"{base}/broken.json", 3, 13)
 
 
