@@ -198,6 +198,8 @@ class AmbiguousCredentials(CredentialError):
 
     code = "ambiguous-credentials"
     status = 400
+
+
 class UpstreamNotReached(UpstreamError):
     """The request provably never left the gateway (connection refused, no route, DNS); approvals stay usable."""
 

@@ -349,6 +349,8 @@ def _usage_windows(value: dict[str, str | int | float]) -> dict[str, str | int |
         if seconds < limits.USAGE_BUCKET_SECONDS or seconds % limits.USAGE_BUCKET_SECONDS:
             raise ValueError(f"usage window {name!r} must be a whole number of minutes (at least 1m)")
     return value
+
+
 class SupervisionSpec(_Strict):
     """How upstreams are kept up: retries of a down one (doubling from `retry_first` to `retry_max`) and checks."""
 
