@@ -79,6 +79,7 @@ MAX_APPROVALS_PAGE = 500
 # Past it the call fails and the connection is cut: a tool result is for a model to read, and a
 # hostile or broken upstream must not make the gateway buffer hundreds of megabytes.
 MAX_RESPONSE_BYTES = 10 * 1024 * 1024
+
 # The decision log: a value (arguments, a result, a diff) whose JSON is larger than this goes into
 # an event as its SHA-256, its size and a preview, never whole (overridable by
 # `audit.max_value_bytes`): a 100 MB argument must not write a 100 MB line.
@@ -97,6 +98,7 @@ AUDIT_BOUND_DEPTH = 3
 
 # Permissions of a newly created audit file: it holds call arguments, so only the gateway's user.
 AUDIT_FILE_MODE = 0o600
+
 # Values at the edges (gateway/values.py). Arguments and results nest at most this many levels:
 # plenty for real tool schemas, and it keeps every walker (redaction, rewrites, both CEL engines,
 # JSON encoders) well inside Python's stack. Integers have at most this many digits: Python's own
@@ -114,6 +116,7 @@ DEFAULT_MAX_SESSIONS_PER_PRINCIPAL = 100
 # Calls one principal may have running at once when `limits.per_principal.max_concurrent_calls`
 # is not set (held calls waiting for approval count): one key cannot take every upstream connection.
 DEFAULT_MAX_CONCURRENT_CALLS = 256
+
 # --- the HTTP edge (each overridable under `http:` in gateway.yaml) ---
 
 # Request bodies are counted while they are read and refused (413) past this many bytes; the
@@ -144,6 +147,7 @@ DEFAULT_MAX_CONNECTIONS = 512
 # and the client's kernel drops the answer).
 LINGER_SECONDS = 2.0
 LINGER_MAX_BYTES = 4 * 1024 * 1024
+
 # SQLite: how long a write waits for another connection or process holding the file locked before
 # it fails with a clear "store unavailable" error. Writes run on the store's worker thread, so this
 # wait never blocks the event loop.
@@ -182,11 +186,14 @@ MAX_APPROVALS_FILTER_CHARS = 200
 # refused, whether read from a file or fetched from a URL; real specs run to a few MiB (GitHub's
 # REST API, among the largest, is about 12 MiB).
 MAX_OPENAPI_DOCUMENT_BYTES = 32 * 1024 * 1024
+
 # Documents one spec may pull in through external $refs: real multi-file specs have tens.
 MAX_OPENAPI_DOCUMENTS = 100
+
 # A spec URL (and each document its $refs name) must be fetched within this long, at start and in
 # `gateway check --config`.
 OPENAPI_FETCH_TIMEOUT_SECONDS = 10.0
+
 # --- agent runs (docs/runs.md) ---------------------------------------------------------------------
 
 # How long an implicit run (a client that names no run) lasts without a call when `runs.idle_timeout`
@@ -202,15 +209,18 @@ MAX_RUN_CLIENT_CHARS = 200
 
 # The most sessions one page of `GET /v1/admin/sessions` returns.
 MAX_SESSIONS_PAGE = 500
+
 # CEL cost bound (Kubernetes refuses admission expressions whose estimated cost is unbounded):
 # at most this many comprehensions over inputs of unbounded size (arguments, results, split
 # strings) may nest, and an inner one must range over part of the outer element (a walk of
 # nested data, linear in the input); one over an independent input is refused at load, since
 # its cost is the product of both sizes. Literal lists do not count.
 MAX_COMPREHENSION_NESTING = 2
+
 # Parse trees of CEL expressions kept for the typed checker (a reload re-reads mostly the same
 # expressions); a tree is a few kilobytes, so this bounds the cache to a few tens of megabytes.
 MAX_CACHED_PARSE_TREES = 4096
+
 # A caret snippet under a diagnostic shows at most this many characters of the offending line (a
 # window around the column), so that one minified line does not flood a terminal or a CI log.
 MAX_SNIPPET_CHARS = 160
@@ -218,6 +228,7 @@ MAX_SNIPPET_CHARS = 160
 # `gateway tools` and `gateway check --config` start every upstream to read its tools; one that has
 # not answered within this many seconds is reported as unavailable rather than waited for.
 CATALOG_START_TIMEOUT_SECONDS = 30.0
+
 # --- upstream supervision (each overridable under `supervision:` in gateway.yaml) ---
 
 # A down upstream is tried again after UPSTREAM_RETRY_FIRST_SECONDS, the wait doubling with each
