@@ -42,6 +42,7 @@ log = logging.getLogger("gateway.pipeline")
 TOOL_FAILED = "The tool failed. Try again later or use another tool."
 POLICY_FAILED = "The policies could not be evaluated for this call, so it was refused."
 INTERRUPTED = "The approved call was interrupted while it ran; it may or may not have taken effect."
+CANCELLED = "The call was cancelled while the tool ran; it may or may not have taken effect."
 NOT_REACHED = ("The tool's service could not be reached, so the approved call was not sent. The approval is still "
                "valid: call again to run it.")
 
@@ -269,6 +270,11 @@ class Gateway:
         except UpstreamError as exc:
             trace.upstream = {"status": "failed", "error": str(exc)[:MAX_AUDIT_ERROR_CHARS]}
             return refusal(request.call_id, "tool_failed", TOOL_FAILED)
+        except asyncio.CancelledError:  # the caller went away mid-run: its intent must not stand alone
+            trace.upstream = {"status": "cancelled"}
+            trace.upstream_ms = (time.perf_counter() - started) * 1e3
+            self._record_cancelled(trace, tool, policy_set)
+            raise
         finally:
             trace.upstream_ms = (time.perf_counter() - started) * 1e3
         trace.upstream = {"status": "ok", "is_error": result.is_error}
@@ -307,6 +313,14 @@ class Gateway:
         trace.policy_us += decision.elapsed_us
         trace.decisions.append(decision)
         return decision
+
+    def _record_cancelled(self, trace: _Trace, tool: ExposedTool, policy_set: PolicySet) -> None:
+        """The outcome event of a call cancelled while its tool ran (best effort: the caller is gone)."""
+        outcome = refusal(trace.request.call_id, "cancelled", CANCELLED)
+        try:
+            self.audit.write(self._event(trace, tool, trace.session, outcome, policy_set))
+        except AuditWriteError:
+            log.error("the outcome of cancelled call %s could not be recorded", trace.request.call_id)
 
     def _finish(self, trace: _Trace, tool: ExposedTool | None, session: SessionState | None, outcome: CallOutcome,
                 policy_set: PolicySet, *, count: bool = True) -> CallOutcome:

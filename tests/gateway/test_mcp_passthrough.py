@@ -149,3 +149,8 @@ async def test_a_cancelled_call_is_cancelled_upstream(gateway, mode, tmp_path, u
         with contextlib.suppress(asyncio.CancelledError):
             await call
         assert await until(lambda: says("cancelled"), timeout=5)
+    # The decision log says what happened: the intent, then an outcome that it was cancelled mid-run.
+    events = [e for e in gateway.audit_events() if e.get("tool") == "up_linger"
+              and str(marker) in str(e.get("final_args"))]
+    assert [e["event"] for e in events] == ["call.intent", "call.outcome"]
+    assert events[1]["verdict"] == "cancelled" and events[1]["upstream_outcome"]["status"] == "cancelled"
