@@ -76,7 +76,6 @@ class _Trace:
     session: SessionState | None = None
     approval: dict[str, Any] | None = None
     counted: bool = False  # the session already counts this call
-    unprintable: bool = False  # the request holds values JSON cannot carry: audit a printable copy
     uncounted: bool = False  # a poll of a pending approval or a replay: not a new call
     decided: ToolCall | None = None  # the request-stage input, for the audit's replay context
 
@@ -123,7 +122,6 @@ class Gateway:
         if exceeded is not None:
             outcome = refusal(printable(request.call_id), "rate_limited", exceeded.message,
                               retry_after=exceeded.retry_after)
-            trace.unprintable = True  # not looked at yet
             return self._finish(trace, None, None, outcome, policy_set)
         try:
             return await self._admitted(trace, policy_set)
@@ -134,7 +132,6 @@ class Gateway:
         request = trace.request
         why = _input_problem(request)
         if why is not None:
-            trace.unprintable = True
             outcome = refusal(printable(request.call_id), "invalid_input", f"The call was refused: {why}.")
             return self._finish(trace, None, None, outcome, policy_set)
         session = trace.session = self.store.session(request.principal.id, request.session_id, request.run_client)
@@ -187,7 +184,6 @@ class Gateway:
             outcome = skipped(request.call_id, decision.result)
             return _withheld(request.call_id, outcome.content, outcome.structured, Profile.JSON) or outcome
         if decision.rewritten and (why := problem(decision.args, where="/arguments")) is not None:
-            trace.unprintable = True  # a rewrite computed a value JSON cannot carry (say 1.0 / 0.0)
             return refusal(request.call_id, "invalid_arguments", f"The rewritten arguments were refused: {why}.")
         problems = tool.schema_errors(decision.args)
         if problems:
@@ -369,13 +365,8 @@ class Gateway:
             "upstream": tool.upstream.name if tool else None,
         }
 
-    def _event(self, trace: _Trace, tool: ExposedTool | None, session: SessionState | None, outcome: CallOutcome,
-               policy_set: PolicySet) -> dict[str, Any]:
-        event = self._event_fields(trace, tool, session, outcome, policy_set)
-        return printable(event) if trace.unprintable else event
-
-    def _event_fields(self, trace: _Trace, tool: ExposedTool | None, session: SessionState | None,
-                      outcome: CallOutcome, policy_set: PolicySet) -> dict[str, Any]:
+    def _event(self, trace: _Trace, tool: ExposedTool | None, session: SessionState | None,
+               outcome: CallOutcome, policy_set: PolicySet) -> dict[str, Any]:
         request = trace.request
         redactor = self.audit.redactor
         original, redacted_original = redactor.apply(request.arguments, "/original_args")
