@@ -28,7 +28,7 @@ WAIT_MS = 10_000  # the page refreshes every 2 s; anything it should show appear
 needs_browser = pytest.mark.skipif(
     async_playwright is None or not CHROMIUM.exists(),
     reason="needs playwright (pip install -e '.[test]') and Debian's chromium at /usr/bin/chromium"
-           " (bash .ci/install-browser)")
+           " (bash .ci/install-system)")
 
 
 @pytest.fixture

@@ -43,6 +43,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from thirdparty import server_everything
 
 from gateway.app import build_app, server_options
 from gateway.auth import hash_key
@@ -289,6 +290,12 @@ def mcp_upstream(name: str = "up", **extra: Any) -> Json:
     return {"name": name, "mcp": {"command": sys.executable, "args": [str(UPSTREAM_SERVER)], **extra}}
 
 
+def everything_upstream(name: str = "everything", **extra: Any) -> Json:
+    """An upstream entry for the third-party reference server (server-everything from npm, over stdio)."""
+    node, *args = server_everything()
+    return {"name": name, "mcp": {"command": node, "args": args, **extra}}
+
+
 def http_upstream(name: str, base_url: str, tools: list[Json] | None = None, options: Json | None = None,
                   **extra: Any) -> Json:
     """An `http:` upstream entry (``options`` go into its `http:` block, ``extra`` beside it)."""
@@ -442,8 +449,14 @@ class McpConn:
 
 @contextlib.asynccontextmanager
 async def mcp_connection(gateway: RunningGateway, who: str | None = "alice",
-                         headers: Mapping[str, str] | None = None) -> AsyncIterator[McpConn]:
-    """An MCP client (legacy mode, so it gets a session id) as ``who``, or with no key at all."""
+                         headers: Mapping[str, str] | None = None, mode: str = "legacy",
+                         **client_options: Any) -> AsyncIterator[McpConn]:
+    """An MCP client as ``who``, or with no key at all.
+
+    ``mode`` is the SDK's: "legacy" (the 2025-11-25 handshake, so it gets a session id) by default, or
+    "auto" / "2026-07-28" for the stateless era. ``client_options`` go to ``mcp.Client`` as they are
+    (``sampling_callback``, ``elicitation_callback``, ``list_roots_callback``, ``logging_callback``, ...).
+    """
     ids: dict[str, str] = {}
     notifications: list[Any] = []
 
@@ -459,8 +472,8 @@ async def mcp_connection(gateway: RunningGateway, who: str | None = "alice",
         sent["Authorization"] = f"Bearer {KEYS[who]}"
     http = httpx2.AsyncClient(headers=sent, timeout=httpx2.Timeout(30, read=300),
                               event_hooks={"response": [on_response]})
-    async with http, Client(streamable_http_client(gateway.mcp_url, http_client=http), mode="legacy",
-                            message_handler=on_message) as client:
+    async with http, Client(streamable_http_client(gateway.mcp_url, http_client=http), mode=mode,  # type: ignore[arg-type]
+                            message_handler=on_message, **client_options) as client:
         yield McpConn(client, ids, notifications)
 
 
@@ -520,6 +533,7 @@ class Configs:
 
     base = staticmethod(base_config)
     mcp_upstream = staticmethod(mcp_upstream)
+    everything_upstream = staticmethod(everything_upstream)
     http_upstream = staticmethod(http_upstream)
     api_keys = staticmethod(api_keys)
     write = staticmethod(write_gateway)

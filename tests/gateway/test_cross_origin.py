@@ -48,7 +48,7 @@ APPROVER_KEY = "dana-approver-key-27"
 pytestmark = pytest.mark.skipif(
     async_playwright is None or not CHROMIUM.exists(),
     reason="needs playwright (pip install -e '.[test]') and Debian's chromium at /usr/bin/chromium"
-           " (bash .ci/install-browser)")
+           " (bash .ci/install-system)")
 
 # Every cross-site way a page can send a body without a CORS preflight, plus one that needs one.
 # The page reports what it could observe; whether the call ran is read from the upstream.
