@@ -25,16 +25,17 @@ ALLOW_ALL = """
 """
 
 
-async def direct_tools(mode: str) -> dict[str, Any]:
+async def direct_tools() -> dict[str, Any]:
+    """The server's tools as a direct client sees them (it speaks the handshake era only)."""
     node, *args = server_everything()
-    async with Client(StdioServerParameters(command=node, args=args), mode=mode) as client:  # type: ignore[arg-type]
+    async with Client(StdioServerParameters(command=node, args=args), mode="legacy") as client:
         return {t.name: t for t in (await client.list_tools()).tools}
 
 
 async def test_every_tool_is_listed_with_every_field(mode: str, start_gateway: Any, configs: Any,
                                                      connect_mcp: Any) -> None:
     gateway = await start_gateway(configs.base(configs.everything_upstream("ev")), {"all.yaml": ALLOW_ALL})
-    direct = await direct_tools(mode)
+    direct = await direct_tools()
     async with connect_mcp(gateway, mode=mode) as conn:
         listed = {t.name: t for t in (await conn.client.list_tools()).tools}
     assert set(listed) == {f"ev_{name}" for name in direct}
