@@ -43,7 +43,8 @@ async def test_every_tool_is_listed_with_every_field(mode: str, start_gateway: A
         through = listed[f"ev_{name}"]
         assert through.input_schema == tool.input_schema
         assert through.output_schema == tool.output_schema
-        assert through.execution == tool.execution
+        if mode == "legacy":  # at 2026-07-28 task support is the tasks extension's, not a Tool field
+            assert through.execution == tool.execution
         assert through.annotations == tool.annotations
 
 
