@@ -168,6 +168,22 @@ class UnknownToolError(CallError):
         self.name = name
 
 
+class UnknownItemError(CallError):
+    """A resource or prompt that is not exposed, or hidden from the caller; the message names only what was asked."""
+
+    code = "unknown-item"
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(f"Unknown {kind}: {name}")
+        self.name = name
+
+
+class ItemRefusedError(CallError):
+    """Policies refused a resource read or prompt get; the message is the policy's, for the client."""
+
+    code = "item-refused"
+
+
 class InvalidArgumentsError(CallError):
     """The (possibly rewritten) arguments fail the tool's input schema."""
 

@@ -244,3 +244,7 @@ UPSTREAM_CHECK_TIMEOUT_SECONDS = 5.0
 
 # While an upstream stays down, its failures are not logged one per retry: one summary line this often.
 UPSTREAM_DOWN_SUMMARY_SECONDS = 300.0
+
+# Pages of an upstream's resources/list, resources/templates/list or prompts/list read at most (a server
+# that keeps handing out cursors must not keep the gateway listing forever).
+MAX_ITEM_LIST_PAGES = 100

@@ -23,12 +23,15 @@ from starlette.requests import Request
 
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
+from gateway.frontends.mcp_resources import McpItemHandlers
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.frontends.runs import CLIENT_INFO_META, client_of, explicit_run_id, resolve_run
 from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, MAX_CACHED_SESSIONS
 from gateway.pipeline import CallRequest, Gateway
+from gateway.pipeline.items import ItemGate
 from gateway.pipeline.request import Progress, call_id_of, gave_call_id, iteration_of
 from gateway.upstreams.base import ToolProgress
+from gateway.upstreams.items import ItemCatalog
 
 __all__ = ["CALL_ID_META", "McpFrontend"]
 
@@ -40,12 +43,13 @@ ITERATION_META = "gateway/iteration"
 
 
 class _GatewayServer(Server[Any]):
-    """The SDK's server, advertising tools/list_changed."""
+    """The SDK's server, advertising list_changed for tools, resources and prompts."""
 
     def create_initialization_options(self, notification_options: NotificationOptions | None = None,
                                       *args: Any, **kwargs: Any) -> InitializationOptions:
         return super().create_initialization_options(
-            notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
+            notification_options or NotificationOptions(tools_changed=True, resources_changed=True,
+                                                        prompts_changed=True), *args, **kwargs)
 
 
 class McpFrontend:
@@ -63,6 +67,7 @@ class McpFrontend:
         # connection's standalone stream after its request ended.
         self._peers: OrderedDict[str, Any] = OrderedDict()
         gateway.registry.on_change(self._tools_changed)
+        McpItemHandlers(ItemGate(gateway, ItemCatalog(gateway.registry)), self._peers).register(self.server)
 
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any],
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:

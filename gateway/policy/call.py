@@ -1,7 +1,8 @@
 """The engine's input: one tool call described as plain typed values.
 
 The engine sees exactly these; transports build them. ``to_cel`` gives the maps that CEL
-expressions read (``tool``, ``principal``, ``session``, ``usage``, ``call``, ``result``). Times are RFC 3339
+expressions read (``tool``, ``principal``, ``session``, ``usage``, ``call``, ``result``, and ``request``,
+``resource`` and ``prompt``, which say what kind of request is decided). Times are RFC 3339
 strings; use ``timestamp(call.time)`` in CEL to compare them.
 """
 
@@ -13,7 +14,11 @@ from typing import Any
 
 from gateway.policy.decision import Stage
 
-__all__ = ["CallInfo", "Principal", "ResultInfo", "SessionInfo", "ToolCall", "ToolInfo", "UsageInfo"]
+__all__ = ["ITEM_KINDS", "CallInfo", "ItemInfo", "Principal", "ResultInfo", "SessionInfo", "ToolCall", "ToolInfo",
+           "UsageInfo"]
+
+# What a decision can be about (``request.kind``), and the MCP method behind each.
+ITEM_KINDS: dict[str, str] = {"tool": "tools/call", "resource": "resources/read", "prompt": "prompts/get"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +38,43 @@ class ToolInfo:
         hints.update({k: v for k, v in self.annotations.items() if v is not None})
         return {"name": self.name, "upstream": self.upstream, "title": self.title,
                 "description": self.description, "annotations": hints}
+
+
+@dataclass(frozen=True, slots=True)
+class ItemInfo:
+    """A resource or prompt as the gateway exposes it: what a read or get is decided about."""
+
+    kind: str  # "resource" or "prompt"
+    name: str  # the gateway's URI of a resource, the exposed name of a prompt
+    upstream: str = ""
+    upstream_name: str = ""  # the upstream's own URI or prompt name
+    title: str = ""
+    description: str = ""
+    mime_type: str = ""
+    method: str = ""  # the MCP method, when not the kind's usual one (resources/subscribe)
+
+    def request_cel(self) -> dict[str, Any]:
+        """The ``request`` map."""
+        return {"kind": self.kind, "method": self.method or ITEM_KINDS[self.kind]}
+
+    def resource_cel(self) -> dict[str, Any]:
+        """The ``resource`` map (every field empty unless a resource is decided)."""
+        if self.kind != "resource":
+            return dict(_NO_RESOURCE)
+        return {"uri": self.name, "upstream": self.upstream, "upstream_uri": self.upstream_name,
+                "title": self.title, "description": self.description, "mimeType": self.mime_type}
+
+    def prompt_cel(self) -> dict[str, Any]:
+        """The ``prompt`` map (every field empty unless a prompt is decided)."""
+        if self.kind != "prompt":
+            return dict(_NO_PROMPT)
+        return {"name": self.name, "upstream": self.upstream, "upstream_name": self.upstream_name,
+                "title": self.title, "description": self.description}
+
+
+_NO_RESOURCE = dict.fromkeys(("uri", "upstream", "upstream_uri", "title", "description", "mimeType"), "")
+_NO_PROMPT = dict.fromkeys(("name", "upstream", "upstream_name", "title", "description"), "")
+TOOL_REQUEST = {"kind": "tool", "method": "tools/call"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +168,14 @@ class ToolCall:
     result: ResultInfo | None = None
     original_args: dict[str, Any] | None = None  # defaults to args
     usage: Mapping[str, UsageInfo] = field(default_factory=dict)  # window name (config usage_windows) -> counts
+    item: ItemInfo | None = None  # a resource read or prompt get; None: a tool call
+
+    def item_cel(self) -> dict[str, Any]:
+        """The ``request``, ``resource`` and ``prompt`` maps."""
+        if self.item is None:
+            return {"request": dict(TOOL_REQUEST), "resource": dict(_NO_RESOURCE), "prompt": dict(_NO_PROMPT)}
+        return {"request": self.item.request_cel(), "resource": self.item.resource_cel(),
+                "prompt": self.item.prompt_cel()}
 
     def usage_cel(self) -> dict[str, Any]:
         """The ``usage`` map."""

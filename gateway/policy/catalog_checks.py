@@ -138,6 +138,10 @@ class _FileCheck:
         rule_id = f"{self.policy}/{rule.id}"
         here: Path = ("rules", index)
         pos = self.doc.position(here)
+        if rule.tools is None and (rule.resources is not None or rule.prompts is not None):
+            if rule.when is not None:  # decides no tool call: the tool checks do not apply
+                self.constant_false(rule.when, (*here, "when"), rule_id)
+            return
         tools = None if rule.tools is None else tuple(p for p in rule.tools if glob_problem(p) is None)
         self.summaries.append(_Rule(rule_id, self.doc.file, pos.line, pos.column, rule.stage,
                                     (rule.mode or self.default_mode) is Mode.ENFORCE, ACTION_VERDICT[rule.action],

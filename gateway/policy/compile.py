@@ -32,6 +32,8 @@ from gateway.sourcemap import Path, YamlDocument
 __all__ = ["CompiledPolicy", "CompiledRewrite", "CompiledRule", "Expression", "Variable", "compile_policy"]
 
 _RESPONSE_ACTIONS = frozenset({Action.REWRITE, Action.REJECT, Action.TERMINATE})
+# What a rule deciding resource reads or prompt gets may do (there is no approval or rewrite of a read).
+_ITEM_ACTIONS = frozenset({Action.ALLOW, Action.REJECT, Action.TERMINATE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,13 @@ class CompiledRule:
     references: frozenset[str] = frozenset()  # CEL variables the rule reads, variables resolved
     variables_needed: frozenset[str] = frozenset()  # file variables to bind when it runs (not inlined)
     variables_read: frozenset[str] = frozenset()  # every file variable it reads as written, transitively
+    resources: tuple[str, ...] | None = None  # gateway resource URIs it decides reads of (globs)
+    prompts: tuple[str, ...] | None = None  # exposed prompt names it decides gets of (globs)
+
+    @property
+    def decides_tools(self) -> bool:
+        """Whether it applies to tool calls: it names tools, or names no target at all."""
+        return self.tools is not None or (self.resources is None and self.prompts is None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +285,8 @@ def compile_policy(
                     full_id, "rule ids must be unique within a policy file")
             continue
         seen_ids[rule.id] = i
-        env = types.for_rule(rule.tools, all_variables)
+        # A rule that also decides resources or prompts sees their arguments too: args is dynamic then.
+        env = types.for_rule(rule.tools, all_variables, args_known=rule.resources is None and rule.prompts is None)
         compiled = _compile_rule(c, spec, rule, ("rules", i), full_id, policy_index, first_ordinal + i, by_name, env)
         if compiled is not None:
             rules.append(compiled)
@@ -343,6 +353,8 @@ def _compile_rule(
         mode=rule.mode or spec.defaults.mode, file=c.doc.file, line=pos.line, column=pos.column,
         description=rule.description, approval=approval, rewrite=rewrite, result=rule.result,
         result_expression=result_expr, references=refs, variables_needed=needed, variables_read=reads,
+        resources=tuple(rule.resources) if rule.resources is not None else None,
+        prompts=tuple(rule.prompts) if rule.prompts is not None else None,
     )
 
 
@@ -378,11 +390,28 @@ def _check_shape(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> None
     if rule.tools is not None and not rule.tools:
         c.error((*path, "tools"), "invalid-value", "'tools' is empty, so the rule can never match", rule_id,
                 "omit 'tools' to match every tool, or list names or globs")
-    for index, pattern in enumerate(rule.tools or ()):
-        problem = glob_problem(pattern)
-        if problem is not None:
-            c.error((*path, "tools", index), "invalid-value", problem, rule_id,
-                    "fix the [...] set: a range runs from the lower character to the higher")
+    for key, patterns in (("tools", rule.tools), ("resources", rule.resources), ("prompts", rule.prompts)):
+        for index, pattern in enumerate(patterns or ()):
+            problem = glob_problem(pattern)
+            if problem is not None:
+                c.error((*path, key, index), "invalid-value", problem, rule_id,
+                        "fix the [...] set: a range runs from the lower character to the higher")
+    _check_items(c, rule, path, rule_id)
+
+
+def _check_items(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> None:
+    """Resource reads and prompt gets are allowed or refused before they run, nothing else."""
+    for key, patterns in (("resources", rule.resources), ("prompts", rule.prompts)):
+        if patterns is None:
+            continue
+        if not patterns:
+            c.error((*path, key), "invalid-value", f"{key!r} is empty, so the rule can never match", rule_id,
+                    f"omit {key!r}, or list URIs, names or globs")
+        if rule.action not in _ITEM_ACTIONS or rule.stage is not Stage.REQUEST:
+            c.error((*path, "action"), "invalid-item-action",
+                    f"a rule with {key!r} can only allow, reject or terminate at the request stage", rule_id,
+                    "give rewrites, approvals and skips their own rule with 'tools'")
+            return
 
 
 def _compile_rewrite(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str, env: dict[str, Any],

@@ -6,7 +6,7 @@ cached, so a decision's cost does not grow with rules that do not match the tool
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gateway.limits import MAX_INDEXED_TOOL_NAMES
@@ -35,17 +35,24 @@ class MatchedRules:
 class RuleIndex:
     """Tool name → matching rules, with a bounded cache."""
 
-    def __init__(self, rules: Sequence[CompiledRule]) -> None:
+    def __init__(self, rules: Sequence[CompiledRule],
+                 targets: Callable[[CompiledRule], tuple[str, ...] | None] | None = None) -> None:
+        """``targets`` gives a rule's patterns (None: it matches everything); by default the tool index."""
+        if targets is None:
+            rules = [r for r in rules if r.decides_tools]
+            targets = _tools
+        self._targets = targets
         self._everywhere: list[CompiledRule] = []
         self._exact: dict[str, list[CompiledRule]] = {}
         self._globbed: list[CompiledRule] = []
         for rule in rules:
-            if rule.tools is None:
+            patterns = targets(rule)
+            if patterns is None:
                 self._everywhere.append(rule)
                 continue
-            if any(is_glob(p) for p in rule.tools):
+            if any(is_glob(p) for p in patterns):
                 self._globbed.append(rule)
-            for name in rule.tools:
+            for name in patterns:
                 if not is_glob(name):
                     self._exact.setdefault(name, []).append(rule)
         self._cache: dict[str, MatchedRules] = {}
@@ -63,10 +70,15 @@ class RuleIndex:
         chosen = {id(r): r for r in self._everywhere}
         chosen.update((id(r), r) for r in self._exact.get(tool, ()))
         for rule in self._globbed:
-            if rule.tools is not None and any(glob(tool, p) for p in rule.tools if is_glob(p)):
+            patterns = self._targets(rule)
+            if patterns is not None and any(glob(tool, p) for p in patterns if is_glob(p)):
                 chosen[id(rule)] = rule
         ordered = sorted(chosen.values(), key=lambda r: r.ordinal)
         return MatchedRules(
             tuple(r for r in ordered if r.stage is Stage.REQUEST),
             tuple(r for r in ordered if r.stage is Stage.RESPONSE),
         )
+
+
+def _tools(rule: CompiledRule) -> tuple[str, ...] | None:
+    return rule.tools

@@ -101,6 +101,10 @@ class RuleSpec(_Strict):
     id: str = Field(pattern=_NAME)
     description: str = ""
     tools: list[str] | None = None
+    # Resource reads (gateway URIs) and prompt gets (exposed names) the rule decides; a rule naming neither
+    # these nor ``tools`` decides every tool call, as before (docs/gateway.md, "Resources and prompts").
+    resources: list[str] | None = None
+    prompts: list[str] | None = None
     stage: Stage = Stage.REQUEST
     when: str | None = None
     action: Action

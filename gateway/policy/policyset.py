@@ -14,13 +14,13 @@ from gateway.policy.cel import Engine
 from gateway.policy.compile import CompiledPolicy, CompiledRule
 from gateway.policy.decision import Action, Decision, Mode, Stage, Verdict
 from gateway.policy.evaluate import evaluate_call
-from gateway.policy.match import RuleIndex
+from gateway.policy.match import MatchedRules, RuleIndex
 
 __all__ = ["PolicySet", "env_revision"]
 
 # Variables whose value is known before any argument is: rules reading only these can be
 # decided for a tool listing.
-_STATIC = frozenset({"tool", "principal", "env"})
+_STATIC = frozenset({"tool", "principal", "env", "request", "resource", "prompt"})
 _ADMITTING = frozenset({Action.ALLOW, Action.APPROVE, Action.SKIP})
 _REFUSING = frozenset({Action.REJECT, Action.TERMINATE})
 
@@ -39,13 +39,24 @@ class PolicySet:
     def __post_init__(self) -> None:
         self.rules: tuple[CompiledRule, ...] = tuple(r for p in self.policies for r in p.rules)
         self.index = RuleIndex(self.rules)
+        self.item_indexes = {
+            "resource": RuleIndex([r for r in self.rules if r.resources is not None], lambda r: r.resources),
+            "prompt": RuleIndex([r for r in self.rules if r.prompts is not None], lambda r: r.prompts),
+        }
+
+    def matched(self, call: ToolCall) -> MatchedRules:
+        """The rules that apply to ``call``: by tool name, or by resource URI or prompt name."""
+        if call.item is None:
+            return self.index.lookup(call.tool.name)
+        return self.item_indexes[call.item.kind].lookup(call.item.name)
 
     def decide(self, call: ToolCall) -> Decision:
         """The decision for one call at its stage."""
-        matched = self.index.lookup(call.tool.name)
+        matched = self.matched(call)
         rules = matched.request if call.stage is Stage.REQUEST else matched.response
+        subject = call.tool.name if call.item is None else call.item.name
         return evaluate_call(self.engine, self.policies, rules, call.stage, self.cel_input(call), self.default,
-                             call.tool.name, self.revision)
+                             subject, self.revision)
 
     @staticmethod
     def cel_input(call: ToolCall) -> dict[str, Any]:
@@ -62,6 +73,7 @@ class PolicySet:
             "env": call.env,
             "variables": {},
             "result": call.result.to_cel() if call.result is not None else {},
+            **call.item_cel(),
         }
 
     def admits_tool(self, call: ToolCall) -> bool:
@@ -72,10 +84,10 @@ class PolicySet:
         """
         base = {"tool": call.tool.to_cel(), "principal": call.principal.to_cel(), "env": call.env,
                 "args": {}, "original_args": {}, "session": {}, "usage": {}, "call": {}, "variables": {},
-                "result": {}}
+                "result": {}, **call.item_cel()}
         activation = None
         might_admit = False
-        for rule in self.index.lookup(call.tool.name).request:
+        for rule in self.matched(call).request:
             if rule.mode is not Mode.ENFORCE or rule.action not in _ADMITTING | _REFUSING:
                 continue
             static = rule.references <= _STATIC

@@ -1,6 +1,7 @@
 """The typed environment: the declared type of every variable an expression may read.
 
-``tool``, ``principal``, ``session``, ``call``, ``result`` and ``usage`` have fixed fields (the maps
+``tool``, ``principal``, ``session``, ``call``, ``result``, ``usage``, ``request``, ``resource`` and ``prompt``
+have fixed fields (the maps
 ``gateway.policy.call`` builds); ``env`` is typed from the config's values when a config is given;
 ``args`` from the input schemas of the catalog tools a rule's ``tools:`` match; ``variables`` from
 their expressions. Everything unknown stays dynamic. Types are checked at load time only: at run
@@ -35,6 +36,11 @@ SESSION = ObjectType("session", {
 CALL = ObjectType("call", {"id": "string", "iteration": "int", "time": "string"})
 RESULT = ObjectType("result", {
     "is_error": "bool", "text": "string", "structured": DYN, "content": ("list", DYN_MAP)})
+# What is decided: request.kind is "tool", "resource" or "prompt"; the item maps' fields are "" for other kinds.
+REQUEST = ObjectType("request", {"kind": "string", "method": "string"})
+RESOURCE = ObjectType("resource", dict.fromkeys(
+    ("uri", "upstream", "upstream_uri", "title", "description", "mimeType"), "string"))
+PROMPT = ObjectType("prompt", dict.fromkeys(("name", "upstream", "upstream_name", "title", "description"), "string"))
 USAGE_WINDOW = ObjectType("usage window", {"calls": "int", "calls_by_tool": _COUNTS, "rejected": "int"})
 
 
@@ -55,6 +61,7 @@ class TypeEnvironment:
                 usage = ObjectType("usage", dict.fromkeys(self.usage_windows, USAGE_WINDOW))
             self._base.update(
                 tool=TOOL, principal=PRINCIPAL, session=SESSION, call=CALL, result=RESULT, usage=usage,
+                request=REQUEST, resource=RESOURCE, prompt=PROMPT,
                 env=type_of_value(dict(self.env), "env") if self.env is not None else DYN_MAP)
         return self._base
 

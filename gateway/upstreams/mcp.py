@@ -24,6 +24,7 @@ from gateway.errors import UpstreamDown, UpstreamError, UpstreamNotReached
 from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, resolve_command
 from gateway.upstreams.environment import child_environment
+from gateway.upstreams.mcp_resources import McpItems
 
 __all__ = ["McpUpstream"]
 
@@ -56,6 +57,7 @@ class McpUpstream:
         self._stop = asyncio.Event()
         self._connect_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
+        self.items = McpItems(name, self.session, self._drop, max_response_bytes)  # resources and prompts
 
     def tools(self) -> list[UpstreamTool]:
         return list(self._tools)
@@ -97,6 +99,7 @@ class McpUpstream:
                     Client(transport, mode="legacy", message_handler=self._on_message))
                 self._client = client
                 self._tools = await self._fetch_tools(client)
+                await self.items.fetch(client)
                 ready.set_result(None)
                 await self._stop.wait()
         except BaseException as exc:  # an ExceptionGroup from the SDK's task groups, or a launch failure
@@ -120,6 +123,19 @@ class McpUpstream:
                 await asyncio.wait_for(owner, 5)
         for task in list(self._background):
             task.cancel()
+        self.items.close()
+
+    async def session(self) -> Client:
+        """The live session, reconnecting after a crash; ``UpstreamNotReached`` when there is none."""
+        if self._client is None:
+            try:
+                await self.start()
+            except UpstreamError as exc:  # no session, so nothing was sent
+                raise UpstreamNotReached(str(exc)) from exc
+        client = self._client
+        if client is None:
+            raise UpstreamNotReached(f"{self.name}: not connected")
+        return client
 
     async def check(self) -> None:
         """A tools/list through the session (``ping`` is gone from MCP 2026-07-28); a connection that fails
@@ -183,6 +199,7 @@ class McpUpstream:
         return [_tool(t) for t in listed.tools]
 
     async def _on_message(self, message: Any) -> None:
+        self.items.on_message(message)
         if isinstance(message, types.ToolListChangedNotification):
             task = asyncio.create_task(self._refresh())
             self._background.add(task)

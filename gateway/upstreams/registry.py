@@ -123,6 +123,11 @@ class ToolRegistry:
         return [self._tools[k] for k in sorted(self._tools)]
 
     @property
+    def sources(self) -> list[Source]:
+        """The upstreams with their namers, in config order."""
+        return list(self._sources)
+
+    @property
     def upstreams(self) -> list[Upstream]:
         """The upstreams behind the tools."""
         return [s.upstream for s in self._sources]

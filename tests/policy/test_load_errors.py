@@ -284,7 +284,7 @@ def test_undeclared_variable(error):
     assert at(d) == ("cel-undeclared", 4, 26, "a/r")
     assert "'secret'" in d.message
     assert d.hint == ("expressions may read only tool, args, original_args, principal, session, usage, call, env, "
-                      "variables, result and the documented functions")
+                      "variables, result, request, resource, prompt and the documented functions")
 
 
 def test_undeclared_variable_in_a_policy_variable_has_no_rule(error):

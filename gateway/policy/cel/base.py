@@ -27,6 +27,9 @@ VARIABLES: tuple[str, ...] = (
     "env",
     "variables",
     "result",
+    "request",
+    "resource",
+    "prompt",
 )
 
 

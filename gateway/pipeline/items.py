@@ -1,0 +1,207 @@
+"""Resource reads, prompt gets and resource subscriptions: decision points, like tool calls.
+
+    hidden for the principal? (answered exactly like an unknown item) → request-stage policies
+    (rules naming ``resources:`` or ``prompts:``, and the set's default) → the owning upstream →
+    audit event → the client
+
+Hidden is the rule tools follow: an enforced rule that refuses whatever the request (it reads only
+``principal``, ``env`` and the item) hides the item from lists, and a request for it by URI or name
+gets the same error as one for an item that does not exist, so an error is no oracle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any
+
+import mcp_types as types
+
+from gateway.errors import AuditWriteError, ItemRefusedError, UnknownItemError, UpstreamError
+from gateway.pipeline.lifecycle import Gateway
+from gateway.policy.call import CallInfo, Principal, ToolCall, ToolInfo
+from gateway.policy.decision import Decision, Stage, Verdict
+from gateway.store.sqlite import now_rfc3339
+from gateway.upstreams.items import ExposedItem, ItemCatalog
+from gateway.upstreams.mcp_resources import ItemNotFound
+
+__all__ = ["ItemGate", "ItemRequest"]
+
+log = logging.getLogger("gateway.pipeline.items")
+
+FAILED = "The {kind} could not be {done}: its server failed. Try again later."
+NOT_RECORDED = "The request could not be recorded, so it was refused."
+_DONE = {"resources/read": "read", "prompts/get": "got", "resources/subscribe": "subscribed to"}
+_NO_TOOL = ToolInfo(name="")
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRequest:
+    """One read, get or subscription as a frontend received it."""
+
+    method: str  # resources/read, resources/subscribe or prompts/get
+    name: str  # the gateway URI or the exposed prompt name
+    principal: Principal
+    arguments: dict[str, str] | None = None  # a prompt's arguments
+    frontend: str = "mcp"
+
+    @property
+    def kind(self) -> str:
+        """``resource`` or ``prompt``."""
+        return "prompt" if self.method == "prompts/get" else "resource"
+
+
+class ItemGate:
+    """Lists what a principal may see; decides, runs and records reads, gets and subscriptions."""
+
+    def __init__(self, gateway: Gateway, catalog: ItemCatalog) -> None:
+        self.gateway = gateway
+        self.catalog = catalog
+
+    def visible(self, principal: Principal, items: list[ExposedItem]) -> list[ExposedItem]:
+        """The items the policies do not refuse this principal whatever the request."""
+        policy_set = self.gateway.policies.current
+        return [i for i in items
+                if policy_set.admits_tool(ToolCall(_NO_TOOL, principal=principal, env=self.gateway.env, item=i.info))]
+
+    async def read(self, request: ItemRequest) -> types.ReadResourceResult:
+        """``resources/read``: the upstream's contents under the gateway's URIs."""
+        item, trace = self._admitted(request)
+        upstream_uri = item.info.upstream_name
+        result = await self._run(trace, item, lambda timeout: item.owner.read(upstream_uri, timeout))
+        assert isinstance(result, types.ReadResourceResult)
+        prefix = item.info.name[:len(item.info.name) - len(upstream_uri)]
+        for content in result.contents:  # what the upstream names by its URI, the client knows by the gateway's
+            content.uri = prefix + content.uri
+        return result
+
+    async def get(self, request: ItemRequest) -> types.GetPromptResult:
+        """``prompts/get``: the upstream's prompt, with the arguments as given."""
+        item, trace = self._admitted(request)
+        name, arguments = item.info.upstream_name, dict(request.arguments or {})
+        result = await self._run(trace, item, lambda timeout: item.owner.get(name, arguments, timeout))
+        assert isinstance(result, types.GetPromptResult)
+        return result
+
+    async def subscribe(self, request: ItemRequest, *, on: bool = True) -> ExposedItem:
+        """``resources/subscribe`` (decided like a read) or ``resources/unsubscribe`` (never refused)."""
+        if on:
+            item, trace = self._admitted(request)
+            uri = item.info.upstream_name
+            await self._run(trace, item, lambda timeout: item.owner.subscribe(uri, timeout))
+        else:
+            item = self._known(request)
+            uri = item.info.upstream_name
+            try:
+                await item.owner.subscribe(uri, self.gateway.call_timeout, on=False)
+            except UpstreamError as exc:  # the client is unsubscribed here whatever the upstream says
+                log.info("unsubscribe from %s: %s", request.name, exc)
+        return item
+
+    def _known(self, request: ItemRequest) -> ExposedItem:
+        item = self.catalog.resource(request.name) if request.kind == "resource" else self.catalog.prompt(request.name)
+        if item is None or not self.visible(request.principal, [item]):
+            raise UnknownItemError(request.kind, request.name)
+        return item
+
+    def _admitted(self, request: ItemRequest) -> tuple[ExposedItem, _Trace]:
+        """The item, when it exists, is visible to the principal and the policies allow this request."""
+        trace = _Trace(request)
+        try:
+            item = self._known(request)
+        except UnknownItemError:
+            self._record(trace, None, None, "unknown", "unknown")
+            raise
+        info = replace(item.info, method=request.method) if request.method == "resources/subscribe" else item.info
+        call = ToolCall(_NO_TOOL, args=dict(request.arguments or {}), principal=request.principal,
+                        call=CallInfo(trace.audit_id, 0, now_rfc3339()), env=self.gateway.env, item=info)
+        policy_set = self.gateway.policies.current
+        try:
+            decision = policy_set.decide(call)
+        except Exception:  # the engine should never raise; if it does, fail closed
+            log.exception("policy evaluation raised for %s", request.name)
+            decision = Decision(Verdict.REJECT, Stage.REQUEST, call.args, call.args, policy_set.revision,
+                                "The policies could not be evaluated for this request, so it was refused.",
+                                "engine-error")
+        if decision.decided_by == "default" and decision.verdict is Verdict.REJECT:
+            decision = replace(decision, message=f"No policy allows this {request.kind} request: {request.name}.")
+        trace.decision = decision
+        if decision.verdict is not Verdict.ALLOW:
+            message = decision.message or "This request was refused by policy."
+            self._record(trace, item, message, str(decision.verdict), "not_called")
+            raise ItemRefusedError(message)
+        return item, trace
+
+    async def _run(self, trace: _Trace, item: ExposedItem, send: Any) -> Any:
+        request = trace.request
+        started = time.perf_counter()
+        try:
+            result = await send(self.gateway.call_timeout)
+        except ItemNotFound:
+            trace.upstream_ms = (time.perf_counter() - started) * 1e3
+            self._record(trace, item, "unknown at the upstream", "allow", "not_found")
+            raise UnknownItemError(request.kind, request.name) from None
+        except UpstreamError as exc:
+            trace.upstream_ms = (time.perf_counter() - started) * 1e3
+            log.warning("%s %s failed: %s", request.method, request.name, exc)
+            message = FAILED.format(kind=request.kind, done=_DONE[request.method])
+            self._record(trace, item, message, "allow", "error")
+            raise ItemRefusedError(message) from None
+        trace.upstream_ms = (time.perf_counter() - started) * 1e3
+        try:
+            self._record(trace, item, None, "allow", "ok", strict=True)
+        except AuditWriteError:
+            raise ItemRefusedError(NOT_RECORDED) from None
+        return result
+
+    def _record(self, trace: _Trace, item: ExposedItem | None, message: str | None, verdict: str, status: str,
+                *, strict: bool = False) -> None:
+        """The audit event; a refusal is refused whether or not it is recorded, a result only if it is."""
+        request, decision = trace.request, trace.decision
+        arguments, redacted = self.gateway.audit.redactor.apply(dict(request.arguments or {}), "/arguments")
+        event = {
+            "event": f"{request.kind}.{'subscribe' if request.method == 'resources/subscribe' else 'outcome'}",
+            "id": trace.audit_id,
+            "time": now_rfc3339(),
+            "frontend": request.frontend,
+            "principal": {"id": request.principal.id, "groups": list(request.principal.groups)},
+            "method": request.method,
+            "kind": request.kind,
+            "name": request.name,
+            "upstream": item.info.upstream if item is not None else None,
+            "upstream_name": item.info.upstream_name if item is not None else None,
+            "arguments": arguments if request.kind == "prompt" else None,
+            "verdict": verdict,
+            "message": message,
+            "rules": [r.to_dict() for r in decision.rules] if decision is not None else [],
+            "decided_by": [decision.decided_by] if decision is not None and decision.decided_by else [],
+            "upstream_outcome": {"status": status},
+            "latency": {
+                "policy_us": round(decision.elapsed_us, 1) if decision is not None else 0.0,
+                "upstream_ms": round(trace.upstream_ms, 3) if trace.upstream_ms is not None else None,
+                "total_ms": round((time.perf_counter() - trace.started) * 1e3, 3),
+            },
+            "revision": self.gateway.policies.current.revision,
+            "redacted": redacted,
+        }
+        try:
+            self.gateway.audit.write(event)
+        except AuditWriteError:
+            log.error("the audit event of %s %s could not be written", request.method, request.name)
+            if strict:
+                raise
+
+
+@dataclass(slots=True)
+class _Trace:
+    request: ItemRequest
+    audit_id: str = ""
+    started: float = 0.0
+    decision: Decision | None = None
+    upstream_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        self.audit_id = uuid.uuid4().hex
+        self.started = time.perf_counter()

@@ -1,0 +1,145 @@
+"""Every MCP upstream's resources, resource templates and prompts, under the names clients see.
+
+Prompts are named like tools: ``{prefix}_{prompt}``. Resources get a URI of the gateway's own,
+``gateway://{upstream}/{the upstream's URI}``: the upstream's URI is kept whole after the prefix, so a
+template stays a template (``gateway://ev/test://static/resource/{id}``) and any read names its
+upstream. A read goes to the upstream its URI names and to no other; a URI that names no upstream,
+or not in this form, is unknown. (Keeping upstreams' URIs as they are would make two upstreams that
+use the same scheme, ``file:///`` say, ambiguous, and leave reads through templates nowhere to go.)
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import re2  # google-re2: linear-time matching, whatever the upstream's template and the client's URI
+
+from gateway.policy.call import ItemInfo
+from gateway.upstreams.mcp_resources import McpItems
+from gateway.upstreams.registry import ToolRegistry
+
+__all__ = ["GATEWAY_SCHEME", "ExposedItem", "ItemCatalog", "gateway_uri"]
+
+log = logging.getLogger("gateway.items")
+
+GATEWAY_SCHEME = "gateway://"
+_VARIABLE = re.compile(r"\{[^{}]*\}")
+
+
+def gateway_uri(upstream: str, uri: str) -> str:
+    """The URI clients see for an upstream's resource (or template)."""
+    return f"{GATEWAY_SCHEME}{upstream}/{uri}"
+
+
+@dataclass(frozen=True, slots=True)
+class ExposedItem:
+    """A resource, template or prompt as clients see it: its definition renamed, and who owns it."""
+
+    definition: dict[str, Any]  # the upstream's JSON with the gateway's URI or name in place
+    owner: McpItems
+    info: ItemInfo  # what policies see
+
+
+class ItemCatalog:
+    """Gateway URI or prompt name → the owning upstream's item, read fresh from the upstreams."""
+
+    def __init__(self, registry: ToolRegistry) -> None:
+        self._registry = registry
+        self._listeners: list[Callable[[], None]] = []
+        for owner in self._owners().values():
+            owner.on_change(self._changed)
+
+    def _owners(self) -> dict[str, McpItems]:
+        found: dict[str, McpItems] = {}
+        for source in self._registry.sources:
+            items = getattr(source.upstream, "items", None)
+            if isinstance(items, McpItems):
+                found[source.upstream.name] = items
+        return found
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Be told after an upstream's resources or prompts changed."""
+        self._listeners.append(callback)
+
+    def on_updated(self, callback: Callable[[str], None]) -> None:
+        """Be told the gateway URI of each resource an upstream says was updated."""
+        for name, owner in self._owners().items():
+            owner.on_updated(lambda uri, name=name: callback(gateway_uri(name, uri)))  # type: ignore[misc]
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+    def resources(self) -> list[ExposedItem]:
+        """Every upstream's listed resources, in config order."""
+        return [_resource(name, owner, r, "uri") for name, owner in self._owners().items() for r in owner.resources
+                if isinstance(r.get("uri"), str)]
+
+    def templates(self) -> list[ExposedItem]:
+        """Every upstream's resource templates (``resource.uri`` is the template, for policies)."""
+        return [_resource(name, owner, t, "uriTemplate") for name, owner in self._owners().items()
+                for t in owner.templates if isinstance(t.get("uriTemplate"), str)]
+
+    def resource(self, uri: str) -> ExposedItem | None:
+        """The resource a read of the gateway ``uri`` reaches; None when the URI names no upstream."""
+        if not uri.startswith(GATEWAY_SCHEME):
+            return None
+        name, slash, inner = uri[len(GATEWAY_SCHEME):].partition("/")
+        owner = self._owners().get(name)
+        if owner is None or not slash or not inner:
+            return None
+        for listed in owner.resources:
+            if listed.get("uri") == inner:
+                return _resource(name, owner, listed, "uri")
+        for template in owner.templates:  # unlisted: described by the template it fits, if one does
+            if _fits(inner, template.get("uriTemplate")):
+                return _resource(name, owner, {**template, "uri": inner}, "uri")
+        return _resource(name, owner, {"uri": inner}, "uri")
+
+    def prompts(self) -> list[ExposedItem]:
+        """Every upstream's prompts under their exposed names (a name taken twice: the first keeps it)."""
+        found: dict[str, ExposedItem] = {}
+        owners = self._owners()
+        for source in self._registry.sources:
+            owner = owners.get(source.upstream.name)
+            for prompt in owner.prompts if owner is not None else ():
+                if not isinstance(prompt.get("name"), str):
+                    continue
+                name = source.namer(prompt["name"])
+                if name in found:
+                    log.warning("prompt name %r is exposed by both %s and %s; the first keeps it", name,
+                                found[name].info.upstream, source.upstream.name)
+                    continue
+                assert owner is not None
+                info = ItemInfo("prompt", name, source.upstream.name, prompt["name"], str(prompt.get("title") or ""),
+                                str(prompt.get("description") or ""))
+                found[name] = ExposedItem({**prompt, "name": name}, owner, info)
+        return list(found.values())
+
+    def prompt(self, name: str) -> ExposedItem | None:
+        """The prompt exposed as ``name``."""
+        return next((p for p in self.prompts() if p.info.name == name), None)
+
+
+def _resource(upstream: str, owner: McpItems, definition: dict[str, Any], key: str) -> ExposedItem:
+    inner = definition[key]
+    uri = gateway_uri(upstream, inner)
+    info = ItemInfo("resource", uri, upstream, inner, str(definition.get("title") or ""),
+                    str(definition.get("description") or ""), str(definition.get("mimeType") or ""))
+    return ExposedItem({**definition, key: uri}, owner, info)
+
+
+def _fits(uri: str, template: Any) -> bool:
+    """Whether ``uri`` could come from the RFC 6570 ``template`` (each expression read as any text)."""
+    if not isinstance(template, str):
+        return False
+    parts = _VARIABLE.split(template)
+    pattern = "(?s)" + ".+".join(re2.escape(p) for p in parts)
+    try:
+        return re2.fullmatch(pattern, uri) is not None
+    except re2.error:  # a template too big to compile describes nothing
+        return False
