@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mcp_types as types
@@ -115,7 +115,9 @@ class ItemGate:
             self._record(trace, None, None, "unknown", "unknown")
             raise
         info = replace(item.info, method=request.method) if request.method == "resources/subscribe" else item.info
-        call = ToolCall(_NO_TOOL, args=dict(request.arguments or {}), principal=request.principal,
+        # A prompt's arguments, or the variables of the template a resource's URI fits: what is read.
+        args = dict(request.arguments or {}) if request.kind == "prompt" else dict(item.variables)
+        call = ToolCall(_NO_TOOL, args=args, principal=request.principal,
                         call=CallInfo(trace.audit_id, 0, now_rfc3339()), env=self.gateway.env, item=info)
         policy_set = self.gateway.policies.current
         try:
@@ -127,7 +129,7 @@ class ItemGate:
                                 "engine-error")
         if decision.decided_by == "default" and decision.verdict is Verdict.REJECT:
             decision = replace(decision, message=f"No policy allows this {request.kind} request: {request.name}.")
-        trace.decision = decision
+        trace.decision, trace.arguments = decision, args
         if decision.verdict is not Verdict.ALLOW:
             message = decision.message or "This request was refused by policy."
             self._record(trace, item, message, str(decision.verdict), "not_called")
@@ -160,7 +162,7 @@ class ItemGate:
                 *, strict: bool = False) -> None:
         """The audit event; a refusal is refused whether or not it is recorded, a result only if it is."""
         request, decision = trace.request, trace.decision
-        arguments, redacted = self.gateway.audit.redactor.apply(dict(request.arguments or {}), "/arguments")
+        arguments, redacted = self.gateway.audit.redactor.apply(trace.arguments, "/arguments")
         event = {
             "event": f"{request.kind}.{'subscribe' if request.method == 'resources/subscribe' else 'outcome'}",
             "id": trace.audit_id,
@@ -172,7 +174,7 @@ class ItemGate:
             "name": request.name,
             "upstream": item.info.upstream if item is not None else None,
             "upstream_name": item.info.upstream_name if item is not None else None,
-            "arguments": arguments if request.kind == "prompt" else None,
+            "arguments": arguments,
             "verdict": verdict,
             "message": message,
             "rules": [r.to_dict() for r in decision.rules] if decision is not None else [],
@@ -200,6 +202,7 @@ class _Trace:
     audit_id: str = ""
     started: float = 0.0
     decision: Decision | None = None
+    arguments: dict[str, str] = field(default_factory=dict)
     upstream_ms: float | None = None
 
     def __post_init__(self) -> None:

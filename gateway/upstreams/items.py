@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import re2  # google-re2: linear-time matching, whatever the upstream's template and the client's URI
@@ -28,6 +28,7 @@ log = logging.getLogger("gateway.items")
 
 GATEWAY_SCHEME = "gateway://"
 _VARIABLE = re.compile(r"\{[^{}]*\}")
+_SIMPLE = re.compile(r"[A-Za-z0-9_]+")
 
 
 def gateway_uri(upstream: str, uri: str) -> str:
@@ -42,6 +43,7 @@ class ExposedItem:
     definition: dict[str, Any]  # the upstream's JSON with the gateway's URI or name in place
     owner: McpItems
     info: ItemInfo  # what policies see
+    variables: dict[str, str] = field(default_factory=dict)  # a read through a template: its variables' values
 
 
 class ItemCatalog:
@@ -96,8 +98,10 @@ class ItemCatalog:
             if listed.get("uri") == inner:
                 return _resource(name, owner, listed, "uri")
         for template in owner.templates:  # unlisted: described by the template it fits, if one does
-            if _fits(inner, template.get("uriTemplate")):
-                return _resource(name, owner, {**template, "uri": inner}, "uri")
+            variables = _match(inner, template.get("uriTemplate"))
+            if variables is not None:
+                found = _resource(name, owner, {**template, "uri": inner}, "uri")
+                return ExposedItem(found.definition, owner, found.info, variables)
         return _resource(name, owner, {"uri": inner}, "uri")
 
     def prompts(self) -> list[ExposedItem]:
@@ -133,13 +137,24 @@ def _resource(upstream: str, owner: McpItems, definition: dict[str, Any], key: s
     return ExposedItem({**definition, key: uri}, owner, info)
 
 
-def _fits(uri: str, template: Any) -> bool:
-    """Whether ``uri`` could come from the RFC 6570 ``template`` (each expression read as any text)."""
+def _match(uri: str, template: Any) -> dict[str, str] | None:
+    """The variables of the RFC 6570 ``template`` that ``uri`` fits, or None when it does not fit.
+
+    Each expression matches any text; a simple ``{name}`` or ``{+name}`` gives its text as ``name``
+    (the others, ``{?q,x}`` say, are matched but not taken apart).
+    """
     if not isinstance(template, str):
-        return False
-    parts = _VARIABLE.split(template)
-    pattern = "(?s)" + ".+".join(re2.escape(p) for p in parts)
+        return None
+    pieces = _VARIABLE.split(template)
+    names = [e[1:-1].removeprefix("+") for e in _VARIABLE.findall(template)]
+    names = [n if _SIMPLE.fullmatch(n) else "" for n in names]
+    pattern = ["(?s)", re2.escape(pieces[0])]
+    for piece in pieces[1:]:
+        pattern += ["(.+)", re2.escape(piece)]
     try:
-        return re2.fullmatch(pattern, uri) is not None
+        found = re2.fullmatch("".join(pattern), uri)
     except re2.error:  # a template too big to compile describes nothing
-        return False
+        return None
+    if found is None:
+        return None
+    return {name: found.group(i + 1) for i, name in enumerate(names) if name}

@@ -5,6 +5,10 @@ a tool named ``extra`` at runtime and sends ``notifications/tools/list_changed``
 field a tool definition can have (title, icons, _meta, execution, an object outputSchema), and
 ``steps`` sends a progress notification per step; ``linger`` waits until cancelled and says so in a file.
 
+Resources: ``notes://public``, ``notes://secret`` and the template ``notes://users/{user}``; prompts:
+``greet`` (argument ``name``) and ``confidential``; ``register_note`` adds ``notes://extra`` and sends
+``notifications/resources/list_changed``.
+
 If the file named by ``UPSTREAM_DOWN_FILE`` exists when the process starts, it exits at once: tests
 use that to keep the gateway from relaunching an upstream they killed ("the upstream is down").
 """
@@ -131,6 +135,49 @@ async def register_extra(ctx: Context) -> str:
     """Add the tool ``extra`` and tell the client the tool list changed."""
     server.add_tool(extra, name="extra")
     await ctx.session.send_tool_list_changed()
+    return "registered"
+
+
+@server.resource("notes://public", name="public", title="Public notes", mime_type="text/plain")
+def public_notes() -> str:
+    """Notes anyone may read."""
+    return "the public notes"
+
+
+@server.resource("notes://secret", name="secret", title="Secret notes", mime_type="text/plain")
+def secret_notes() -> str:
+    """Notes only some may read."""
+    return "the secret notes"
+
+
+@server.resource("notes://users/{user}", name="user-notes", mime_type="text/plain")
+def user_notes(user: str) -> str:
+    """A user's notes (a resource template)."""
+    return f"notes of {user}"
+
+
+@server.prompt(title="Greeting")
+def greet(name: str) -> str:
+    """Greet someone by name."""
+    return f"Please greet {name} warmly."
+
+
+@server.prompt()
+def confidential() -> str:
+    """A prompt only some may get."""
+    return "The confidential instructions."
+
+
+def extra_notes() -> str:
+    """A resource that exists only after register_note."""
+    return "the extra notes"
+
+
+@server.tool()
+async def register_note(ctx: Context) -> str:
+    """Add the resource ``notes://extra`` and tell the client the resource list changed."""
+    server.resource("notes://extra", name="extra")(extra_notes)
+    await ctx.session.send_resource_list_changed()
     return "registered"
 
 
