@@ -132,10 +132,13 @@ class McpItems:
 
     async def subscribe(self, uri: str, timeout: float, *, on: bool = True) -> None:
         """``resources/subscribe`` (or unsubscribe) of the upstream's own ``uri``."""
-        async def send(client: Client) -> Any:
-            # The upstream session speaks the handshake era, where these are still the way to subscribe.
-            return await (client.session.subscribe_resource(uri) if on  # pyright: ignore[reportDeprecated]
-                          else client.session.unsubscribe_resource(uri))  # pyright: ignore[reportDeprecated]
+        # The upstream session speaks the handshake era, where these are still the way to subscribe (the
+        # SDK's own methods for them warn that 2026-07-28 removed them, so the request is built here).
+        request: Any = (types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri)) if on
+                        else types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri)))
+
+        async def send(client: Client) -> types.EmptyResult:
+            return await client.session.send_request(request, types.EmptyResult)
         await self._request(f"{'subscribe' if on else 'unsubscribe'} {uri}", send, timeout)
 
     async def _request(self, what: str, send: Callable[[Client], Awaitable[T]], timeout: float) -> T:
