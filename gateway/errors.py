@@ -16,10 +16,13 @@
     ├── StoreUnavailable       the database stayed locked (or broke); nothing was changed (503)
     └── CallError              one tool call could not be carried out
         ├── UnknownToolError   the tool name resolves to nothing (a protocol error)
+        ├── UnknownItemError   a resource or prompt that is unknown, or hidden from the caller (a protocol error)
+        ├── ItemRefusedError   policies refused a resource read or prompt get (a protocol error with their message)
         ├── InvalidArgumentsError  arguments fail the tool's input schema
         ├── UpstreamError      the tool's upstream failed, timed out or is down
-        │   └── UpstreamNotReached  the request provably never left the gateway (refused, no route)
-        │       └── UpstreamDown    the upstream is down (supervised; retried in the background)
+        │   ├── UpstreamNotReached  the request provably never left the gateway (refused, no route)
+        │   │   └── UpstreamDown    the upstream is down (supervised; retried in the background)
+        │   └── ItemNotFound    the upstream does not know the resource or prompt
         └── AuditWriteError    the audit event could not be written (the call fails closed)
 
 Foreign exceptions (YAML, CEL engines, HTTP, MCP) are mapped to these at the boundary
@@ -49,9 +52,12 @@ __all__ = [
     "CredentialError",
     "GatewayError",
     "InvalidArgumentsError",
+    "ItemNotFound",
+    "ItemRefusedError",
     "PolicyLoadError",
     "StoreUnavailable",
     "TestSuiteError",
+    "UnknownItemError",
     "UnknownToolError",
     "UpstreamDown",
     "UpstreamError",
@@ -194,6 +200,12 @@ class UpstreamError(CallError):
     """The tool's upstream failed, timed out or is unreachable."""
 
     code = "upstream"
+
+
+class ItemNotFound(UpstreamError):
+    """The upstream does not know the resource or prompt (the frontend answers as for an unknown one)."""
+
+    code = "item-not-found"
 
 
 class AuditWriteError(CallError):

@@ -38,6 +38,9 @@ def rule_digest(rule: CompiledRule, policy: CompiledPolicy) -> str:
         "rewrite": rewrite, "result": rule.result, "result_expression": _source(rule.result_expression),
         "variables": variables,
     }
+    for key, targets in (("resources", rule.resources), ("prompts", rule.prompts)):
+        if targets is not None:  # only when set: the digests of rules that name neither stay as they were
+            content[key] = list(targets)
     text = json.dumps(content, sort_keys=True, default=str, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -19,13 +19,12 @@ from typing import Any
 
 import mcp_types as types
 
-from gateway.errors import AuditWriteError, ItemRefusedError, UnknownItemError, UpstreamError
+from gateway.errors import AuditWriteError, ItemNotFound, ItemRefusedError, UnknownItemError, UpstreamError
 from gateway.pipeline.lifecycle import Gateway
 from gateway.policy.call import CallInfo, Principal, ToolCall, ToolInfo
 from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.store.sqlite import now_rfc3339
 from gateway.upstreams.items import ExposedItem, ItemCatalog
-from gateway.upstreams.mcp_resources import ItemNotFound
 
 __all__ = ["ItemGate", "ItemRequest"]
 

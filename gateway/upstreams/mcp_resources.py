@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 import mcp_types as types
 from mcp import Client, MCPError
 
-from gateway.errors import UpstreamError
+from gateway.errors import ItemNotFound, UpstreamError
 from gateway.limits import MAX_ITEM_LIST_PAGES
 
-__all__ = ["ItemNotFound", "McpItems", "Session"]
+__all__ = ["McpItems", "Session"]
 
 log = logging.getLogger("gateway.upstreams.mcp")
 
@@ -29,12 +29,6 @@ Drop = Callable[[Client], Awaitable[None]]
 
 # JSON-RPC codes an upstream answers an unknown resource or prompt with (-32002: MCP's "resource not found").
 _NOT_FOUND = frozenset({types.INVALID_PARAMS, -32002})
-
-
-class ItemNotFound(UpstreamError):
-    """The upstream does not know the resource or prompt (the frontend answers as for an unknown one)."""
-
-    code = "item-not-found"
 
 
 class McpItems:
