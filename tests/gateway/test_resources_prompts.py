@@ -6,12 +6,15 @@ prompts ``greet`` and ``confidential``. Clients see ``gateway://up/<the upstream
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import MCPError
 
 from gateway.frontends.mcp_resources import REFUSED
+from gateway.pipeline.items import NOT_RECORDED
 
 pytestmark = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 
@@ -225,9 +228,22 @@ async def test_a_new_upstream_resource_is_listed_after_list_changed(mode: str, s
         for _ in range(100):
             if extra in {r.uri for r in (await conn.client.list_resources(cache_mode="refresh")).resources}:
                 break
-            import anyio
             await anyio.sleep(0.05)
         else:
             raise AssertionError("notes://extra never listed")
         read = await conn.client.read_resource(extra)
     assert read.contents[0].text == "the extra notes"  # type: ignore[union-attr]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+async def test_a_read_that_cannot_be_recorded_is_not_given(mode: str, start_gateway: Any, configs: Any,
+                                                           connect_mcp: Any, tmp_path: Path) -> None:
+    root = tmp_path / "gw"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "audit.jsonl").symlink_to("/dev/full")
+    gateway = await start_gateway(configs.base(configs.mcp_upstream("up")), {"items.yaml": POLICY}, root=root)
+    async with connect_mcp(gateway, "alice", mode=mode) as conn:
+        read = await _refusal(conn.client.read_resource(PUBLIC))
+        got = await _refusal(conn.client.get_prompt("up_greet", {"name": "Ann"}))
+    assert (read.code, read.message) == (REFUSED, NOT_RECORDED)
+    assert (got.code, got.message) == (REFUSED, NOT_RECORDED)
