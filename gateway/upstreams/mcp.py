@@ -57,7 +57,7 @@ class McpUpstream:
         self._stop = asyncio.Event()
         self._connect_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
-        self.items = McpItems(name, self.session, self._drop, max_response_bytes)  # resources and prompts
+        self.items = McpItems(name, self.connected_client, self._drop, max_response_bytes)  # resources and prompts
 
     def tools(self) -> list[UpstreamTool]:
         return list(self._tools)
@@ -125,7 +125,7 @@ class McpUpstream:
             task.cancel()
         self.items.close()
 
-    async def session(self) -> Client:
+    async def connected_client(self) -> Client:
         """The live session, reconnecting after a crash; ``UpstreamNotReached`` when there is none."""
         if self._client is None:
             try:
