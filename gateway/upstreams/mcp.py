@@ -24,6 +24,7 @@ from gateway.errors import UpstreamDown, UpstreamError, UpstreamNotReached
 from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, resolve_command
 from gateway.upstreams.environment import child_environment
+from gateway.upstreams.items import expose_links
 from gateway.upstreams.mcp_resources import McpItems
 
 __all__ = ["McpUpstream"]
@@ -182,6 +183,7 @@ class McpUpstream:
             raise UpstreamError(f"{self.name}: {tool}: response too large: {size} bytes, the limit is "
                                 f"{self.max_response_bytes}")
         content = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
+        content = expose_links(self.name, content)  # resource URIs as clients read them through the gateway
         return ToolResult(content, result.structured_content, bool(result.is_error))
 
     async def _drop(self, client: Client) -> None:

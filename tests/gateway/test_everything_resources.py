@@ -156,3 +156,19 @@ async def test_a_hidden_resource_cannot_be_subscribed_to(start_gateway: Any, con
         with pytest.raises(MCPError) as hidden:
             await bob.client.session.send_request(_subscribe(structure), types.EmptyResult)
     assert (hidden.value.code, hidden.value.message) == (-32602, f"Unknown resource: {structure}")
+
+
+@MODES
+async def test_resource_links_in_tool_results_are_read_through_the_gateway(
+        mode: str, start_gateway: Any, configs: Any, connect_mcp: Any) -> None:
+    gateway = await _gateway(start_gateway, configs)
+    async with connect_mcp(gateway, "alice", mode=mode) as conn:
+        links = await conn.client.call_tool("ev_get-resource-links", {"count": 2})
+        embedded = await conn.client.call_tool("ev_get-resource-reference", {"resourceType": "Text", "resourceId": 2})
+        uris = [b.uri for b in links.content if isinstance(b, types.ResourceLink)]
+        read = await conn.client.read_resource(uris[-1])
+    assert uris == ["gateway://ev/demo://resource/dynamic/blob/1", "gateway://ev/demo://resource/dynamic/text/2"]
+    assert [b.resource.uri for b in embedded.content if isinstance(b, types.EmbeddedResource)] == [
+        "gateway://ev/demo://resource/dynamic/text/2"]
+    assert [c.uri for c in read.contents] == [uris[-1]]
+    assert "Resource 2" in read.contents[0].text  # type: ignore[union-attr]
