@@ -10,6 +10,7 @@ import pytest
 from gateway.diagnostics import Severity
 from gateway.policy import PolicySet, Verdict, check_policies
 from gateway.policy.call import ItemInfo, Principal, ToolCall, ToolInfo
+from gateway.policy.catalog import Catalog, CatalogTool
 
 NOTES = ItemInfo("resource", "gateway://up/notes://secret", "up", "notes://secret", "Secret notes", "", "text/plain")
 GREET = ItemInfo("prompt", "up_greet", "up", "greet", "Greeting")
@@ -101,3 +102,27 @@ def test_item_rules_are_checked_at_load(tmp_path: Path, engine: str, rule: str, 
     policy_set, diagnostics = check_policies([root], engine)
     assert policy_set is None
     assert code in [d.code for d in diagnostics if d.severity is Severity.ERROR]
+
+
+def test_catalog_checks_leave_resource_and_prompt_rules_alone(tmp_path: Path, engine: str) -> None:
+    catalog = Catalog.of([CatalogTool("up_echo", input_schema={"type": "object", "properties": {
+        "text": {"type": "string"}}, "required": ["text"]})])
+    root = tmp_path / "policies"
+    root.mkdir()
+    (root / "p.yaml").write_text("""
+policy: p
+rules:
+  - id: all-resources-refused
+    resources: ["**"]
+    action: reject
+  - id: echo-allowed
+    tools: [up_echo]
+    action: allow
+  - id: prompt-args-are-not-echo-args
+    prompts: [up_greet]
+    when: args.name == "x"
+    action: reject
+""", encoding="utf-8")
+    policy_set, diagnostics = check_policies([root], engine, catalog=catalog)
+    assert policy_set is not None
+    assert [(d.code, d.rule) for d in diagnostics] == []  # no unknown-tool, rule-shadowed or cel-field
