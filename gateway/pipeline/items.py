@@ -20,6 +20,7 @@ from typing import Any
 import mcp_types as types
 
 from gateway.errors import AuditWriteError, ItemNotFound, ItemRefusedError, UnknownItemError, UpstreamError
+from gateway.limits import MAX_AUDIT_ERROR_CHARS
 from gateway.pipeline.lifecycle import Gateway
 from gateway.policy.call import CallInfo, Principal, ToolCall, ToolInfo
 from gateway.policy.decision import Decision, Stage, Verdict
@@ -148,6 +149,7 @@ class ItemGate:
             trace.upstream_ms = (time.perf_counter() - started) * 1e3
             log.warning("%s %s failed: %s", request.method, request.name, exc)
             message = FAILED.format(kind=request.kind, done=_DONE[request.method])
+            trace.error = str(exc)[:MAX_AUDIT_ERROR_CHARS]  # the details, for operators only
             self._record(trace, item, message, "allow", "error")
             raise ItemRefusedError(message) from None
         trace.upstream_ms = (time.perf_counter() - started) * 1e3
@@ -178,7 +180,7 @@ class ItemGate:
             "message": message,
             "rules": [r.to_dict() for r in decision.rules] if decision is not None else [],
             "decided_by": [decision.decided_by] if decision is not None and decision.decided_by else [],
-            "upstream_outcome": {"status": status},
+            "upstream_outcome": {"status": status, **({"error": trace.error} if trace.error else {})},
             "latency": {
                 "policy_us": round(decision.elapsed_us, 1) if decision is not None else 0.0,
                 "upstream_ms": round(trace.upstream_ms, 3) if trace.upstream_ms is not None else None,
@@ -202,6 +204,7 @@ class _Trace:
     started: float = 0.0
     decision: Decision | None = None
     arguments: dict[str, str] = field(default_factory=dict)
+    error: str | None = None  # the upstream's failure
     upstream_ms: float | None = None
 
     def __post_init__(self) -> None:

@@ -6,6 +6,8 @@ prompts ``greet`` and ``confidential``. Clients see ``gateway://up/<the upstream
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +254,22 @@ async def test_a_read_that_cannot_be_recorded_is_not_given(mode: str, start_gate
         got = await _refusal(conn.client.get_prompt("up_greet", {"name": "Ann"}))
     assert (read.code, read.message) == (REFUSED, NOT_RECORDED)
     assert (got.code, got.message) == (REFUSED, NOT_RECORDED)
+
+
+async def test_an_upstream_that_fails_a_read_is_a_refusal_that_names_no_details(
+        mode: str, start_gateway: Any, configs: Any, connect_mcp: Any, tmp_path: Path) -> None:
+    down = tmp_path / "upstream-down"  # while this exists the upstream exits as soon as it is launched
+    gateway = await start_gateway(configs.base(configs.mcp_upstream("up", env={"UPSTREAM_DOWN_FILE": str(down)})),
+                                  {"items.yaml": POLICY})
+    async with connect_mcp(gateway, "alice", mode=mode) as conn:
+        pid = (await conn.client.call_tool("up_pid")).structured_content["result"]  # type: ignore[index]
+        down.touch()
+        os.kill(pid, signal.SIGKILL)
+        failed = await _refusal(conn.client.read_resource(PUBLIC))
+        down.unlink()
+        back = await conn.client.read_resource(PUBLIC)  # the next read launches the upstream again
+    assert (failed.code, failed.message) == (REFUSED, "The resource could not be read: its server failed. "
+                                                      "Try again later.")
+    assert back.contents[0].text == "the public notes"  # type: ignore[union-attr]
+    event = next(e for e in gateway.audit_events() if e.get("upstream_outcome", {}).get("status") == "error")
+    assert event["name"] == PUBLIC and event["upstream_outcome"]["error"].startswith("up: ")
