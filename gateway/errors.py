@@ -29,7 +29,7 @@ where they enter, with ``raise Mapped(...) from exc``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gateway.diagnostics import Diagnostic
@@ -49,6 +49,7 @@ __all__ = [
     "CredentialError",
     "GatewayError",
     "InvalidArgumentsError",
+    "ModelUpstreamError",
     "PolicyLoadError",
     "StoreUnavailable",
     "TestSuiteError",
@@ -217,3 +218,14 @@ class UpstreamDown(UpstreamNotReached):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class ModelUpstreamError(GatewayError):
+    """The model upstream could not be reached or answered with an error (``status`` is relayed)."""
+
+    code = "model-upstream"
+
+    def __init__(self, message: str, status: int = 502, body: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
