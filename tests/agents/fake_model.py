@@ -11,7 +11,9 @@ number of agent runs can share it at once:
 
 A scripted call may name a ``before`` hook: the fake awaits ``hooks[name](tool_results_so_far)``
 before answering with that call, so a test can act (approve a held request, say) at the exact point
-in the run where the model has read one result and is about to make the next call.
+in the run where the model has read one result and is about to make the next call. A scripted call may
+give ``raw`` arguments: the exact text sent as the call's ``arguments`` (not JSON, say), and ``force``
+a call to a tool the request did not offer.
 
 Every request body is kept in ``requests``. Both frameworks are driven through Chat Completions:
 OpenAI Agents defaults to the Responses API, but its ``OpenAIChatCompletionsModel`` is a supported,
@@ -48,12 +50,16 @@ class ScriptedCall:
     tool: str
     args: Json = field(default_factory=dict)
     before: str | None = None
+    raw: str | None = None  # the arguments text as sent, instead of ``args`` as JSON
+    force: bool = False  # call the tool even when the request did not offer it
 
 
 def script(*calls: ScriptedCall | tuple[str, Json]) -> str:
     """The prompt that makes the fake model make these calls, in order, then report what it read."""
     steps = [c if isinstance(c, ScriptedCall) else ScriptedCall(*c) for c in calls]
-    return json.dumps({"calls": [{"tool": s.tool, "args": s.args, "before": s.before} for s in steps]})
+    return json.dumps({"calls": [{"tool": s.tool, "args": s.args, "before": s.before,
+                                  **({"raw": s.raw} if s.raw is not None else {}),
+                                  **({"force": True} if s.force else {})} for s in steps]})
 
 
 def tool_results_of(final_output: str) -> list[str]:
@@ -115,11 +121,11 @@ class FakeModel:
         step = calls[len(seen)]
         if step.get("before"):
             await self.hooks[step["before"]](seen)
-        if step["tool"] not in self.offered_tools(body):
+        if step["tool"] not in self.offered_tools(body) and not step.get("force"):
             report = {"tool_results": seen, "not_offered": step["tool"], "offered": self.offered_tools(body)}
             return {"role": "assistant", "content": json.dumps(report)}
         call = {"id": f"call_{len(seen)}_{step['tool']}", "type": "function",
-                "function": {"name": step["tool"], "arguments": json.dumps(step["args"])}}
+                "function": {"name": step["tool"], "arguments": step.get("raw", json.dumps(step["args"]))}}
         return {"role": "assistant", "content": None, "tool_calls": [call]}
 
     async def _stream(self, message: Json, body: Json) -> AsyncIterator[bytes]:
