@@ -51,6 +51,7 @@ def test_error_exports():
         "CredentialError",
         "GatewayError",
         "InvalidArgumentsError",
+        "ModelUpstreamError",
         "PolicyLoadError",
         "StoreUnavailable",
         "TestSuiteError",
