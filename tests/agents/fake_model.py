@@ -13,7 +13,8 @@ A scripted call may name a ``before`` hook: the fake awaits ``hooks[name](tool_r
 before answering with that call, so a test can act (approve a held request, say) at the exact point
 in the run where the model has read one result and is about to make the next call. A scripted call may
 give ``raw`` arguments: the exact text sent as the call's ``arguments`` (not JSON, say), and ``force``
-a call to a tool the request did not offer.
+a call to a tool the request did not offer; ``with_next`` makes the next call in the same turn (parallel
+tool calls, each with its own id).
 
 Every request body is kept in ``requests``. Both frameworks are driven through Chat Completions:
 OpenAI Agents defaults to the Responses API, but its ``OpenAIChatCompletionsModel`` is a supported,
@@ -52,6 +53,7 @@ class ScriptedCall:
     before: str | None = None
     raw: str | None = None  # the arguments text as sent, instead of ``args`` as JSON
     force: bool = False  # call the tool even when the request did not offer it
+    with_next: bool = False  # the next scripted call is made in the same turn (parallel tool calls)
 
 
 def script(*calls: ScriptedCall | tuple[str, Json]) -> str:
@@ -59,7 +61,8 @@ def script(*calls: ScriptedCall | tuple[str, Json]) -> str:
     steps = [c if isinstance(c, ScriptedCall) else ScriptedCall(*c) for c in calls]
     return json.dumps({"calls": [{"tool": s.tool, "args": s.args, "before": s.before,
                                   **({"raw": s.raw} if s.raw is not None else {}),
-                                  **({"force": True} if s.force else {})} for s in steps]})
+                                  **({"force": True} if s.force else {}),
+                                  **({"with_next": True} if s.with_next else {})} for s in steps]})
 
 
 def tool_results_of(final_output: str) -> list[str]:
@@ -118,15 +121,20 @@ class FakeModel:
         seen = [_text(m.get("content")) for m in messages if m.get("role") == "tool"]
         if len(seen) >= len(calls):
             return {"role": "assistant", "content": json.dumps({"tool_results": seen})}
-        step = calls[len(seen)]
-        if step.get("before"):
-            await self.hooks[step["before"]](seen)
-        if step["tool"] not in self.offered_tools(body) and not step.get("force"):
-            report = {"tool_results": seen, "not_offered": step["tool"], "offered": self.offered_tools(body)}
+        first = len(seen)
+        turn = [calls[first]]
+        while turn[-1].get("with_next") and first + len(turn) < len(calls):
+            turn.append(calls[first + len(turn)])
+        if turn[0].get("before"):
+            await self.hooks[turn[0]["before"]](seen)
+        missing = [s["tool"] for s in turn if s["tool"] not in self.offered_tools(body) and not s.get("force")]
+        if missing:
+            report = {"tool_results": seen, "not_offered": missing[0], "offered": self.offered_tools(body)}
             return {"role": "assistant", "content": json.dumps(report)}
-        call = {"id": f"call_{len(seen)}_{step['tool']}", "type": "function",
-                "function": {"name": step["tool"], "arguments": step.get("raw", json.dumps(step["args"]))}}
-        return {"role": "assistant", "content": None, "tool_calls": [call]}
+        tool_calls = [{"id": f"call_{first + i}_{step['tool']}", "type": "function",
+                       "function": {"name": step["tool"], "arguments": step.get("raw", json.dumps(step["args"]))}}
+                      for i, step in enumerate(turn)]
+        return {"role": "assistant", "content": None, "tool_calls": tool_calls}
 
     async def _stream(self, message: Json, body: Json) -> AsyncIterator[bytes]:
         """The same answer as Server-Sent Events of ``chat.completion.chunk`` objects."""

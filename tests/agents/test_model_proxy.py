@@ -244,3 +244,29 @@ async def test_unknown_model_and_missing_key_are_refused(stage: Stage) -> None:
     bad = await stage.api("POST", "/v1/chat/completions", who="alice", json={"model": "gpt-x", "messages": "hi"})
     assert bad.status_code == 400
     assert not stage.model.requests or stage.model.requests[-1].get("messages") != "hi"
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+async def test_parallel_calls_each_get_exactly_one_result_and_gateway_calls_run_concurrently(
+        stage: Stage, concurrency: int) -> None:
+    await stage.start(POLICY, models=models(stage, gateway_tools=["ops_*"], tool_concurrency=concurrency))
+    slow = ScriptedCall("ops_slow", {"seconds": "0.4"}, with_next=True)
+    prompt = script(slow, slow, slow, ScriptedCall("nosuch_tool", force=True, with_next=True),
+                    ("deploy", {"service": "prod"}))
+    tools = [{"type": "function", "function": {"name": "deploy", "parameters": {"type": "object"}}}]
+    async with gateway_model_client(stage.url, PEOPLE["alice"][0], None) as client:
+        started = asyncio.get_running_loop().time()
+        response = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}],
+                                                        tools=tools)
+        elapsed = asyncio.get_running_loop().time() - started
+    assert stage.upstream.ran("slow") == 3
+    if concurrency == 3:
+        assert elapsed < 1.1, elapsed  # three 0.4 s calls at once, not one after another
+    else:
+        assert elapsed >= 1.2, elapsed
+    seen = tool_results_of(response.choices[0].message.content or "")
+    assert len(seen) == 5 and seen[3].startswith("Error: there is no tool") and seen[4] == REFUSAL
+    last = stage.model.requests[-1]["messages"]
+    [turn] = [m for m in last if m.get("tool_calls")]
+    answered = [m["tool_call_id"] for m in last if m["role"] == "tool"]
+    assert answered == [c["id"] for c in turn["tool_calls"]]  # one result per call, in order, none missing
