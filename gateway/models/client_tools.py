@@ -62,7 +62,8 @@ def client_tools(tools: Any) -> dict[str, ExposedTool] | str:
     for entry in tools:
         function = entry.get("function") if isinstance(entry, dict) else None
         if not isinstance(entry, dict) or entry.get("type") != "function" or not isinstance(function, dict):
-            continue  # other tool kinds (custom, built-in) are the provider's, not calls the agent runs
+            # Other kinds (custom tools, a provider's built-ins) would give calls no rule could read: refused.
+            return "only function tools ('type': 'function') are served"
         name, parameters = function.get("name"), function.get("parameters")
         if not isinstance(name, str) or not name:
             return "every function tool needs a name"

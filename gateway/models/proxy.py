@@ -142,6 +142,8 @@ class ModelProxy:
         messages = body.get("messages")
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             raise RequestProblem("'messages' must be a list of message objects")
+        if body.get("functions") is not None or body.get("function_call") is not None:
+            raise RequestProblem("the legacy 'functions' API is not served: send 'tools'")
         if body.get("n") not in (None, 1):
             raise RequestProblem("only one choice per request ('n': 1) is served")
         client = client_tools(body.get("tools"))

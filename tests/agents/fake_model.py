@@ -25,6 +25,7 @@ with MCP, which is what these tests are about, does not depend on the model API.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -86,6 +87,8 @@ class FakeModel:
     def __init__(self) -> None:
         self.requests: list[Json] = []
         self.hooks: dict[str, Hook] = {}
+        # When set, a streamed text answer waits for this event between its text and its finish chunk.
+        self.gate: asyncio.Event | None = None
         self._ids = 0
 
     def app(self) -> Starlette:
@@ -154,6 +157,8 @@ class FakeModel:
             yield chunk({}, "tool_calls")
         else:
             yield chunk({"content": message["content"]})
+            if self.gate is not None:
+                await self.gate.wait()
             yield chunk({}, "stop")
         if (body.get("stream_options") or {}).get("include_usage"):
             usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}

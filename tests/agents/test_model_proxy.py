@@ -14,7 +14,7 @@ import uuid
 from typing import Any
 
 import pytest
-from agent_stage import RUN_SECONDS, Stage
+from agent_stage import RUN_SECONDS, STEP_SECONDS, Stage
 from approval_support import PEOPLE
 from fake_model import ScriptedCall, script, tool_results_of
 from model_proxy_drivers import PROXY_DRIVERS, ProxyRun, gateway_model_client
@@ -241,9 +241,13 @@ async def test_unknown_model_and_missing_key_are_refused(stage: Stage) -> None:
     async with httpx2.AsyncClient(base_url=stage.url) as anonymous:
         refused = await anonymous.post("/v1/chat/completions", json={**body, "model": "gpt-x"})
     assert refused.status_code == 401
-    bad = await stage.api("POST", "/v1/chat/completions", who="alice", json={"model": "gpt-x", "messages": "hi"})
-    assert bad.status_code == 400
-    assert not stage.model.requests or stage.model.requests[-1].get("messages") != "hi"
+    asked = len(stage.model.requests)
+    for bad in ({"model": "gpt-x", "messages": "hi"}, {**body, "model": "gpt-x", "n": 2},
+                {**body, "model": "gpt-x", "functions": [{"name": "deploy", "parameters": {}}]},
+                {**body, "model": "gpt-x", "tools": [{"type": "custom", "custom": {"name": "deploy"}}]}):
+        refused = await stage.api("POST", "/v1/chat/completions", who="alice", json=bad)
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid-request", bad
+    assert len(stage.model.requests) == asked  # nothing the policies cannot read reaches the model
 
 
 @pytest.mark.parametrize("concurrency", [1, 3])
@@ -270,3 +274,25 @@ async def test_parallel_calls_each_get_exactly_one_result_and_gateway_calls_run_
     [turn] = [m for m in last if m.get("tool_calls")]
     answered = [m["tool_call_id"] for m in last if m["role"] == "tool"]
     assert answered == [c["id"] for c in turn["tool_calls"]]  # one result per call, in order, none missing
+
+
+async def test_streamed_text_reaches_the_client_while_the_model_is_still_answering(stage: Stage) -> None:
+    await stage.start(POLICY, models=models(stage))
+    gate = stage.model.gate = asyncio.Event()
+    try:
+        async with gateway_model_client(stage.url, PEOPLE["alice"][0], None) as client:
+            stream = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": script()}], stream=True)
+            text = ""
+            async with asyncio.timeout(STEP_SECONDS):  # the model has not finished: only passed-through text arrives
+                async for chunk in stream:
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        text = chunk.choices[0].delta.content
+                        break
+            assert json.loads(text) == {"tool_results": []} and not gate.is_set()
+            gate.set()
+            finishes = [ch.finish_reason async for c in stream for ch in c.choices if ch.finish_reason]
+        assert finishes == ["stop"]
+    finally:
+        gate.set()
+        stage.model.gate = None
