@@ -89,6 +89,9 @@ class FakeModel:
         self.hooks: dict[str, Hook] = {}
         # When set, a streamed text answer waits for this event between its text and its finish chunk.
         self.gate: asyncio.Event | None = None
+        # Streamed tool calls come whole in one delta, or (above 1) as the id and name first, then the
+        # arguments in this many pieces, as real models send them.
+        self.fragments = 1
         self._ids = 0
 
     def app(self) -> Starlette:
@@ -153,7 +156,15 @@ class FakeModel:
         yield chunk({"role": "assistant", "content": ""})
         if message.get("tool_calls"):
             for index, call in enumerate(message["tool_calls"]):
-                yield chunk({"tool_calls": [{"index": index, **call}]})
+                if self.fragments <= 1:
+                    yield chunk({"tool_calls": [{"index": index, **call}]})
+                    continue
+                function, args = call["function"], call["function"]["arguments"]
+                yield chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                             "function": {"name": function["name"], "arguments": ""}}]})
+                step = len(args) // self.fragments + 1
+                for start in range(0, len(args), step):
+                    yield chunk({"tool_calls": [{"index": index, "function": {"arguments": args[start:start + step]}}]})
             yield chunk({}, "tool_calls")
         else:
             yield chunk({"content": message["content"]})

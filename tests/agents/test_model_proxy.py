@@ -17,7 +17,11 @@ import pytest
 from agent_stage import RUN_SECONDS, STEP_SECONDS, Stage
 from approval_support import PEOPLE
 from fake_model import ScriptedCall, script, tool_results_of
+from loopback import serve_app
 from model_proxy_drivers import PROXY_DRIVERS, ProxyRun, gateway_model_client
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 FRAMEWORKS = ["openai-agents", "maf"]
 
@@ -214,16 +218,21 @@ async def test_gateway_run_tools_run_under_policy_and_the_agent_gets_its_own_cal
     assert "ops_deploy" in offered and "deploy" in offered
 
 
-async def test_streamed_text_arrives_before_the_decided_tool_call(stage: Stage) -> None:
+@pytest.mark.parametrize("fragments", [1, 4], ids=["whole", "fragmented"])
+async def test_streamed_tool_calls_come_decided_and_whole(stage: Stage, fragments: int) -> None:
     await stage.start(POLICY, models=models(stage))
     tools = [{"type": "function", "function": {"name": "deploy", "parameters": {"type": "object"}}}]
     prompt = script(("deploy", {"service": "prod"}), ("deploy", {"service": "api"}))
     chunks = []
-    async with gateway_model_client(stage.url, PEOPLE["alice"][0], None) as client:
-        stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}],
-                                                      tools=tools, stream=True)
-        async for chunk in stream:
-            chunks.append(chunk)
+    stage.model.fragments = fragments  # the model streams each call's arguments in pieces
+    try:
+        async with gateway_model_client(stage.url, PEOPLE["alice"][0], None) as client:
+            stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}],
+                                                          tools=tools, stream=True)
+            async for chunk in stream:
+                chunks.append(chunk)
+    finally:
+        stage.model.fragments = 1
     calls = [tc for c in chunks for ch in c.choices for tc in (ch.delta.tool_calls or [])]
     assert len(calls) == 1  # the refused call never streams; the admitted one comes whole, once decided
     assert calls[0].function is not None and json.loads(calls[0].function.arguments or "") == {"service": "api-canary"}
@@ -296,3 +305,20 @@ async def test_streamed_text_reaches_the_client_while_the_model_is_still_answeri
     finally:
         gate.set()
         stage.model.gate = None
+
+
+async def test_model_upstream_failures_are_clear_errors(stage: Stage) -> None:
+    failing = Starlette(routes=[Route("/v1/chat/completions", lambda request: JSONResponse(
+        {"error": {"message": "context too long", "type": "invalid_request_error"}}, status_code=400),
+        methods=["POST"])])
+    async with serve_app(failing, lifespan="off") as failing_url:
+        await stage.start(POLICY, models=[{"name": "bad", "base_url": f"{failing_url}/v1"},
+                                          {"name": "gone", "base_url": "http://127.0.0.1:9/v1"}])
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+        for model, status, stream in (("bad", 400, False), ("bad", 400, True), ("gone", 502, False),
+                                      ("gone", 502, True)):
+            answer = await stage.api("POST", "/v1/chat/completions", who="alice",
+                                     json={**body, "model": model, "stream": stream})
+            assert answer.status_code == status, (model, stream, answer.text)
+            assert answer.json()["error"]["code"] == "model-upstream"
+            assert ("context too long" in answer.json()["error"]["message"]) is (model == "bad")
