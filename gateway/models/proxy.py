@@ -79,7 +79,6 @@ class UnknownModel(LookupError):
 class _Call:
     """One tool call of a model turn and what became of it."""
 
-    index: int
     id: str
     name: str
     raw: Json
@@ -91,12 +90,11 @@ class _Call:
 
 @dataclass(slots=True)
 class _Turn:
-    """What one assistant message becomes: a final message for the agent, or messages to add before asking again."""
+    """What one assistant message becomes: the agent's final message, or (not final) the model is asked again."""
 
     message: Json
     finish: str
     final: bool
-    resolved: list[Json] = field(default_factory=list)  # the assistant message and tool messages, when not final
 
 
 @dataclass(slots=True)
@@ -242,7 +240,7 @@ class ModelProxy:
             self._keep_splice(conversation, message)
             return _Turn(message, finish, True)
         iteration = 1 + sum(1 for m in conversation.messages if m.get("role") == "assistant")
-        calls = [_read_call(i, raw) for i, raw in enumerate(raw_calls)]
+        calls = [_read_call(raw) for raw in raw_calls]
         message = {**message, "tool_calls": [{**c.raw, "id": c.id} for c in calls]}  # every call has an id
         for call in calls:  # the agent's own tools first, in order: a terminate refuses the rest
             if call.name not in conversation.gateway:
@@ -271,7 +269,7 @@ class ModelProxy:
         exchange = [message, *({"role": "tool", "tool_call_id": c.id, "content": c.answer or ""} for c in calls)]
         conversation.messages.extend(exchange)
         conversation.resolved.extend(exchange)
-        return _Turn(message, finish, False, exchange)
+        return _Turn(message, finish, False)
 
     def _keep_splice(self, conversation: _Conversation, returned: Json) -> None:
         caller = conversation.caller
@@ -314,12 +312,12 @@ def _obj(value: Any) -> Json:
     return value if isinstance(value, dict) else {}
 
 
-def _read_call(index: int, raw: Any) -> _Call:
+def _read_call(raw: Any) -> _Call:
     raw = raw if isinstance(raw, dict) else {}
     function = _obj(raw.get("function"))
     name = function.get("name")
     call_id = raw.get("id")
-    return _Call(index, call_id if isinstance(call_id, str) and call_id else f"call_{uuid.uuid4().hex[:24]}",
+    return _Call(call_id if isinstance(call_id, str) and call_id else f"call_{uuid.uuid4().hex[:24]}",
                  name if isinstance(name, str) else "", raw)
 
 
