@@ -1,7 +1,7 @@
 """examples/model-proxy/ as shipped, its model pointed at the scripted fake (tests/agents/fake_model.py).
 
 The example's gateway launches the quick start's notes server as its gateway-run tools; the official
-``openai`` client is the agent. The example's own check command (its README) passes as written.
+``openai`` client is the agent. The example's own check and test commands (its README) pass as written.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ async def test_the_example_refuses_rewrites_and_runs_its_gateway_tools(
     assert "Q3 report" in seen[1]  # the notes server ran the search
 
 
-def test_the_examples_check_command_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_examples_check_and_test_commands_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(EXAMPLE.parents[1])
     assert main(["check", "examples/model-proxy/policies", "--tools", "examples/model-proxy/tools.json"]) == 0
+    assert main(["test", "examples/model-proxy/policies"]) == 0
