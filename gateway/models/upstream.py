@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -39,14 +40,19 @@ class ModelUpstream:
 
     async def complete(self, body: Json) -> Json:
         """One chat completion (``stream`` off)."""
+        content = bytearray()
         try:
-            response = await self._http().post(self.url, json={**body, "stream": False}, headers=self._headers,
-                                               timeout=self._timeout)
-        except httpx2.HTTPError as exc:
+            # One deadline for the whole answer (httpx's timeout is per read), and a size read as it arrives.
+            async with asyncio.timeout(self._timeout), self._http().stream(
+                    "POST", self.url, json={**body, "stream": False}, headers=self._headers,
+                    timeout=self._timeout) as response:
+                async for piece in response.aiter_bytes():
+                    content += piece
+                    if len(content) > MAX_MODEL_RESPONSE_BYTES:
+                        raise ModelUpstreamError("the model upstream's response is too large")
+        except (httpx2.HTTPError, TimeoutError) as exc:
             raise ModelUpstreamError(f"the model upstream failed: {type(exc).__name__}") from exc
-        if len(response.content) > MAX_MODEL_RESPONSE_BYTES:
-            raise ModelUpstreamError("the model upstream's response is too large")
-        answer = _json(response.content)
+        answer = _json(bytes(content))
         _check(response.status_code, answer)
         if answer is None or not isinstance(answer.get("choices"), list) or not answer["choices"]:
             raise ModelUpstreamError("the model upstream's response is not a chat completion")
@@ -72,7 +78,7 @@ class ModelUpstream:
                         raise ModelUpstreamError("the model upstream sent an event that is not a JSON object")
                     _check(200, chunk)
                     yield chunk
-        except httpx2.HTTPError as exc:
+        except (httpx2.HTTPError, TimeoutError) as exc:
             raise ModelUpstreamError(f"the model upstream failed: {type(exc).__name__}") from exc
 
 
