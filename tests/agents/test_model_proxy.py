@@ -162,9 +162,14 @@ async def test_answer_mode_says_the_call_awaits_approval_and_releases_it_on_the_
         assert len(await stage.approvals("pending")) == 1  # the retry is bound to the same request
         await stage.decide(call["approval_id"], True, who="dave")
         released = await client.chat.completions.create(model="any", messages=messages, tools=tools)
-    [tool_call] = released.choices[0].message.tool_calls or []
-    assert released.choices[0].finish_reason == "tool_calls"
-    assert json.loads(tool_call.function.arguments) == {"service": "payments"}
+        [tool_call] = released.choices[0].message.tool_calls or []
+        assert released.choices[0].finish_reason == "tool_calls"
+        assert json.loads(tool_call.function.arguments) == {"service": "payments"}
+        # exactly once: the approval was used; the same call again is a new request for approval
+        again = await client.chat.completions.create(model="any", messages=messages, tools=tools)
+    assert not again.choices[0].message.tool_calls
+    [new] = await stage.approvals("pending")
+    assert new["id"] != call["approval_id"]
 
 
 async def test_the_official_client_reads_what_was_resolved_and_rewritten(stage: Stage) -> None:
