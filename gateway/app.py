@@ -25,6 +25,7 @@ from gateway.diagnostics import Diagnostic
 from gateway.errors import ConfigError, StoreUnavailable
 from gateway.frontends.approvals_api import approval_routes
 from gateway.frontends.approvals_page import approvals_page_routes
+from gateway.frontends.chat import chat_routes
 from gateway.frontends.edge import LOOPBACK_NAMES, BodyLimit, HostOriginGuard, HostRules, JsonOnly, is_loopback
 from gateway.frontends.http_errors import json_http_errors
 from gateway.frontends.http_protocol import edge_protocol
@@ -34,6 +35,8 @@ from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.rest import rest_routes
 from gateway.frontends.sessions_api import session_admin_routes
 from gateway.limits import BODY_OVERHEAD_BYTES, DEFAULT_MAX_BODY_BYTES, DEFAULT_SETTLE_SECONDS, SETTLE_POLLS
+from gateway.models import ModelProxy, ModelRoute
+from gateway.models.upstream import ModelUpstream
 from gateway.pipeline import Gateway
 from gateway.pipeline.audit import AuditLog, Redactor
 from gateway.pipeline.principal_limits import PrincipalLimits
@@ -47,7 +50,8 @@ from gateway.upstreams.mcp import McpUpstream
 from gateway.upstreams.registry import Source, ToolRegistry
 from gateway.upstreams.supervise import Backoff, Supervisor
 
-__all__ = ["build_app", "build_gateway", "build_registry", "build_supervisor", "build_upstream", "server_options"]
+__all__ = ["build_app", "build_gateway", "build_model_proxy", "build_registry", "build_supervisor", "build_upstream",
+           "server_options"]
 
 log = logging.getLogger("gateway")
 
@@ -150,6 +154,21 @@ def build_gateway(config: LoadedConfig) -> Gateway:
                    max_argument_bytes=spec.limits.max_argument_bytes, approvals=approvals, limits=limits)
 
 
+def build_model_proxy(config: LoadedConfig, gateway: Gateway) -> ModelProxy:
+    """The model proxy (docs/model-proxy.md) for `models:`; without entries it serves nothing."""
+    routes = []
+    for spec in config.spec.models:
+        try:
+            key = resolve_secret(spec.api_key, config.base) if spec.api_key is not None else None
+        except ValueError as exc:
+            raise ConfigError([Diagnostic("model-key", f"model {spec.name!r}: {exc}", str(config.file))]) from None
+        routes.append(ModelRoute(
+            spec.name, ModelUpstream(spec.base_url, key, parse_duration(spec.timeout)), spec.model,
+            tuple(spec.gateway_tools), spec.tool_concurrency, spec.max_turns,
+            0.0 if spec.approval == "answer" else parse_duration(spec.approval_wait)))
+    return ModelProxy(gateway, routes)
+
+
 def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette:
     """The ASGI app: /mcp, /v1/*, /healthz, /readyz, with upstreams supervised and policies watched in its lifespan."""
     edge = _edge_middleware(config)  # first: a config the edge refuses starts nothing
@@ -158,6 +177,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     mcp = McpFrontend(gateway, max_sessions_per_principal=config.spec.limits.max_sessions_per_principal)
     interval = parse_duration(config.spec.reload_interval)
     supervisor = build_supervisor(config, gateway.registry)
+    models = build_model_proxy(config, gateway)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -186,6 +206,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
             if isinstance(gateway.approvals, ApprovalService):
                 await gateway.approvals.aclose()
             await supervisor.close()
+            await models.close()
             gateway.audit.close()
             gateway.store.close()
 
@@ -201,7 +222,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                             status_code=200 if ready else 503)
 
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway),
-           *session_admin_routes(gateway)]
+           *session_admin_routes(gateway), *(chat_routes(models) if models.routes else [])]
     open_routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/readyz", readyz), *openapi_routes()]
     if isinstance(gateway.approvals, ApprovalService):
         api.extend(approval_routes(gateway.approvals))

@@ -14,6 +14,7 @@
     │   ├── ApprovalForbidden  this approver may not decide it, e.g. their own call (403)
     │   └── ApprovalConflict   it was already decided (409)
     ├── StoreUnavailable       the database stayed locked (or broke); nothing was changed (503)
+    ├── ModelUpstreamError     the model proxy's model upstream failed or answered an error (502, or its 4xx)
     └── CallError              one tool call could not be carried out
         ├── UnknownToolError   the tool name resolves to nothing (a protocol error)
         ├── UnknownItemError   a resource or prompt that is unknown, or hidden from the caller (a protocol error)
@@ -32,7 +33,7 @@ where they enter, with ``raise Mapped(...) from exc``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gateway.diagnostics import Diagnostic
@@ -54,6 +55,7 @@ __all__ = [
     "InvalidArgumentsError",
     "ItemNotFound",
     "ItemRefusedError",
+    "ModelUpstreamError",
     "PolicyLoadError",
     "StoreUnavailable",
     "TestSuiteError",
@@ -245,3 +247,14 @@ class UpstreamDown(UpstreamNotReached):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class ModelUpstreamError(GatewayError):
+    """The model upstream could not be reached or answered with an error (``status`` is relayed)."""
+
+    code = "model-upstream"
+
+    def __init__(self, message: str, status: int = 502, body: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body

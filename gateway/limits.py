@@ -248,3 +248,21 @@ UPSTREAM_DOWN_SUMMARY_SECONDS = 300.0
 # Pages of an upstream's resources/list, resources/templates/list or prompts/list read at most (a server
 # that keeps handing out cursors must not keep the gateway listing forever).
 MAX_ITEM_LIST_PAGES = 100
+
+# --- the model proxy (POST /v1/chat/completions; each overridable per entry of `models:`) ---
+
+# How many times one request may ask the model: refused or skipped calls, unknown tools and gateway-run
+# tools are resolved server-side and the model is asked again; past this the agent gets a final message.
+MODEL_MAX_TURNS = 8
+# Gateway-run tool calls of one model turn that run at once.
+MODEL_TOOL_CONCURRENCY = 4
+# How long a model request waits for an approval before it is answered "awaits approval" (model
+# clients wait minutes: the OpenAI SDKs time out after 10 minutes).
+MODEL_APPROVAL_WAIT_SECONDS = 300.0
+# The most one model request may take (the OpenAI SDKs' own default).
+MODEL_TIMEOUT_SECONDS = 600.0
+# The largest model response (or streamed event) read from a model upstream.
+MAX_MODEL_RESPONSE_BYTES = 16 * 1024 * 1024
+# Server-side resolved exchanges kept per gateway process, so that a later request of the same
+# conversation shows the model its own refused calls again (oldest dropped first).
+MODEL_SPLICES_KEPT = 10_000

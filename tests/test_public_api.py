@@ -53,6 +53,7 @@ def test_error_exports():
         "InvalidArgumentsError",
         "ItemNotFound",
         "ItemRefusedError",
+        "ModelUpstreamError",
         "PolicyLoadError",
         "StoreUnavailable",
         "TestSuiteError",

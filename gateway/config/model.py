@@ -35,6 +35,7 @@ __all__ = [
     "LimitsSpec",
     "ListenSpec",
     "McpUpstreamSpec",
+    "ModelSpec",
     "OpenApiUpstreamSpec",
     "PerPrincipalLimitsSpec",
     "ReloadSpec",
@@ -67,6 +68,10 @@ def _globs(patterns: list[str]) -> list[str]:
         if problem is not None:
             raise ValueError(problem)
     return patterns
+
+
+def _glob(pattern: str) -> str:
+    return _globs([pattern])[0]
 
 
 class SecretRef(_Strict):
@@ -361,6 +366,28 @@ class SupervisionSpec(_Strict):
     _durations = field_validator("retry_first", "retry_max", "check_interval")(_duration)
 
 
+class ModelSpec(_Strict):
+    """A model upstream behind `POST /v1/chat/completions` (docs/model-proxy.md): requests whose `model` matches
+    `name` (a glob) go to `base_url` as `model`, and every tool call the model makes is decided by the policies."""
+
+    name: str = Field(min_length=1)  # the model name agents ask for; a glob ("*" serves every name)
+    base_url: str = Field(pattern=r"^https?://")  # the OpenAI-compatible API root, e.g. https://api.openai.com/v1
+    model: str | None = None  # the upstream's name for it (default: the name the agent asked for)
+    api_key: SecretRef | None = None  # sent as `Authorization: Bearer`
+    timeout: str | int | float = limits.MODEL_TIMEOUT_SECONDS
+    # Tools the gateway fronts (exposed names, globs) offered to the model and run by the gateway itself.
+    gateway_tools: list[str] = Field(default_factory=list)
+    tool_concurrency: int = Field(limits.MODEL_TOOL_CONCURRENCY, ge=1)
+    max_turns: int = Field(limits.MODEL_MAX_TURNS, ge=1)  # model requests per agent request
+    # hold: wait up to approval_wait for the decision; answer: say at once that the call awaits approval
+    approval: Literal["hold", "answer"] = "hold"
+    approval_wait: str | int | float = limits.MODEL_APPROVAL_WAIT_SECONDS
+
+    _durations = field_validator("timeout", "approval_wait")(_duration)
+    _name = field_validator("name")(_glob)
+    _tools = field_validator("gateway_tools")(_globs)
+
+
 class GatewayConfig(_Strict):
     """The whole gateway: where it listens, its policies, upstreams, auth, store and audit."""
 
@@ -373,6 +400,7 @@ class GatewayConfig(_Strict):
     auth: AuthSpec = Field(default_factory=AuthSpec)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     upstreams: list[UpstreamSpec] = Field(default_factory=list)
+    models: list[ModelSpec] = Field(default_factory=list)  # the model proxy (docs/model-proxy.md)
     approvals: ApprovalsSpec = Field(default_factory=ApprovalsSpec)
     http: HttpSpec = Field(default_factory=HttpSpec)
     reload_interval: str | int | float = "1s"

@@ -104,6 +104,10 @@ class Gateway:
         return [t for t in self.registry.all()
                 if policy_set.admits_tool(ToolCall(t.info, principal=principal, env=self.env))]
 
+    def _tool(self, request: CallRequest) -> ExposedTool | None:
+        """The tool a call names: the one it carries (an agent-run tool), else the registry's."""
+        return request.exposed if request.exposed is not None else self.registry.get(request.tool)
+
     async def call_batch(self, requests: Sequence[CallRequest]) -> list[CallOutcome]:
         """A whole model turn: one outcome per call id, in order (a terminate refuses the rest)."""
         outcomes = []
@@ -141,7 +145,7 @@ class Gateway:
             outcome = refusal(request.call_id, "terminated", session.terminate_message or "Session terminated.",
                               terminated=True)
             return self._finish(trace, None, session, outcome, policy_set, count=False)
-        tool = self.registry.get(request.tool)
+        tool = self._tool(request)
         if tool is None:
             # A retry of an approved call whose tool has gone since gets a plain answer, not -32602.
             orphan = await self.approvals.orphaned(request.principal.id, request.call_id, request.tool)
@@ -222,7 +226,7 @@ class Gateway:
             # Shielded from the caller: a client that goes away mid-run must not leave the approval
             # "executing" for ever; the one run always records its outcome.
             try:
-                current = self.registry.get(request.tool)  # resolved now, at execution, not at approval
+                current = self._tool(request)  # resolved now, at execution, not at approval
                 if current is None:
                     outcome = refusal(request.call_id, "tool_unavailable", _unavailable(request.tool))
                 else:

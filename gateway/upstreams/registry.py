@@ -18,7 +18,7 @@ import jsonschema
 from gateway.policy.call import ToolInfo
 from gateway.upstreams.base import Upstream, UpstreamTool
 
-__all__ = ["ExposedTool", "Source", "ToolRegistry"]
+__all__ = ["ExposedTool", "Source", "ToolRegistry", "expose"]
 
 log = logging.getLogger("gateway.registry")
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -145,3 +145,8 @@ def _expose(name: str, source: Source, spec: UpstreamTool) -> ExposedTool:
     info = ToolInfo(name=name, upstream=upstream.name, title=spec.title or "", description=spec.description,
                     annotations=dict(spec.annotations))
     return ExposedTool(name, upstream, spec, info, validator, source.timeout)
+
+
+def expose(name: str, upstream: Upstream, spec: UpstreamTool) -> ExposedTool:
+    """A tool outside any registry (the model proxy's agent-run tools), with its input-schema validator."""
+    return _expose(name, Source(upstream, str), spec)

@@ -11,7 +11,10 @@ number of agent runs can share it at once:
 
 A scripted call may name a ``before`` hook: the fake awaits ``hooks[name](tool_results_so_far)``
 before answering with that call, so a test can act (approve a held request, say) at the exact point
-in the run where the model has read one result and is about to make the next call.
+in the run where the model has read one result and is about to make the next call. A scripted call may
+give ``raw`` arguments: the exact text sent as the call's ``arguments`` (not JSON, say), and ``force``
+a call to a tool the request did not offer; ``with_next`` makes the next call in the same turn (parallel
+tool calls, each with its own id).
 
 Every request body is kept in ``requests``. Both frameworks are driven through Chat Completions:
 OpenAI Agents defaults to the Responses API, but its ``OpenAIChatCompletionsModel`` is a supported,
@@ -22,6 +25,7 @@ with MCP, which is what these tests are about, does not depend on the model API.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -48,12 +52,18 @@ class ScriptedCall:
     tool: str
     args: Json = field(default_factory=dict)
     before: str | None = None
+    raw: str | None = None  # the arguments text as sent, instead of ``args`` as JSON
+    force: bool = False  # call the tool even when the request did not offer it
+    with_next: bool = False  # the next scripted call is made in the same turn (parallel tool calls)
 
 
 def script(*calls: ScriptedCall | tuple[str, Json]) -> str:
     """The prompt that makes the fake model make these calls, in order, then report what it read."""
     steps = [c if isinstance(c, ScriptedCall) else ScriptedCall(*c) for c in calls]
-    return json.dumps({"calls": [{"tool": s.tool, "args": s.args, "before": s.before} for s in steps]})
+    return json.dumps({"calls": [{"tool": s.tool, "args": s.args, "before": s.before,
+                                  **({"raw": s.raw} if s.raw is not None else {}),
+                                  **({"force": True} if s.force else {}),
+                                  **({"with_next": True} if s.with_next else {})} for s in steps]})
 
 
 def tool_results_of(final_output: str) -> list[str]:
@@ -77,6 +87,11 @@ class FakeModel:
     def __init__(self) -> None:
         self.requests: list[Json] = []
         self.hooks: dict[str, Hook] = {}
+        # When set, a streamed text answer waits for this event between its text and its finish chunk.
+        self.gate: asyncio.Event | None = None
+        # Streamed tool calls come whole in one delta, or (above 1) as the id and name first, then the
+        # arguments in this many pieces, as real models send them.
+        self.fragments = 1
         self._ids = 0
 
     def app(self) -> Starlette:
@@ -112,15 +127,20 @@ class FakeModel:
         seen = [_text(m.get("content")) for m in messages if m.get("role") == "tool"]
         if len(seen) >= len(calls):
             return {"role": "assistant", "content": json.dumps({"tool_results": seen})}
-        step = calls[len(seen)]
-        if step.get("before"):
-            await self.hooks[step["before"]](seen)
-        if step["tool"] not in self.offered_tools(body):
-            report = {"tool_results": seen, "not_offered": step["tool"], "offered": self.offered_tools(body)}
+        first = len(seen)
+        turn = [calls[first]]
+        while turn[-1].get("with_next") and first + len(turn) < len(calls):
+            turn.append(calls[first + len(turn)])
+        if turn[0].get("before"):
+            await self.hooks[turn[0]["before"]](seen)
+        missing = [s["tool"] for s in turn if s["tool"] not in self.offered_tools(body) and not s.get("force")]
+        if missing:
+            report = {"tool_results": seen, "not_offered": missing[0], "offered": self.offered_tools(body)}
             return {"role": "assistant", "content": json.dumps(report)}
-        call = {"id": f"call_{len(seen)}_{step['tool']}", "type": "function",
-                "function": {"name": step["tool"], "arguments": json.dumps(step["args"])}}
-        return {"role": "assistant", "content": None, "tool_calls": [call]}
+        tool_calls = [{"id": f"call_{first + i}_{step['tool']}", "type": "function",
+                       "function": {"name": step["tool"], "arguments": step.get("raw", json.dumps(step["args"]))}}
+                      for i, step in enumerate(turn)]
+        return {"role": "assistant", "content": None, "tool_calls": tool_calls}
 
     async def _stream(self, message: Json, body: Json) -> AsyncIterator[bytes]:
         """The same answer as Server-Sent Events of ``chat.completion.chunk`` objects."""
@@ -136,10 +156,20 @@ class FakeModel:
         yield chunk({"role": "assistant", "content": ""})
         if message.get("tool_calls"):
             for index, call in enumerate(message["tool_calls"]):
-                yield chunk({"tool_calls": [{"index": index, **call}]})
+                if self.fragments <= 1:
+                    yield chunk({"tool_calls": [{"index": index, **call}]})
+                    continue
+                function, args = call["function"], call["function"]["arguments"]
+                yield chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                             "function": {"name": function["name"], "arguments": ""}}]})
+                step = len(args) // self.fragments + 1
+                for start in range(0, len(args), step):
+                    yield chunk({"tool_calls": [{"index": index, "function": {"arguments": args[start:start + step]}}]})
             yield chunk({}, "tool_calls")
         else:
             yield chunk({"content": message["content"]})
+            if self.gate is not None:
+                await self.gate.wait()
             yield chunk({}, "stop")
         if (body.get("stream_options") or {}).get("include_usage"):
             usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
