@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.limits import MAX_INDEXED_TOOL_NAMES
+from gateway.policy.cel import VARIABLES
 from gateway.policy.cel.functions import glob
 from gateway.policy.compile import CompiledRule
 from gateway.policy.decision import Stage
@@ -26,10 +27,14 @@ def is_glob(pattern: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class MatchedRules:
-    """The rules for one tool name, in load order, split by stage."""
+    """The rules for one tool name, in load order, split by stage, with the CEL inputs each stage reads."""
 
     request: tuple[CompiledRule, ...]
     response: tuple[CompiledRule, ...]
+    # CEL variables the stage's rules read (their file variables resolved): a decision builds and
+    # binds only these, since binding an unread map costs as much as reading a small one.
+    request_reads: frozenset[str] = frozenset(VARIABLES)
+    response_reads: frozenset[str] = frozenset(VARIABLES)
 
 
 class RuleIndex:
@@ -66,7 +71,10 @@ class RuleIndex:
             if rule.tools is not None and any(glob(tool, p) for p in rule.tools if is_glob(p)):
                 chosen[id(rule)] = rule
         ordered = sorted(chosen.values(), key=lambda r: r.ordinal)
-        return MatchedRules(
-            tuple(r for r in ordered if r.stage is Stage.REQUEST),
-            tuple(r for r in ordered if r.stage is Stage.RESPONSE),
-        )
+        request = tuple(r for r in ordered if r.stage is Stage.REQUEST)
+        response = tuple(r for r in ordered if r.stage is Stage.RESPONSE)
+        return MatchedRules(request, response, _reads(request), _reads(response))
+
+
+def _reads(rules: Sequence[CompiledRule]) -> frozenset[str]:
+    return frozenset().union(*(r.references for r in rules))
