@@ -123,12 +123,11 @@ class Process:
     url: str
 
     def cpu_seconds(self) -> float | None:
-        """User + system CPU the process has used so far (Linux /proc), or None."""
-        try:
-            fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+        """User + system CPU the process and its live children have used so far (Linux /proc), or None."""
+        own = _proc_cpu(self.popen.pid)
+        if own is None:
             return None
-        return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
+        return own + sum(_proc_cpu(pid) or 0.0 for pid in _children(self.popen.pid))
 
     def rss_mb(self) -> float | None:
         """Resident memory in MiB (Linux /proc), or None."""
@@ -163,20 +162,41 @@ class Process:
             self.popen.wait(STOP_TIMEOUT_S)
 
 
+def _proc_cpu(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
+
+
+def _children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (a proxy that runs its upstream leg in a child: mcp-proxy)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
 @dataclass
 class Processes:
     """Every subprocess a benchmark started, stopped together (newest first) in a ``finally``."""
 
     started: list[Process] = field(default_factory=list)
 
-    def spawn(self, name: str, argv: list[str], log: Path, url: str) -> Process:
-        """Start ``argv`` with output to ``log``, then wait until ``url``/healthz answers 200."""
+    def spawn(self, name: str, argv: list[str], log: Path, url: str, health: str = "/healthz") -> Process:
+        """Start ``argv`` with output to ``log``, then wait until ``url`` + ``health`` answers 200."""
         with log.open("wb") as out:
             popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      cwd=REPO_ROOT)
         process = Process(name, popen, log, url)
         self.started.append(process)
-        wait_healthy(process)
+        wait_healthy(process, health=health)
         return process
 
     def stop_all(self) -> None:
@@ -190,18 +210,18 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
-def wait_healthy(process: Process, timeout: float = STARTUP_TIMEOUT_S) -> None:
-    """Poll ``/healthz`` until it answers 200; raise with the process's output if it dies or never does."""
+def wait_healthy(process: Process, timeout: float = STARTUP_TIMEOUT_S, health: str = "/healthz") -> None:
+    """Poll ``health`` until it answers 200; raise with the process's output if it dies or never does."""
     deadline = time.monotonic() + timeout
     with httpx2.Client(timeout=1.0) as client:
         while time.monotonic() < deadline:
             if process.popen.poll() is not None:
                 raise RuntimeError(f"{process.name} exited with {process.popen.returncode}:\n{process.log_tail()}")
             with contextlib.suppress(httpx2.HTTPError):
-                if client.get(f"{process.url}/healthz").status_code == 200:
+                if client.get(f"{process.url}{health}").status_code == 200:
                     return
             time.sleep(0.05)
-    raise RuntimeError(f"{process.name} did not answer {process.url}/healthz in {timeout:.0f}s:\n"
+    raise RuntimeError(f"{process.name} did not answer {process.url}{health} in {timeout:.0f}s:\n"
                        f"{process.log_tail()}")
 
 

@@ -8,12 +8,14 @@ file, SQLite and an API key. For each protocol (MCP, REST) and target (direct, g
 * sequential: one call after another over one long-lived session / connection; p50 and p99,
 * concurrent: a fixed number of calls spread over C workers sharing that session; calls/s,
 
-and prints the gateway / direct ratio per mode, the CPU each process spent per call, and PASS /
-MISS against the goals: an MCP hop ≤ 1.5x a direct MCP call (sequential p50) and more than 400
-calls/s through the gateway (best concurrent mode).
+MCP in both protocol eras (``legacy``, i.e. 2025-11-25 with the initialize handshake, and
+2026-07-28), and with ``--peers`` two other MCP proxies in front of the same upstream, measured in the
+same rounds: a FastMCP proxy reusing one upstream session, and mcp-proxy (each from PyPI in its own
+bench-only virtualenv, see bench/_peers.py). It prints each row's ratio to direct per mode, the CPU
+each proxy and the upstream spent per call, and PASS / MISS against issue 12's targets.
 
-    python bench/gateway.py [--quick] [--json] [--protocol mcp|rest] [--calls N] [--concurrency C]
-                            [--keep DIR] [--profile FILE]
+    python bench/gateway.py [--quick] [--json] [--protocol mcp|rest] [--era legacy|2026-07-28] [--peers]
+                            [--calls N] [--concurrency C] [--keep DIR] [--profile FILE]
 
 Run it from the repository root with the project's virtualenv active. See bench/README.md.
 """
@@ -38,6 +40,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import RequestParamsMeta
 
 sys.path.append(str(Path(__file__).resolve().parent))  # `_servers` also under `python -m bench.gateway`
+from _peers import start_fastmcp_proxy, start_mcp_proxy
 from _servers import (
     Process,
     Processes,
@@ -56,28 +59,34 @@ from _servers import (
 # (warm-up calls per target, sequential calls per target, concurrent calls per target)
 FULL = (100, 1_000, 2_000)
 QUICK = (10, 60, 160)
-WORKERS = 16
+WORKERS = 32  # calls in flight in the concurrent mode (issue 12 measures at 32)
 CHUNK = 100  # sequential calls per target per round; rounds alternate direct and gateway
 CALL_TIMEOUT_S = 30.0
 
-# The goals, checked as PASS / MISS lines (not failures).
-GOAL_MCP_HOP_RATIO = 1.5
-GOAL_CALLS_PER_S = 400.0
+# Issue 12's targets, checked as PASS / MISS lines (not failures).
+GOAL_MCP_HOP_RATIO = 1.5  # MCP p50 through the gateway ÷ direct, sequential, each era
+GOAL_MCP_THROUGHPUT_RATIO = 0.67  # MCP calls/s through the gateway ÷ direct, concurrent, each era
+GOAL_REST_HOP_RATIO = 1.3  # REST invoke p50 ÷ calling the HTTP service directly
+GOAL_GATEWAY_CPU_MS = 1.5  # gateway CPU per call, each protocol
+GOAL_UPSTREAM_CPU_RATIO = 1.1  # upstream CPU per call behind the gateway ÷ direct
+ERAS = ("legacy", "2026-07-28")  # the MCP client's mode: the 2025-11-25 handshake era, and 2026-07-28
+ERA_TAG = {"legacy": "l", "2026-07-28": "m", "": "r"}  # in call ids (seq.l-17), so the audit log tells eras apart
 
 CALL_ID_META = "gateway/call_id"  # where an MCP client names its call (gateway/frontends/mcp.py)
 MCP_TOOL = "tools_echo"  # upstream "tools", tool "echo"
 REST_TOOL = "api_echo"  # upstream "api", tool "echo"
 
-# A small, realistic policy: the benchmarked tool matches the first rule; every rule is evaluated.
+# A small, realistic policy (issue 12): a reject on a string pattern in any argument, a budget and
+# an approval that does not fire; the benchmarked tool matches the first rule; every rule is evaluated.
 POLICY: dict[str, Any] = {
     "policy": "bench",
     "description": "Guardrails of the kind a team starts with; the echo tools are read-only.",
     "variables": [{"name": "is_admin", "expression": '"admins" in principal.groups'}],
     "rules": [
         {"id": "allow-read-only", "when": "tool.annotations.readOnlyHint == true", "action": "allow"},
-        {"id": "no-secrets-in-echo", "tools": ["*_echo"], "action": "reject",
-         "when": 'args.text.lowerAscii().contains("password")',
-         "message": "Do not send passwords to tools."},
+        {"id": "no-secrets-in-any-argument", "action": "reject",
+         "when": 'args.exists(k, type(args[k]) == string && args[k].matches("(?i)password|AKIA[0-9A-Z]{16}"))',
+         "message": "Do not send secrets to tools."},
         {"id": "deletes-need-approval", "action": "approve",
          "when": "!tool.annotations.readOnlyHint && tool.annotations.destructiveHint && !variables.is_admin",
          "message": "Deleting needs a person's approval.",
@@ -102,8 +111,11 @@ class Target:
     """One way of calling the echo tool, and what it cost while measured."""
 
     protocol: str  # mcp | rest
-    via: str  # direct | gateway
+    via: str  # direct | gateway | fastmcp-proxy | mcp-proxy
     call: Call
+    era: str = ""  # MCP: the client's mode (legacy | 2026-07-28); REST: ""
+    proxy: str | None = None  # the process that stands between client and upstream, if any
+    upstream: str = "mcp upstream"
     errors: int = 0
     first_errors: list[str] = field(default_factory=list)
     cpu: dict[str, float] = field(default_factory=dict)  # process name → CPU seconds while measured
@@ -130,6 +142,7 @@ class Row:
     """One measured (protocol, target, mode)."""
 
     protocol: str
+    era: str
     via: str
     mode: str  # sequential | concurrent
     calls: int
@@ -141,6 +154,8 @@ class Row:
     errors: int
     first_errors: list[str]
     cpu_ms_per_call: dict[str, float]
+    proxy_cpu_ms: float | None  # CPU per call of the process between client and upstream
+    upstream_cpu_ms: float | None
 
 
 class CpuMeter:
@@ -237,7 +252,7 @@ async def measure_sequential(targets: Sequence[Target], warmup: int, calls: int,
             count = min(CHUNK, calls - done[t.via])
             before = meter.read()
             for i in range(done[t.via], done[t.via] + count):
-                await t.timed(f"seq-{i}", samples[t.via])
+                await t.timed(f"seq.{ERA_TAG[t.era]}-{i}", samples[t.via])
             CpuMeter.add(t.cpu, before, meter.read())
             done[t.via] += count
     return samples
@@ -268,13 +283,15 @@ def summarize(target: Target, mode: str, samples: list[float], workers: int, wal
     mean = sum(ordered) / len(ordered)
     rate = len(samples) / wall if wall else (1 / mean if samples else 0.0)
     cpu = {name: round(seconds * 1e3 / calls, 3) for name, seconds in target.cpu.items()}
-    return Row(target.protocol, target.via, mode, len(samples), workers, round(percentile(ordered, 0.5) * 1e3, 3),
-               round(percentile(ordered, 0.99) * 1e3, 3), round(mean * 1e3, 3), round(rate, 1), target.errors,
-               target.first_errors, cpu)
+    return Row(target.protocol, target.era, target.via, mode, len(samples), workers,
+               round(percentile(ordered, 0.5) * 1e3, 3), round(percentile(ordered, 0.99) * 1e3, 3),
+               round(mean * 1e3, 3), round(rate, 1), target.errors, target.first_errors, cpu,
+               cpu.get(target.proxy) if target.proxy else None, cpu.get(target.upstream))
 
 
 async def run(directory: Path, processes: Processes, warmup: int, calls: int, concurrent_calls: int,
-              workers: int, protocols: Sequence[str] = ("mcp", "rest"), profile: Path | None = None) -> list[Row]:
+              workers: int, protocols: Sequence[str] = ("mcp", "rest"), profile: Path | None = None,
+              eras: Sequence[str] = ERAS, peers: bool = False) -> list[Row]:
     """Start everything, measure every mode, return the rows."""
     mcp_upstream = start_upstream(processes, "mcp", directory)
     http_upstream = start_upstream(processes, "http", directory)
@@ -294,34 +311,49 @@ async def run(directory: Path, processes: Processes, warmup: int, calls: int, co
         env={"max_calls_per_session": 100_000_000},
     )
     gateway = start_gateway(processes, config, profile=profile)
-    meter = CpuMeter([gateway, mcp_upstream, http_upstream])
+    peer_processes: dict[tuple[str, str], Process] = {}
+    if peers and "mcp" in protocols:
+        upstream_url = f"{mcp_upstream.url}/mcp"
+        for era in eras:
+            peer_processes[("fastmcp-proxy", era)] = start_fastmcp_proxy(processes, upstream_url, directory, era)
+        if "legacy" in eras:  # mcp-proxy's server (MCP SDK 1.x) speaks only the handshake era
+            peer_processes[("mcp-proxy", "legacy")] = start_mcp_proxy(processes, upstream_url, directory)
+    meter = CpuMeter([gateway, mcp_upstream, http_upstream, *peer_processes.values()])
     auth = {"Authorization": f"Bearer {key}"}
     rows: list[Row] = []
 
     async with contextlib.AsyncExitStack() as stack:
-        direct_http = await stack.enter_async_context(http_client(workers))
-        gateway_http = await stack.enter_async_context(http_client(workers, auth))
-        mcp_direct_http = await stack.enter_async_context(http_client(workers))
-        mcp_gateway_http = await stack.enter_async_context(http_client(workers, auth))
-        direct_mcp = await stack.enter_async_context(
-            Client(streamable_http_client(f"{mcp_upstream.url}/mcp", http_client=mcp_direct_http), mode="legacy"))
-        gateway_mcp = await stack.enter_async_context(
-            Client(streamable_http_client(f"{gateway.url}/mcp", http_client=mcp_gateway_http), mode="legacy"))
+        async def mcp_client(url: str, era: str, headers: dict[str, str] | None = None) -> Client:
+            http = await stack.enter_async_context(http_client(workers, headers))
+            return await stack.enter_async_context(Client(streamable_http_client(url, http_client=http), mode=era))
 
-        suites = {
-            "mcp": [Target("mcp", "direct", mcp_call(direct_mcp, "echo")),
-                    Target("mcp", "gateway", mcp_call(gateway_mcp, MCP_TOOL))],
-            "rest": [Target("rest", "direct", rest_direct_call(direct_http, f"{http_upstream.url}/echo")),
-                     Target("rest", "gateway", rest_gateway_call(
-                         gateway_http, f"{gateway.url}/v1/tools/{REST_TOOL}/invoke"))],
-        }
-        for targets in (suites[p] for p in protocols):
+        suites: list[list[Target]] = []
+        if "mcp" in protocols:
+            for era in eras:
+                suite = [Target("mcp", "direct", mcp_call(await mcp_client(f"{mcp_upstream.url}/mcp", era), "echo"),
+                                era),
+                         Target("mcp", "gateway", mcp_call(await mcp_client(f"{gateway.url}/mcp", era, auth), MCP_TOOL),
+                                era, gateway.name)]
+                for (peer, peer_era), process in peer_processes.items():
+                    if peer_era == era:
+                        suite.append(Target("mcp", peer, mcp_call(await mcp_client(f"{process.url}/mcp", era), "echo"),
+                                            era, process.name))
+                suites.append(suite)
+        if "rest" in protocols:
+            direct_http = await stack.enter_async_context(http_client(workers))
+            gateway_http = await stack.enter_async_context(http_client(workers, auth))
+            suites.append([
+                Target("rest", "direct", rest_direct_call(direct_http, f"{http_upstream.url}/echo"),
+                       upstream=http_upstream.name),
+                Target("rest", "gateway", rest_gateway_call(gateway_http, f"{gateway.url}/v1/tools/{REST_TOOL}/invoke"),
+                       proxy=gateway.name, upstream=http_upstream.name)])
+        for targets in suites:
             samples = await measure_sequential(targets, warmup, calls, meter)
             rows.extend(summarize(t, "sequential", samples[t.via], 1, None, calls) for t in targets)
             for t in targets:
                 await measure_concurrent(t, warmup, workers, meter, "warm")  # open `workers` connections first
                 t.reset()
-                got, wall = await measure_concurrent(t, concurrent_calls, workers, meter)
+                got, wall = await measure_concurrent(t, concurrent_calls, workers, meter, f"conc.{ERA_TAG[t.era]}")
                 rows.append(summarize(t, "concurrent", got, workers, wall, concurrent_calls))
     return rows
 
@@ -332,7 +364,7 @@ def median(values: list[float]) -> float:
 
 
 def audit_breakdown(audit: Path, rows: Sequence[Row]) -> list[dict[str, Any]]:
-    """Where the gateway's time goes, per (protocol, mode), from its own audit log (medians).
+    """Where the gateway's time goes, per (protocol, era, mode), from its own audit log (medians).
 
     ``policy_us`` is the policy decision; ``upstream_ms`` the upstream leg (the gateway's client,
     the wire, the upstream); ``pipeline_ms`` the rest of ``Gateway.call`` (policy, schema check,
@@ -340,26 +372,28 @@ def audit_breakdown(audit: Path, rows: Sequence[Row]) -> list[dict[str, Any]]:
     ``total_ms`` is the client's round trip to the gateway (``client_gateway_ms``: the client, the
     wire, and the gateway's HTTP server and MCP or REST frontend), which compares with a direct call.
     """
-    groups: dict[tuple[str, str], list[dict[str, float]]] = {}
+    groups: dict[tuple[str, str, str], list[dict[str, float]]] = {}
     modes = {"seq": "sequential", "conc": "concurrent"}
+    eras = {tag: era for era, tag in ERA_TAG.items()}
     for line in audit.read_text().splitlines() if audit.exists() else []:
         event = json.loads(line)
         if event.get("event") != "call.outcome":  # intents and reloads carry no timings
             continue
-        mode = modes.get(str(event.get("call_id", "")).split("-", 1)[0])
-        if mode is not None and event["latency"]["upstream_ms"] is not None:
-            groups.setdefault((event["frontend"], mode), []).append(event["latency"])
-    seen = {(r.protocol, r.mode): r.p50_ms for r in rows if r.via == "gateway"}
+        mode, _, tag = str(event.get("call_id", "")).split("-", 1)[0].partition(".")
+        if mode in modes and tag in eras and event["latency"]["upstream_ms"] is not None:
+            groups.setdefault((event["frontend"], eras[tag], modes[mode]), []).append(event["latency"])
+    seen = {(r.protocol, r.era, r.mode): r.p50_ms for r in rows if r.via == "gateway"}
     out = []
-    for (protocol, mode), latencies in groups.items():
+    for (protocol, era, mode), latencies in groups.items():
         total = median([x["total_ms"] for x in latencies])
         out.append({
-            "protocol": protocol, "mode": mode, "events": len(latencies),
+            "protocol": protocol, "era": era, "mode": mode, "events": len(latencies),
             "policy_us": round(median([x["policy_us"] for x in latencies]), 1),
             "pipeline_ms": round(median([x["total_ms"] - x["upstream_ms"] for x in latencies]), 3),
             "upstream_ms": round(median([x["upstream_ms"] for x in latencies]), 3),
             "total_ms": round(total, 3),
-            "client_gateway_ms": round(seen[(protocol, mode)] - total, 3) if (protocol, mode) in seen else None,
+            "client_gateway_ms": round(seen[(protocol, era, mode)] - total, 3)
+            if (protocol, era, mode) in seen else None,
         })
     return out
 
@@ -369,37 +403,52 @@ def audit_breakdown(audit: Path, rows: Sequence[Row]) -> list[dict[str, Any]]:
 
 
 def ratios(rows: Sequence[Row]) -> list[dict[str, Any]]:
-    """Gateway over direct for each (protocol, mode)."""
-    by_key = {(r.protocol, r.mode, r.via): r for r in rows}
+    """Each proxy over direct for each (protocol, era, mode), with CPU per call beside it."""
+    by_key = {(r.protocol, r.era, r.mode, r.via): r for r in rows}
     out = []
-    for protocol in ("mcp", "rest"):
-        for mode in ("sequential", "concurrent"):
-            g, d = by_key.get((protocol, mode, "gateway")), by_key.get((protocol, mode, "direct"))
-            if g and d and d.p50_ms and g.calls and d.calls:
-                out.append({"protocol": protocol, "mode": mode, "p50_ratio": round(g.p50_ms / d.p50_ms, 2),
-                            "p99_ratio": round(g.p99_ms / d.p99_ms, 2),
-                            "added_p50_ms": round(g.p50_ms - d.p50_ms, 3),
-                            "throughput_ratio": round(g.calls_per_s / d.calls_per_s, 2)})
+    for r in rows:
+        d = by_key.get((r.protocol, r.era, r.mode, "direct"))
+        if r.via == "direct" or d is None or not (d.p50_ms and r.calls and d.calls):
+            continue
+        out.append({"protocol": r.protocol, "era": r.era, "mode": r.mode, "via": r.via,
+                    "p50_ratio": round(r.p50_ms / d.p50_ms, 2), "p99_ratio": round(r.p99_ms / d.p99_ms, 2),
+                    "added_p50_ms": round(r.p50_ms - d.p50_ms, 3),
+                    "throughput_ratio": round(r.calls_per_s / d.calls_per_s, 2),
+                    "proxy_cpu_ms": r.proxy_cpu_ms, "upstream_cpu_ms": r.upstream_cpu_ms,
+                    "direct_upstream_cpu_ms": d.upstream_cpu_ms})
     return out
 
 
 def goals(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The two goals, each PASS or MISS."""
+    """Issue 12's targets for the gateway, each PASS or MISS."""
     out = []
-    hop = next((r for r in ratio_rows if r["protocol"] == "mcp" and r["mode"] == "sequential"), None)
-    if hop is not None:
-        out.append({"goal": "mcp_hop", "value": hop["p50_ratio"], "target": f"<= {GOAL_MCP_HOP_RATIO}",
-                    "result": "PASS" if hop["p50_ratio"] <= GOAL_MCP_HOP_RATIO else "MISS",
-                    "text": f"MCP hop: sequential p50 through the gateway = {hop['p50_ratio']:.2f}x direct"
-                            f" (goal <= {GOAL_MCP_HOP_RATIO}x)"})
-    best = max((r for r in rows if r.via == "gateway" and r.mode == "concurrent" and not r.errors),
-               key=lambda r: r.calls_per_s, default=None)
-    if best is not None:
-        out.append({"goal": "throughput", "value": best.calls_per_s, "target": f"> {GOAL_CALLS_PER_S:.0f}",
-                    "result": "PASS" if best.calls_per_s > GOAL_CALLS_PER_S else "MISS",
-                    "text": f"throughput: best concurrent mode through the gateway ({best.protocol.upper()},"
-                            f" {best.workers} workers) = {best.calls_per_s:,.0f} calls/s"
-                            f" (goal > {GOAL_CALLS_PER_S:.0f})"})
+
+    def check(goal: str, value: float | None, ok: bool, text: str) -> None:
+        if value is not None:
+            out.append({"goal": goal, "value": value, "result": "PASS" if ok else "MISS", "text": text})
+
+    for x in ratio_rows:
+        if x["via"] != "gateway":
+            continue
+        label = f"{x['protocol'].upper()} {x['era'] or ''} {x['mode']}".replace("  ", " ")
+        if x["protocol"] == "mcp" and x["mode"] == "sequential":
+            check("mcp_hop", x["p50_ratio"], x["p50_ratio"] <= GOAL_MCP_HOP_RATIO,
+                  f"{label}: p50 {x['p50_ratio']:.2f}x direct (target <= {GOAL_MCP_HOP_RATIO}x)")
+        if x["protocol"] == "mcp" and x["mode"] == "concurrent":
+            check("mcp_throughput", x["throughput_ratio"], x["throughput_ratio"] >= GOAL_MCP_THROUGHPUT_RATIO,
+                  f"{label}: calls/s {x['throughput_ratio']:.2f}x direct (target >= {GOAL_MCP_THROUGHPUT_RATIO}x)")
+        if x["protocol"] == "rest" and x["mode"] == "sequential":
+            check("rest_hop", x["p50_ratio"], x["p50_ratio"] <= GOAL_REST_HOP_RATIO,
+                  f"{label}: invoke p50 {x['p50_ratio']:.2f}x direct (target <= {GOAL_REST_HOP_RATIO}x)")
+        if x["mode"] == "concurrent" and x["proxy_cpu_ms"] is not None:
+            check("gateway_cpu", x["proxy_cpu_ms"], x["proxy_cpu_ms"] <= GOAL_GATEWAY_CPU_MS,
+                  f"{label}: gateway CPU {x['proxy_cpu_ms']:.2f} ms/call (target <= {GOAL_GATEWAY_CPU_MS} ms)")
+        behind, direct = x["upstream_cpu_ms"], x["direct_upstream_cpu_ms"]
+        if x["protocol"] == "mcp" and x["mode"] == "concurrent" and behind and direct:
+            ratio = round(behind / direct, 2)
+            check("upstream_cpu", ratio, ratio <= GOAL_UPSTREAM_CPU_RATIO,
+                  f"{label}: upstream CPU behind the gateway {ratio:.2f}x direct"
+                  f" (target <= {GOAL_UPSTREAM_CPU_RATIO}x)")
     return out
 
 
@@ -409,28 +458,31 @@ def print_report(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]], goal
     print(f"{environment['cpus']} CPUs, Python {environment['python']}, work dir on {environment['filesystem']};"
           f" gateway log level {environment['gateway_log_level']};"
           f" load average {environment['loadavg_before']} before, {environment['loadavg_after']} after")
+    print("(a shared machine: compare the ratios within this run, not absolute figures across runs)")
     print()
-    names = ("client", "gateway", "mcp upstream", "http upstream")
-    print(f"{'protocol':<8} {'via':<8} {'mode':<11} {'calls':>6} {'p50 ms':>8} {'p99 ms':>8} {'calls/s':>8}"
-          f" {'errors':>6}   CPU ms/call: " + " / ".join(names))
+    print(f"{'protocol':<8} {'era':<10} {'via':<13} {'mode':<11} {'calls':>6} {'p50 ms':>8} {'p99 ms':>8}"
+          f" {'calls/s':>8} {'errors':>6}   CPU ms/call: client / proxy / upstream")
     for r in rows:
-        cpu = " / ".join(f"{r.cpu_ms_per_call.get(n, 0.0):.2f}" for n in names)
         mode = r.mode if r.mode == "sequential" else f"conc x{r.workers}"
-        print(f"{r.protocol:<8} {r.via:<8} {mode:<11} {r.calls:>6} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f}"
-              f" {r.calls_per_s:>8,.0f} {r.errors:>6}   {cpu}")
+        proxy = "—" if r.proxy_cpu_ms is None else f"{r.proxy_cpu_ms:.2f}"
+        upstream = "—" if r.upstream_cpu_ms is None else f"{r.upstream_cpu_ms:.2f}"
+        print(f"{r.protocol:<8} {r.era or '—':<10} {r.via:<13} {mode:<11} {r.calls:>6} {r.p50_ms:>8.2f}"
+              f" {r.p99_ms:>8.2f} {r.calls_per_s:>8,.0f} {r.errors:>6}   "
+              f"{r.cpu_ms_per_call.get('client', 0.0):.2f} / {proxy} / {upstream}")
     print()
     for x in ratio_rows:
-        print(f"{x['protocol'].upper():<4} {x['mode']:<10}: gateway/direct p50 {x['p50_ratio']:.2f}x"
-              f" (+{x['added_p50_ms']:.2f} ms), p99 {x['p99_ratio']:.2f}x, calls/s {x['throughput_ratio']:.2f}x")
+        print(f"{x['protocol'].upper():<4} {x['era'] or '—':<10} {x['mode']:<10} {x['via']:<13}:"
+              f" p50 {x['p50_ratio']:.2f}x direct (+{x['added_p50_ms']:.2f} ms), p99 {x['p99_ratio']:.2f}x,"
+              f" calls/s {x['throughput_ratio']:.2f}x")
     if breakdown:
         print()
         print("inside the gateway, from its audit log (medians; client<->gateway = client-seen p50 - total):")
-        print(f"{'protocol':<8} {'mode':<11} {'policy µs':>9} {'pipeline ms':>11} {'upstream ms':>11}"
+        print(f"{'protocol':<8} {'era':<10} {'mode':<11} {'policy µs':>9} {'pipeline ms':>11} {'upstream ms':>11}"
               f" {'total ms':>9} {'client<->gateway ms':>19}")
         for b in breakdown:
             rest = "" if b["client_gateway_ms"] is None else f"{b['client_gateway_ms']:.2f}"
-            print(f"{b['protocol']:<8} {b['mode']:<11} {b['policy_us']:>9.0f} {b['pipeline_ms']:>11.2f}"
-                  f" {b['upstream_ms']:>11.2f} {b['total_ms']:>9.2f} {rest:>19}")
+            print(f"{b['protocol']:<8} {b['era'] or '—':<10} {b['mode']:<11} {b['policy_us']:>9.0f}"
+                  f" {b['pipeline_ms']:>11.2f} {b['upstream_ms']:>11.2f} {b['total_ms']:>9.2f} {rest:>19}")
     print()
     for g in goal_rows:
         print(f"{g['result']}  {g['text']}")
@@ -448,6 +500,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, help="sequential calls per target (concurrent: twice this)")
     parser.add_argument("--concurrency", type=int, default=WORKERS, help=f"concurrent workers (default {WORKERS})")
     parser.add_argument("--protocol", choices=("both", "mcp", "rest"), default="both", help="measure only one")
+    parser.add_argument("--era", choices=("both", *ERAS), default="both", help="MCP protocol era(s) to measure")
+    parser.add_argument("--peers", action="store_true",
+                        help="also measure a FastMCP proxy and mcp-proxy (installs them into bench/.venv-peers)")
     args = parser.parse_args(argv)
     warmup, calls, concurrent_calls = QUICK if args.quick else FULL
     if args.calls:
@@ -464,12 +519,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "gateway_log_level": "warning", "loadavg_before": loadavg()}
             try:
                 protocols = ("mcp", "rest") if args.protocol == "both" else (args.protocol,)
+                eras = ERAS if args.era == "both" else (args.era,)
                 rows = asyncio.run(run(directory, processes, warmup, calls, concurrent_calls, workers, protocols,
-                                       args.profile))
+                                       args.profile, eras, args.peers))
             finally:
                 processes.stop_all()
             breakdown = audit_breakdown(directory / "audit.jsonl", rows)
-            errors = {f"{r.protocol}/{r.via}/{r.mode}": (r.errors, r.first_errors) for r in rows if r.errors}
+            errors = {f"{r.protocol}/{r.era}/{r.via}/{r.mode}": (r.errors, r.first_errors) for r in rows if r.errors}
             if errors:
                 print(f"error: calls failed: {errors}; gateway log:\n"
                       f"{(directory / 'gateway.log').read_text(errors='replace')[-2000:]}", file=sys.stderr)

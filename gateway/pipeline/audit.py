@@ -50,8 +50,15 @@ class Redactor:
         self._patterns = [re.compile(p) for p in patterns]
 
     def apply(self, value: Any, pointer: str = "", found: list[str] | None = None) -> tuple[Any, list[str]]:
-        """A redacted copy of ``value`` and the JSON Pointers that were redacted (in document order)."""
+        """A redacted copy of ``value`` and the JSON Pointers that were redacted (in document order).
+
+        When nothing in ``value`` would be redacted, ``value`` itself comes back, not a copy: every
+        caller serialises the result at once, and most calls carry no secret, so the copy (the
+        costly part of the walk) is made only when it differs.
+        """
         found = [] if found is None else found
+        if not self._would_redact(value):
+            return value, found
         root: list[Any] = [None]
         # (value, its path, the container the copy goes into, the slot there). Paths are linked
         # (parent, segment) pairs, rendered only for what is redacted: deep values stay linear.
@@ -81,6 +88,24 @@ class Redactor:
             else:
                 parent[slot] = item
         return root[0], found
+
+    def _would_redact(self, value: Any) -> bool:
+        """Whether ``apply`` would change anything in ``value``: the same tests, without the copy."""
+        keys, patterns = self._keys, self._patterns
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if str(key).lower() in keys:
+                        return True
+                    stack.append(child)
+            elif isinstance(item, list):
+                stack.extend(item)
+            elif isinstance(item, str) and patterns:
+                if any(pattern.search(item) for pattern in patterns):  # no match: sub() changes nothing
+                    return True
+        return False
 
     def __call__(self, value: Any) -> Any:
         """Just the redacted copy of ``value`` (for views that do not report what was redacted)."""

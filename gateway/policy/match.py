@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gateway.limits import MAX_INDEXED_TOOL_NAMES
+from gateway.policy.cel import VARIABLES
 from gateway.policy.cel.functions import glob
 from gateway.policy.compile import CompiledRule
 from gateway.policy.decision import Stage
@@ -26,10 +27,14 @@ def is_glob(pattern: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class MatchedRules:
-    """The rules for one tool name, in load order, split by stage."""
+    """The rules for one tool name, in load order, split by stage, with the CEL inputs each stage reads."""
 
     request: tuple[CompiledRule, ...]
     response: tuple[CompiledRule, ...]
+    # CEL variables the stage's rules read (their file variables resolved): a decision builds and
+    # binds only these, since binding an unread map costs as much as reading a small one.
+    request_reads: frozenset[str] = frozenset(VARIABLES)
+    response_reads: frozenset[str] = frozenset(VARIABLES)
 
 
 class RuleIndex:
@@ -74,11 +79,25 @@ class RuleIndex:
             if patterns is not None and any(glob(tool, p) for p in patterns if is_glob(p)):
                 chosen[id(rule)] = rule
         ordered = sorted(chosen.values(), key=lambda r: r.ordinal)
-        return MatchedRules(
-            tuple(r for r in ordered if r.stage is Stage.REQUEST),
-            tuple(r for r in ordered if r.stage is Stage.RESPONSE),
-        )
+        request = tuple(r for r in ordered if r.stage is Stage.REQUEST)
+        response = tuple(r for r in ordered if r.stage is Stage.RESPONSE)
+        return MatchedRules(request, response, _reads(request), _reads(response))
 
 
 def _tools(rule: CompiledRule) -> tuple[str, ...] | None:
     return rule.tools
+
+
+def _reads(rules: Sequence[CompiledRule]) -> frozenset[str]:
+    return frozenset().union(*(_binds(r) for r in rules))
+
+
+def _binds(rule: CompiledRule) -> frozenset[str]:
+    """The CEL variables ``rule`` reads as it runs: ``variables`` only when one of its expressions
+    still reads it (file variables are mostly written into the expressions at load)."""
+    running = [e for e in (rule.when, rule.message_expression, rule.result_expression) if e is not None]
+    if rule.rewrite is not None:
+        running.extend(e for _, e in rule.rewrite.set)
+    if all(e.variables_read == frozenset() for e in running):
+        return rule.references - {"variables"}
+    return rule.references

@@ -4,19 +4,34 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.diagnostics import Diagnostic
 from gateway.errors import CelEvaluationError
 from gateway.policy.call import ToolCall, ToolInfo
-from gateway.policy.cel import Engine
+from gateway.policy.cel import VARIABLES, Engine
 from gateway.policy.compile import CompiledPolicy, CompiledRule
 from gateway.policy.decision import Action, Decision, Mode, Stage, Verdict
 from gateway.policy.evaluate import evaluate_call
 from gateway.policy.match import MatchedRules, RuleIndex
 
 __all__ = ["PolicySet", "env_revision"]
+
+# How each CEL input map is built from a call (``args``, ``original_args`` and ``result`` are always built).
+_INPUTS: dict[str, Callable[[ToolCall], Any]] = {
+    "tool": lambda call: call.tool.to_cel(),
+    "principal": lambda call: call.principal.to_cel(),
+    "session": lambda call: call.session.to_cel(),
+    "usage": lambda call: call.usage_cel(),
+    "call": lambda call: call.call.to_cel(),
+    "env": lambda call: call.env,
+    "variables": lambda call: {},
+    "request": lambda call: call.item_cel()["request"],
+    "resource": lambda call: call.item_cel()["resource"],
+    "prompt": lambda call: call.item_cel()["prompt"],
+}
 
 # Variables whose value is known before any argument is: rules reading only these can be
 # decided for a tool listing.
@@ -53,28 +68,28 @@ class PolicySet:
     def decide(self, call: ToolCall) -> Decision:
         """The decision for one call at its stage."""
         matched = self.matched(call)
-        rules = matched.request if call.stage is Stage.REQUEST else matched.response
+        if call.stage is Stage.REQUEST:
+            rules, reads = matched.request, matched.request_reads
+        else:
+            rules, reads = matched.response, matched.response_reads
         subject = call.tool.name if call.item is None else call.item.name
-        return evaluate_call(self.engine, self.policies, rules, call.stage, self.cel_input(call), self.default,
-                             subject, self.revision)
+        return evaluate_call(self.engine, self.policies, rules, call.stage, self.cel_input(call, reads),
+                             self.default, subject, self.revision)
 
     @staticmethod
-    def cel_input(call: ToolCall) -> dict[str, Any]:
-        """The CEL variables' values for ``call`` (``variables`` still empty)."""
-        original = call.original_args if call.original_args is not None else call.args
-        return {
-            "tool": call.tool.to_cel(),
-            "args": call.args,
-            "original_args": original,
-            "principal": call.principal.to_cel(),
-            "session": call.session.to_cel(),
-            "usage": call.usage_cel(),
-            "call": call.call.to_cel(),
-            "env": call.env,
-            "variables": {},
-            "result": call.result.to_cel() if call.result is not None else {},
-            **call.item_cel(),
-        }
+    def cel_input(call: ToolCall, reads: Iterable[str] = VARIABLES) -> dict[str, Any]:
+        """The CEL variables' values for ``call`` (``variables`` still empty).
+
+        Only the maps named in ``reads`` are built (a rule never sees one it does not read);
+        ``args``, ``original_args`` and ``result`` are always there, since the decision carries them.
+        """
+        base = {"args": call.args,
+                "original_args": call.original_args if call.original_args is not None else call.args,
+                "result": call.result.to_cel() if call.result is not None else {}}
+        for name in reads:
+            if name not in base:
+                base[name] = _INPUTS[name](call)
+        return base
 
     def admits_tool(self, call: ToolCall) -> bool:
         """False when the policies refuse this tool for this principal whatever the arguments.

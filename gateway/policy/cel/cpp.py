@@ -52,17 +52,14 @@ class _Program:
         except Exception as exc:  # the binding raises for values it cannot convert
             raise CelEvaluationError(_STATUS.sub("", str(exc)).strip('"')) from exc
         plain = value.plain_value()
+        kind = type(plain)
+        if kind is bool:  # most expressions are conditions: the one check they need
+            return plain
         # an error's plain value is its message; asking for the type costs, so only then
-        if isinstance(plain, str) and value.type() == _ERROR:
+        if kind is str and value.type() == _ERROR:
             raise CelEvaluationError(_STATUS.sub("", plain))
-        return _plain(plain)
-
-
-def _plain(value: Any) -> Any:
-    # bytes come back as bytearray; everything else is already plain.
-    if isinstance(value, bytearray):
-        return bytes(value)
-    return value
+        # bytes come back as bytearray; everything else is already plain
+        return bytes(plain) if kind is bytearray else plain
 
 
 class CppEngine:
