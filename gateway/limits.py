@@ -244,3 +244,26 @@ UPSTREAM_CHECK_TIMEOUT_SECONDS = 5.0
 
 # While an upstream stays down, its failures are not logged one per retry: one summary line this often.
 UPSTREAM_DOWN_SUMMARY_SECONDS = 300.0
+
+# Tasks (docs/gateway.md "Tasks"). The TTL the gateway asks an upstream for when it runs a task-only tool: the
+# call's own timeout ends the wait much sooner; this only bounds how long the upstream keeps a forgotten task.
+UPSTREAM_TASK_TTL_MS = 3_600_000
+
+# How long cancelling an upstream task may take before the gateway stops waiting for the acknowledgement.
+UPSTREAM_TASK_CANCEL_SECONDS = 5.0
+
+# A gateway task is kept this long after it is created unless the client asks for less (milliseconds); its
+# result can be fetched until then. Clients may ask for up to MAX_TASK_TTL_MS.
+DEFAULT_TASK_TTL_MS = 600_000
+MAX_TASK_TTL_MS = 3_600_000
+
+# Tasks one principal may hold at once (ended ones included, until their TTL); more are refused, so a client
+# cannot grow the gateway's memory without bound.
+MAX_TASKS_PER_PRINCIPAL = 200
+
+# The poll interval suggested to clients (milliseconds).
+TASK_POLL_INTERVAL_MS = 500
+
+# A 2026-07-28 client that declared the tasks extension gets a plain result when the call ends within this
+# time, and a task otherwise (a held call, a long-running or task-only tool).
+TASK_GRACE_SECONDS = 1.0

@@ -24,6 +24,7 @@ from gateway.errors import UpstreamDown, UpstreamError, UpstreamNotReached
 from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, resolve_command
 from gateway.upstreams.environment import child_environment
+from gateway.upstreams.mcp_tasks import call_as_task, needs_task
 
 __all__ = ["McpUpstream"]
 
@@ -148,8 +149,11 @@ class McpUpstream:
         if client is None:
             raise UpstreamNotReached(f"{self.name}: not connected")
         try:
-            result = await asyncio.wait_for(client.call_tool(tool, arguments, progress_callback=_relay(progress)),
-                                          timeout)
+            if self._task_only(tool):  # a task-only tool: the gateway drives the upstream task (mcp_tasks.py)
+                result = await asyncio.wait_for(call_as_task(client.session, tool, arguments, timeout), timeout)
+            else:
+                result = await asyncio.wait_for(client.call_tool(tool, arguments, progress_callback=_relay(progress)),
+                                              timeout)
         except TimeoutError:
             raise UpstreamError(f"{self.name}: {tool} timed out after {timeout}s") from None
         except MCPError as exc:
@@ -167,6 +171,9 @@ class McpUpstream:
                                 f"{self.max_response_bytes}")
         content = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
         return ToolResult(content, result.structured_content, bool(result.is_error))
+
+    def _task_only(self, tool: str) -> bool:
+        return any(t.name == tool and needs_task(t.execution) for t in self._tools)
 
     async def _drop(self, client: Client) -> None:
         """Close a connection that died (a killed subprocess, say) so the next call opens a new one.
