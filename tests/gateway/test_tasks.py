@@ -228,3 +228,68 @@ async def test_modern_tasks_methods_need_the_extension(start_gateway: Any, confi
         error = await refused(conn.client.session, "tasks/get", {"taskId": "x"})
     assert error.code == -32021
     assert error.error.data == {"requiredCapabilities": {"extensions": {EXTENSION: {}}}}
+
+
+# --- our own stdio test server's task-only tool (research) -----------------------------------------------------
+
+
+async def ours(start_gateway: Any, configs: Any) -> Any:
+    return await start_gateway(configs.base(configs.mcp_upstream("up")), {"p.yaml": "policy: open\nrules: []\n"})
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_our_task_only_tool_for_plain_and_task_aware_clients(mode: str, start_gateway: Any, configs: Any,
+                                                                  connect_mcp: Any, tmp_path: Any) -> None:
+    gateway = await ours(start_gateway, configs)
+    marker = tmp_path / "research"
+    args = {"topic": "eels", "seconds": 1.5, "marker": str(marker)}
+    async with connect_mcp(gateway, mode=mode) as plain:
+        result = await plain.client.call_tool("up_research", args)
+    assert result.content[0].text == "report on eels" and marker.read_text() == "done"  # type: ignore[union-attr]
+    if mode == "legacy":
+        async with connect_mcp(gateway, mode=mode) as aware:
+            created = await raw(aware.client.session, "tools/call",
+                                {"name": "up_research", "arguments": args, "task": {}})
+            done = await raw(aware.client.session, "tasks/result", {"taskId": created["task"]["taskId"]})
+    else:
+        tasks = TasksClient()
+        async with connect_mcp(gateway, mode=mode, extensions=[tasks]) as aware:
+            done = (await aware.client.call_tool("up_research", args)).model_dump(by_alias=True)
+        assert len(tasks.created) == 1
+    assert done["content"][0]["text"] == "report on eels"
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_cancelling_the_gateway_task_cancels_the_upstream_task(mode: str, start_gateway: Any, configs: Any,
+                                                                    connect_mcp: Any, tmp_path: Any,
+                                                                    until: Any) -> None:
+    gateway = await ours(start_gateway, configs)
+    marker = tmp_path / "research"
+    args = {"topic": "eels", "seconds": 30, "marker": str(marker)}
+    options = {"extensions": [TasksClient()]} if mode != "legacy" else {}
+    async with connect_mcp(gateway, mode=mode, **options) as conn:
+        session = conn.client.session
+        if mode == "legacy":
+            created = (await raw(session, "tools/call", {"name": "up_research", "arguments": args, "task": {}}))["task"]
+        else:
+            created = await raw(session, "tools/call", {"name": "up_research", "arguments": args})
+            assert created["resultType"] == "task"
+        task_id = created["taskId"]
+
+        async def started() -> bool:
+            return marker.exists() and marker.read_text() == "started"
+
+        await until(started)
+        ack = await raw(session, "tasks/cancel", {"taskId": task_id})
+        if mode == "legacy":
+            assert ack["status"] == "cancelled"
+        else:  # an acknowledgement only
+            assert ack["resultType"] == "complete" and set(ack) <= {"resultType", "_meta"}, ack
+        assert (await raw(session, "tasks/get", {"taskId": task_id}))["status"] == "cancelled"
+
+        async def upstream_cancelled() -> bool:
+            return marker.read_text() == "cancelled"
+
+        await until(upstream_cancelled)
+    event = await until(lambda: _outcome(gateway, task_id))
+    assert event["verdict"] == "cancelled"
