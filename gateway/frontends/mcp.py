@@ -24,7 +24,7 @@ from starlette.requests import Request
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
-from gateway.frontends.mcp_tasks import McpTasks, listed_execution, with_tasks
+from gateway.frontends.mcp_tasks import McpTasks, listed_execution, offers_tasks, with_tasks
 from gateway.frontends.runs import CLIENT_INFO_META, client_of, explicit_run_id, resolve_run
 from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, MAX_CACHED_SESSIONS
 from gateway.pipeline import CallRequest, Gateway
@@ -71,6 +71,7 @@ class McpFrontend:
         identity = identity_of(_http(ctx).scope)
         self._remember(ctx)
         tools = []
+        task_client = offers_tasks(ctx)
         for tool in self.gateway.visible_tools(identity.principal):
             spec = tool.spec
             # Every field of the upstream's definition, under the exposed name.
@@ -78,7 +79,7 @@ class McpFrontend:
                 "name": tool.name, "title": spec.title, "description": spec.description,
                 "inputSchema": spec.input_schema, "annotations": spec.annotations or None,
                 "outputSchema": spec.output_schema, "icons": list(spec.icons) or None,
-                "execution": listed_execution(spec.execution), "_meta": spec.meta,
+                "execution": listed_execution(spec.execution, task_client), "_meta": spec.meta,
             }))
         return types.ListToolsResult(tools=tools)
 

@@ -46,7 +46,7 @@ from gateway.limits import (
 if TYPE_CHECKING:
     from gateway.frontends.mcp import McpFrontend
 
-__all__ = ["TASKS_EXTENSION", "McpTasks", "listed_execution", "with_tasks"]
+__all__ = ["TASKS_EXTENSION", "McpTasks", "listed_execution", "offers_tasks", "with_tasks"]
 
 log = logging.getLogger("gateway.frontends.mcp")
 
@@ -68,12 +68,19 @@ def with_tasks(options: InitializationOptions) -> InitializationOptions:
     return options
 
 
-def listed_execution(execution: dict[str, Any] | None) -> dict[str, Any] | None:
+def listed_execution(execution: dict[str, Any] | None, task_client: bool) -> dict[str, Any] | None:
     """A tool's ``execution`` as the gateway lists it: a task-only upstream tool is "optional" here, since the
-    gateway runs the upstream task itself for a client that calls it without one."""
-    if execution and execution.get("taskSupport") == "required":
-        return {**execution, "taskSupport": "optional"}
+    gateway runs the upstream task itself for a client that calls it without one; to a 2025-11-25 client that
+    declared tasks every tool is "optional" (any call may become a task: a held one, a long one)."""
+    if task_client or (execution and execution.get("taskSupport") == "required"):
+        return {**(execution or {}), "taskSupport": "optional"}
     return execution
+
+
+def offers_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether this is a 2025-11-25 client that declared the ``tasks`` capability at its handshake."""
+    capabilities = ctx.session.client_capabilities
+    return not _modern(ctx) and capabilities is not None and capabilities.tasks is not None
 
 
 class _TaskIdParams(BaseModel):

@@ -11,17 +11,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import Any
 
 import mcp_types as types
 import pytest
-from mcp import ClientSession, MCPError
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
-from mcp.shared.dispatcher import CallOptions
+from tasks_support import EXTENSION, NOT_FOUND, TasksClient, raw, refused
 
 TOOL = "ev_simulate-research-query"
-EXTENSION = "io.modelcontextprotocol/tasks"
-NOT_FOUND = "Failed to retrieve task: Task not found"
 
 POLICY = """
     policy: tasks
@@ -32,51 +28,6 @@ POLICY = """
         action: reject
         message: not that topic
 """
-
-
-async def raw(session: ClientSession, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """A request whose result the SDK client has no type for (tasks/*, a task-augmented tools/call)."""
-    data: dict[str, Any] = {"method": method, "params": params}
-    opts: CallOptions = {"timeout": 30}
-    session._stamp(data, opts)
-    return await session._dispatcher.send_raw_request(method, data["params"], opts)
-
-
-async def refused(session: ClientSession, method: str, params: dict[str, Any]) -> MCPError:
-    with pytest.raises(MCPError) as caught:
-        await raw(session, method, params)
-    return caught.value
-
-
-class TaskHandle(types.Result):
-    """A 2026-07-28 ``CreateTaskResult``."""
-
-    result_type: Literal["task"] = "task"
-    task_id: str
-    status: str
-
-
-class TasksClient(ClientExtension):
-    """A task-aware 2026-07-28 client: declares the extension and finishes a task by polling tasks/get."""
-
-    identifier = EXTENSION
-
-    def __init__(self) -> None:
-        self.created: list[str] = []
-        self.seen: list[str] = []
-
-    def claims(self) -> list[ResultClaim[Any]]:
-        return [ResultClaim(result_type="task", model=TaskHandle, resolve=self._resolve)]
-
-    async def _resolve(self, handle: TaskHandle, ctx: ClaimContext) -> types.CallToolResult:
-        self.created.append(handle.task_id)
-        while True:
-            got = await raw(ctx.session, "tasks/get", {"taskId": handle.task_id})
-            self.seen.append(got["status"])
-            if got["status"] == "completed":
-                return types.CallToolResult.model_validate(got["result"])
-            assert got["status"] == "working", got
-            await asyncio.sleep(got["pollIntervalMs"] / 1000)
 
 
 async def everything(start_gateway: Any, configs: Any) -> Any:
