@@ -155,7 +155,8 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     edge = _edge_middleware(config)  # first: a config the edge refuses starts nothing
     gateway = gateway or build_gateway(config)
     auth = Authenticator(config.spec.auth, config.base)
-    mcp = McpFrontend(gateway, max_sessions_per_principal=config.spec.limits.max_sessions_per_principal)
+    mcp = McpFrontend(gateway, max_sessions_per_principal=config.spec.limits.max_sessions_per_principal,
+                      task_timeout=parse_duration(config.spec.limits.task_timeout))
     interval = parse_duration(config.spec.reload_interval)
     supervisor = build_supervisor(config, gateway.registry)
 

@@ -261,6 +261,10 @@ MAX_TASK_TTL_MS = 3_600_000
 # cannot grow the gateway's memory without bound.
 MAX_TASKS_PER_PRINCIPAL = 200
 
+# How long the tool of a call made as a task may run, when `limits.task_timeout` does not say (seconds): a task
+# is for work longer than a client waits on one request; an upstream's own `timeout` still holds.
+DEFAULT_TASK_TIMEOUT_SECONDS = 600.0
+
 # The poll interval suggested to clients (milliseconds).
 TASK_POLL_INTERVAL_MS = 500
 

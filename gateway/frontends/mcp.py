@@ -26,7 +26,7 @@ from gateway.frontends.identity import identity_of
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.frontends.mcp_tasks import McpTasks, listed_execution, offers_tasks, with_tasks
 from gateway.frontends.runs import CLIENT_INFO_META, client_of, explicit_run_id, resolve_run
-from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, MAX_CACHED_SESSIONS
+from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, DEFAULT_TASK_TIMEOUT_SECONDS, MAX_CACHED_SESSIONS
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import CallOutcome, Progress, call_id_of, gave_call_id, iteration_of
 from gateway.upstreams.base import ToolProgress
@@ -53,13 +53,14 @@ class McpFrontend:
     """Owns the MCP server and its session manager for one app instance."""
 
     def __init__(self, gateway: Gateway, *,
-                 max_sessions_per_principal: int = DEFAULT_MAX_SESSIONS_PER_PRINCIPAL) -> None:
+                 max_sessions_per_principal: int = DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+                 task_timeout: float = DEFAULT_TASK_TIMEOUT_SECONDS) -> None:
         self.gateway = gateway
         self.server = _GatewayServer("agent-policy-gateway", version="0.1.0",
                                      on_list_tools=self._list_tools, on_call_tool=self._call_tool)
         self.sessions = CappedSessions(self.server, max_sessions_per_principal)
         self.endpoint = SessionCap(StreamableHTTPASGIApp(self.sessions), self.sessions)
-        self.tasks = McpTasks(self)  # tools/call as a task, tasks/* (mcp_tasks.py)
+        self.tasks = McpTasks(self, timeout=task_timeout)  # tools/call as a task, tasks/* (mcp_tasks.py)
         # MCP session id → its latest request's ServerSession. The SDK builds a ServerSession per
         # request, so a weak reference dies with the request; a kept one can still notify over the
         # connection's standalone stream after its request ended.

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
 from gateway.limits import (
+    DEFAULT_TASK_TIMEOUT_SECONDS,
     DEFAULT_TASK_TTL_MS,
     MAX_TASK_TTL_MS,
     MAX_TASKS_PER_PRINCIPAL,
@@ -182,8 +183,10 @@ class TaskTable:
 class McpTasks:
     """Adds tasks to the MCP frontend's server: a middleware on tools/call and the tasks/* methods."""
 
-    def __init__(self, frontend: McpFrontend, table: TaskTable | None = None) -> None:
+    def __init__(self, frontend: McpFrontend, table: TaskTable | None = None, *,
+                 timeout: float = DEFAULT_TASK_TIMEOUT_SECONDS) -> None:
         self.frontend = frontend
+        self.timeout = timeout
         self.table = table or TaskTable()
         server = frontend.server
         server.middleware.append(self._middleware)
@@ -222,6 +225,7 @@ class McpTasks:
         # The call outlives this HTTP request: nothing may be sent back on it any more.
         request.progress = request.upstream_progress = request.elicit = None
         request.wait_seconds = ttl / 1000  # a held call waits for its decision, up to the task's TTL
+        request.timeout = self.timeout  # a task's tool may run longer than a call a client waits on
         if not request.call_id_given:
             request.call_id = task.id  # the audit events name the task
         task.runner = asyncio.create_task(self._run(task, request, params.name), name=f"mcp-task-{task.id[:8]}")

@@ -254,7 +254,8 @@ class Gateway:
             trace.upstream = {"status": "not_called", "error": f"the intent was not recorded: {exc}"}
             return refusal(request.call_id, "audit_failed", AUDIT_FAILED)
         started = time.perf_counter()
-        timeout = min(self.call_timeout, tool.timeout) if tool.timeout else self.call_timeout
+        timeout = self.call_timeout if request.timeout is None else request.timeout
+        timeout = min(timeout, tool.timeout) if tool.timeout else timeout  # an upstream's own timeout always holds
         try:
             result = await tool.upstream.call(tool.spec.name, decision.args, timeout, request.upstream_progress)
         except InvalidArgumentsError as exc:  # arguments the upstream's request cannot carry safely

@@ -76,6 +76,7 @@ class CallRequest:
     call_id_given: bool = True
     run_client: str | None = None  # set when session_id is an implicit run: the client it was made for
     upstream_progress: ToolProgress | None = None  # where the upstream's own progress notifications go, if anywhere
+    timeout: float | None = None  # the tool's run may take this long instead of the call timeout (an MCP task's)
 
 
 @dataclass(slots=True)

@@ -244,3 +244,18 @@ async def test_cancelling_the_gateway_task_cancels_the_upstream_task(mode: str, 
         await until(upstream_cancelled)
     event = await until(lambda: _outcome(gateway, task_id))
     assert event["verdict"] == "cancelled"
+
+
+async def test_a_task_may_run_longer_than_the_call_timeout(start_gateway: Any, configs: Any, connect_mcp: Any,
+                                                           tmp_path: Any) -> None:
+    gateway = await start_gateway(configs.base(configs.mcp_upstream("up"), limits={"call_timeout": "1s",
+                                                                                   "task_timeout": "20s"}),
+                                  {"p.yaml": "policy: open\nrules: []\n"})
+    args = {"topic": "eels", "seconds": 2, "marker": str(tmp_path / "m")}
+    async with connect_mcp(gateway, mode="legacy") as conn:
+        plain = await conn.client.call_tool("up_research", args)  # a call the client waits on: 1 s
+        created = await raw(conn.client.session, "tools/call", {"name": "up_research", "arguments": args,
+                                                                "task": {}})
+        done = await raw(conn.client.session, "tasks/result", {"taskId": created["task"]["taskId"]})
+    assert plain.is_error and "The tool failed" in plain.content[0].text  # type: ignore[union-attr]
+    assert done["content"][0]["text"] == "report on eels"
