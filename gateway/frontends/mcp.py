@@ -23,6 +23,7 @@ from starlette.requests import Request
 
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
+from gateway.frontends.mcp_input import input_round
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.frontends.mcp_tasks import McpTasks, listed_execution, offers_tasks, with_tasks
 from gateway.frontends.runs import CLIENT_INFO_META, client_of, explicit_run_id, resolve_run
@@ -85,10 +86,13 @@ class McpFrontend:
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
-                         params: types.CallToolRequestParams) -> types.CallToolResult:
+                         params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
         request = self.call_request(ctx, params)
+        asking = input_round(ctx, params)  # 2026-07-28 elicitation: an input-required round (mcp_input.py)
         try:
-            outcome = await self.gateway.call(request)
+            outcome = await (self.gateway.call(request) if asking is None else asking.run(self.gateway, request))
+            if isinstance(outcome, types.InputRequiredResult):
+                return outcome
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except Exception:

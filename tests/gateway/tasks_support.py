@@ -8,12 +8,17 @@ extension is a ``ClientExtension`` claiming ``resultType: "task"``, the SDK's wa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, Literal
 
+import httpx2
 import mcp_types as types
 import pytest
-from mcp import ClientSession, MCPError
+from approval_support import auth_header
+from mcp import Client, ClientSession, MCPError
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import CallOptions
 
 EXTENSION = "io.modelcontextprotocol/tasks"
@@ -63,3 +68,11 @@ class TasksClient(ClientExtension):
                 return types.CallToolResult.model_validate(got["result"])
             assert got["status"] == "working", got
             await asyncio.sleep(got["pollIntervalMs"] / 1000)
+
+
+@asynccontextmanager
+async def connect(gw: Any, mode: str, **options: Any) -> AsyncIterator[Client]:
+    """An SDK client as alice of the approvals bench (``options`` go to ``mcp.Client``)."""
+    http = httpx2.AsyncClient(headers=auth_header("alice"), timeout=httpx2.Timeout(30, read=300))
+    async with http, Client(streamable_http_client(gw.mcp_url, http_client=http), mode=mode, **options) as client:
+        yield client

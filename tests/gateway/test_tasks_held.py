@@ -9,28 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx2
 from approval_support import auth_header, policy, text_of
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from raw_mcp import INITIALIZE, MCP_HEADERS, message_of
-from tasks_support import TasksClient, raw
+from tasks_support import TasksClient, connect, raw
 
 DEPLOY = "ops_deploy"
 HELD = policy("  - id: deploys-need-ops\n    tools: [ops_deploy]\n    action: approve\n"
               "    message: Deploys need ops.\n"
               '    approval: {approvers: ["group:ops"], timeout: 30s, hold: 1s}\n')
-
-
-@asynccontextmanager
-async def connect(gw: Any, mode: str, **options: Any) -> AsyncIterator[Client]:
-    http = httpx2.AsyncClient(headers=auth_header("alice"), timeout=httpx2.Timeout(30, read=300))
-    async with http, Client(streamable_http_client(gw.mcp_url, http_client=http), mode=mode, **options) as client:
-        yield client
 
 
 async def pending_for(bench: Any, gw: Any, service: str) -> dict[str, Any]:
