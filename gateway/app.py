@@ -184,6 +184,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await mcp.tasks.aclose()  # running MCP tasks end (cancelled, audited) before the audit log closes
             if isinstance(gateway.approvals, ApprovalService):
                 await gateway.approvals.aclose()
             await supervisor.close()

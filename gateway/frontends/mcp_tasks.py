@@ -170,6 +170,10 @@ class TaskTable:
         self._expire()
         return [t for t in self._tasks.values() if t.principal == principal]
 
+    def of_all(self) -> list[GatewayTask]:
+        """Every task, whoever holds it."""
+        return list(self._tasks.values())
+
     def forget(self, task: GatewayTask) -> None:
         """Drop a task that was never shown to the client."""
         self._tasks.pop(task.id, None)
@@ -196,6 +200,13 @@ class McpTasks:
         server.add_request_handler("tasks/cancel", _TaskIdParams, self._cancel)
         server.add_request_handler("tasks/update", _TaskIdParams, self._update)
         server.add_request_handler("tasks/list", _ListParams, self._list)
+
+    async def aclose(self) -> None:
+        """Cancel the calls of tasks still running (the gateway is stopping)."""
+        running = [t.runner for t in self.table.of_all() if t.runner is not None and not t.runner.done()]
+        for runner in running:
+            runner.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
     # -- creation -------------------------------------------------------------------------------
 
