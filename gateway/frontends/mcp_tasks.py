@@ -233,8 +233,9 @@ class McpTasks:
             return await call_next(ctx)  # an unknown tool is a protocol error, not a task
         request = self.frontend.call_request(ctx, params)
         task = self.table.create(request.principal.id, params.name, ttl)
-        # The call outlives this HTTP request: nothing may be sent back on it any more.
-        request.progress = request.upstream_progress = request.elicit = None
+        # The call outlives this HTTP request: no keep-alives and no questions on it (the upstream's own progress
+        # is relayed while the request lasts, best effort: a quick call that needs no task keeps its progress).
+        request.progress = request.elicit = None
         request.wait_seconds = ttl / 1000  # a held call waits for its decision, up to the task's TTL
         request.timeout = self.timeout  # a task's tool may run longer than a call a client waits on
         if not request.call_id_given:

@@ -259,3 +259,17 @@ async def test_a_task_may_run_longer_than_the_call_timeout(start_gateway: Any, c
         done = await raw(conn.client.session, "tasks/result", {"taskId": created["task"]["taskId"]})
     assert plain.is_error and "The tool failed" in plain.content[0].text  # type: ignore[union-attr]
     assert done["content"][0]["text"] == "report on eels"
+
+
+async def test_modern_a_client_that_declared_tasks_still_gets_a_quick_calls_progress(
+        start_gateway: Any, configs: Any, connect_mcp: Any) -> None:
+    gateway = await ours(start_gateway, configs)
+    seen: list[float] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append(value)
+
+    async with connect_mcp(gateway, mode="2026-07-28", extensions=[TasksClient()]) as conn:
+        result = await conn.client.call_tool("up_steps", {"count": 3}, progress_callback=progress)
+    assert result.content[0].text == "done in 3 steps"  # type: ignore[union-attr]
+    assert seen == [1, 2, 3]
