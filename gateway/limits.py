@@ -249,6 +249,10 @@ UPSTREAM_DOWN_SUMMARY_SECONDS = 300.0
 # call's own timeout ends the wait much sooner; this only bounds how long the upstream keeps a forgotten task.
 UPSTREAM_TASK_TTL_MS = 3_600_000
 
+# How often an upstream task of the 2026-07-28 tasks extension is polled when it suggests no interval (seconds);
+# at most ten times this even when it suggests more, so a call ends soon after its task does.
+UPSTREAM_TASK_POLL_SECONDS = 0.5
+
 # How long cancelling an upstream task may take before the gateway stops waiting for the acknowledgement.
 UPSTREAM_TASK_CANCEL_SECONDS = 5.0
 

@@ -273,3 +273,12 @@ async def test_modern_a_client_that_declared_tasks_still_gets_a_quick_calls_prog
         result = await conn.client.call_tool("up_steps", {"count": 3}, progress_callback=progress)
     assert result.content[0].text == "done in 3 steps"  # type: ignore[union-attr]
     assert seen == [1, 2, 3]
+
+
+async def test_an_upstream_answering_in_the_extensions_shape_is_polled(start_gateway: Any, configs: Any,
+                                                                       connect_mcp: Any, tmp_path: Any) -> None:
+    gateway = await ours(start_gateway, configs)
+    args = {"topic": "eels", "seconds": 1, "marker": str(tmp_path / "m"), "extension_shape": True}
+    async with connect_mcp(gateway, mode="legacy") as conn:
+        result = await conn.client.call_tool("up_research", args)
+    assert not result.is_error and result.content[0].text == "report on eels"  # type: ignore[union-attr]

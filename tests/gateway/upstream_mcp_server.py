@@ -144,7 +144,7 @@ async def register_extra(ctx: Context) -> str:
 
 
 @server.tool()
-async def research(topic: str, seconds: float = 1.0, marker: str = "") -> str:
+async def research(topic: str, seconds: float = 1.0, marker: str = "", extension_shape: bool = False) -> str:
     """A report on ``topic`` after ``seconds``; called only as a task (the listing says so, ``_Tasks`` enforces it)."""
     raise AssertionError("research runs through _Tasks")
 
@@ -176,6 +176,9 @@ class _Tasks:
                 "ttl": params["task"].get("ttl"), "pollInterval": 100}
         self.tasks[task["taskId"]] = task
         self.runs[task["taskId"]] = asyncio.ensure_future(self.work(task, args))
+        if args.get("extension_shape"):  # answer as the 2026-07-28 tasks extension does (polled with tasks/get)
+            task["extension_shape"] = True
+            return {"resultType": "task", **task, "ttlMs": task.pop("ttl"), "pollIntervalMs": task.pop("pollInterval")}
         return {"task": task}
 
     async def work(self, task: dict[str, Any], args: dict[str, Any]) -> None:
@@ -199,7 +202,10 @@ class _Tasks:
         return self.tasks[task_id]
 
     async def get(self, ctx: Any, params: _TaskId) -> dict[str, Any]:
-        return {k: v for k, v in self.find(params.taskId).items() if k != "result"}
+        task = self.find(params.taskId)
+        if task.get("extension_shape"):  # the result inline once completed
+            return {k: v for k, v in task.items() if k != "extension_shape"}
+        return {k: v for k, v in task.items() if k != "result"}
 
     async def result(self, ctx: Any, params: _TaskId) -> dict[str, Any]:
         task = self.find(params.taskId)
