@@ -196,7 +196,8 @@ async def test_our_task_only_tool_for_plain_and_task_aware_clients(mode: str, st
     args = {"topic": "eels", "seconds": 1.5, "marker": str(marker)}
     async with connect_mcp(gateway, mode=mode) as plain:
         result = await plain.client.call_tool("up_research", args)
-    assert result.content[0].text == "report on eels" and marker.read_text() == "done"  # type: ignore[union-attr]
+    assert not result.is_error and marker.read_text() == "done"
+    assert result.content[0].text == "report on eels"  # type: ignore[union-attr]
     if mode == "legacy":
         async with connect_mcp(gateway, mode=mode) as aware:
             created = await raw(aware.client.session, "tools/call",

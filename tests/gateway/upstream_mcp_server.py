@@ -193,7 +193,9 @@ class _Tasks:
             raise
         with open(marker, "w") as f:
             f.write("done")
-        task["result"] = {"content": [{"type": "text", "text": f"report on {args.get('topic')}"}], "isError": False}
+        report = f"report on {args.get('topic')}"  # fits research's outputSchema, as its direct call would
+        task["result"] = {"content": [{"type": "text", "text": report}], "structuredContent": {"result": report},
+                          "isError": False}
         task["status"] = "completed"
 
     def find(self, task_id: str) -> dict[str, Any]:
