@@ -238,8 +238,9 @@ class McpTasks:
         request.progress = request.elicit = None
         request.wait_seconds = ttl / 1000  # a held call waits for its decision, up to the task's TTL
         request.timeout = self.timeout  # a task's tool may run longer than a call a client waits on
+        request.task_id = task.id  # the audit events name the task
         if not request.call_id_given:
-            request.call_id = task.id  # the audit events name the task
+            request.call_id = task.id
         task.runner = asyncio.create_task(self._run(task, request, params.name), name=f"mcp-task-{task.id[:8]}")
         if modern:
             done, _ = await asyncio.wait({task.runner}, timeout=TASK_GRACE_SECONDS)

@@ -364,6 +364,7 @@ class Gateway:
             "session": session.id if session is not None else request.session_id,
             "tool": request.tool,
             "upstream": tool.upstream.name if tool else None,
+            **({"task": request.task_id} if request.task_id is not None else {}),
         }
 
     def _event(self, trace: _Trace, tool: ExposedTool | None, session: SessionState | None,

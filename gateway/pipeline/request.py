@@ -77,6 +77,7 @@ class CallRequest:
     run_client: str | None = None  # set when session_id is an implicit run: the client it was made for
     upstream_progress: ToolProgress | None = None  # where the upstream's own progress notifications go, if anywhere
     timeout: float | None = None  # the tool's run may take this long instead of the call timeout (an MCP task's)
+    task_id: str | None = None  # the MCP task the call runs as, named in its audit events
 
 
 @dataclass(slots=True)

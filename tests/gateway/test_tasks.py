@@ -75,6 +75,21 @@ async def test_legacy_task_create_poll_result_list_and_the_id_is_the_gateways(
         assert (await raw(session, "tasks/get", {"taskId": task["taskId"]}))["status"] == "completed"
     event = gateway.audit_event(task["taskId"])  # the call's outcome, under the task's id
     assert event["verdict"] == "allow" and event["upstream_outcome"]["status"] == "ok"
+    assert event["task"] == task["taskId"]
+
+
+async def test_legacy_a_task_whose_client_named_its_call_is_audited_under_both(
+        start_gateway: Any, configs: Any, connect_mcp: Any) -> None:
+    gateway = await everything(start_gateway, configs)
+    async with connect_mcp(gateway, mode="legacy") as conn:
+        created = await raw(conn.client.session, "tools/call",
+                            {"name": "ev_get-sum", "arguments": {"a": 1, "b": 2}, "task": {},
+                             "_meta": {"gateway/call_id": "my-call-7"}})
+        result = await raw(conn.client.session, "tasks/result", {"taskId": created["task"]["taskId"]})
+    assert result["_meta"]["gateway/call_id"] == "my-call-7"
+    events = [e for e in gateway.audit_events() if e.get("call_id") == "my-call-7"]
+    assert [e["event"] for e in events] == ["call.intent", "call.outcome"]
+    assert {e["task"] for e in events} == {created["task"]["taskId"]}
 
 
 async def test_legacy_the_policy_decides_when_the_task_is_created(start_gateway: Any, configs: Any,
