@@ -100,3 +100,23 @@ async def test_legacy_a_client_that_declared_tasks_sees_every_tool_as_task_capab
             found = {t["name"]: t for t in message_of(tools)["result"]["tools"]}
             listed[bool(capabilities)] = found[DEPLOY].get("execution")
     assert listed == {True: {"taskSupport": "optional"}, False: None}
+
+
+async def test_legacy_cancelling_a_held_task_stops_the_wait_and_is_on_the_record(bench: Any) -> None:
+    gw = await bench.start(HELD)
+    async with connect(gw, "legacy") as client:
+        created = await raw(client.session, "tools/call",
+                            {"name": DEPLOY, "arguments": {"service": "mail"}, "task": {}})
+        task_id = created["task"]["taskId"]
+        approval = await pending_for(bench, gw, "mail")
+        assert (await raw(client.session, "tasks/cancel", {"taskId": task_id}))["status"] == "cancelled"
+        for _ in range(100):
+            events = [e for e in gw.audit_events() if e.get("task") == task_id]
+            if events:
+                break
+            await asyncio.sleep(0.05)
+    assert [(e["event"], e["verdict"], e["upstream_outcome"]) for e in events] == [
+        ("call.outcome", "cancelled", {"status": "not_called"})]
+    assert "did not run" in events[0]["message"]
+    assert (await bench.approval(gw, approval["id"]))["state"] == "pending"  # still there for approvers
+    assert bench.upstream.ran("deploy") == 0
