@@ -298,3 +298,20 @@ async def test_an_upstream_answering_in_the_extensions_shape_is_polled(start_gat
     async with connect_mcp(gateway, mode="legacy") as conn:
         result = await conn.client.call_tool("up_research", args)
     assert not result.is_error and result.content[0].text == "report on eels"  # type: ignore[union-attr]
+
+
+async def test_tasks_on_two_upstreams_at_once_each_get_their_own_result(start_gateway: Any, configs: Any,
+                                                                        connect_mcp: Any, tmp_path: Any) -> None:
+    gateway = await start_gateway(configs.base(configs.everything_upstream("ev"), configs.mcp_upstream("up")),
+                                  {"p.yaml": POLICY})
+    async with connect_mcp(gateway, mode="legacy") as conn:
+        session = conn.client.session
+        created = [(await raw(session, "tools/call", {"name": name, "arguments": args, "task": {}}))["task"]["taskId"]
+                   for name, args in ((TOOL, {"topic": "owls"}),
+                                      ("up_research", {"topic": "eels", "marker": str(tmp_path / "m")}))]
+        results = await asyncio.gather(*(raw(session, "tasks/result", {"taskId": t}) for t in created))
+        listed = await raw(session, "tasks/list", {})
+    assert len(set(created)) == 2 and {t["taskId"] for t in listed["tasks"]} == set(created)
+    assert "Research Report: owls" in results[0]["content"][0]["text"]
+    assert results[1]["content"][0]["text"] == "report on eels"
+    assert {gateway.audit_event(t)["upstream"] for t in created} == {"ev", "up"}
