@@ -174,7 +174,8 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     edge = _edge_middleware(config)  # first: a config the edge refuses starts nothing
     gateway = gateway or build_gateway(config)
     auth = Authenticator(config.spec.auth, config.base)
-    mcp = McpFrontend(gateway, max_sessions_per_principal=config.spec.limits.max_sessions_per_principal)
+    mcp = McpFrontend(gateway, max_sessions_per_principal=config.spec.limits.max_sessions_per_principal,
+                      task_timeout=parse_duration(config.spec.limits.task_timeout))
     interval = parse_duration(config.spec.reload_interval)
     supervisor = build_supervisor(config, gateway.registry)
     models = build_model_proxy(config, gateway)
@@ -203,6 +204,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await mcp.tasks.aclose()  # running MCP tasks end (cancelled, audited) before the audit log closes
             if isinstance(gateway.approvals, ApprovalService):
                 await gateway.approvals.aclose()
             await supervisor.close()

@@ -266,3 +266,34 @@ MAX_MODEL_RESPONSE_BYTES = 16 * 1024 * 1024
 # Server-side resolved exchanges kept per gateway process, so that a later request of the same
 # conversation shows the model its own refused calls again (oldest dropped first).
 MODEL_SPLICES_KEPT = 10_000
+
+# Tasks (docs/gateway.md "Tasks"). The TTL the gateway asks an upstream for when it runs a task-only tool: the
+# call's own timeout ends the wait much sooner; this only bounds how long the upstream keeps a forgotten task.
+UPSTREAM_TASK_TTL_MS = 3_600_000
+
+# How often an upstream task of the 2026-07-28 tasks extension is polled when it suggests no interval (seconds);
+# at most ten times this even when it suggests more, so a call ends soon after its task does.
+UPSTREAM_TASK_POLL_SECONDS = 0.5
+
+# How long cancelling an upstream task may take before the gateway stops waiting for the acknowledgement.
+UPSTREAM_TASK_CANCEL_SECONDS = 5.0
+
+# A gateway task is kept this long after it is created unless the client asks for less (milliseconds); its
+# result can be fetched until then. Clients may ask for up to MAX_TASK_TTL_MS.
+DEFAULT_TASK_TTL_MS = 600_000
+MAX_TASK_TTL_MS = 3_600_000
+
+# Tasks one principal may hold at once (ended ones included, until their TTL); more are refused, so a client
+# cannot grow the gateway's memory without bound.
+MAX_TASKS_PER_PRINCIPAL = 200
+
+# How long the tool of a call made as a task may run, when `limits.task_timeout` does not say (seconds): a task
+# is for work longer than a client waits on one request; an upstream's own `timeout` still holds.
+DEFAULT_TASK_TIMEOUT_SECONDS = 600.0
+
+# The poll interval suggested to clients (milliseconds).
+TASK_POLL_INTERVAL_MS = 500
+
+# A 2026-07-28 client that declared the tasks extension gets a plain result when the call ends within this
+# time, and a task otherwise (a held call, a long-running or task-only tool).
+TASK_GRACE_SECONDS = 1.0

@@ -157,12 +157,13 @@ class LimitsSpec(_Strict):
     """Per-call limits."""
 
     call_timeout: str | int | float = "30s"
+    task_timeout: str | int | float = "10m"  # how long a call the client made a task may run (docs/gateway.md "Tasks")
     max_argument_bytes: int = Field(1_000_000, gt=0)
     max_response_bytes: int = Field(MAX_RESPONSE_BYTES, gt=0)  # per upstream response (see gateway/limits.py)
     max_sessions_per_principal: int = Field(DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, ge=1)  # open MCP sessions
     per_principal: PerPrincipalLimitsSpec = Field(default_factory=PerPrincipalLimitsSpec)
 
-    _timeout = field_validator("call_timeout")(_duration)
+    _timeout = field_validator("call_timeout", "task_timeout")(_duration)
 
 
 _ORIGIN = r"^https?://(\[[0-9a-fA-F:.]+\]|[^/:\[\]@?#]+)(:\d{1,5})?$"

@@ -23,13 +23,15 @@ from starlette.requests import Request
 
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
+from gateway.frontends.mcp_input import input_round
 from gateway.frontends.mcp_resources import McpItemHandlers
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
+from gateway.frontends.mcp_tasks import McpTasks, listed_execution, offers_tasks, with_tasks
 from gateway.frontends.runs import CLIENT_INFO_META, client_of, explicit_run_id, resolve_run
-from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, MAX_CACHED_SESSIONS
+from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, DEFAULT_TASK_TIMEOUT_SECONDS, MAX_CACHED_SESSIONS
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.items import ItemGate
-from gateway.pipeline.request import Progress, call_id_of, gave_call_id, iteration_of
+from gateway.pipeline.request import CallOutcome, Progress, call_id_of, gave_call_id, iteration_of
 from gateway.upstreams.base import ToolProgress
 from gateway.upstreams.items import ItemCatalog
 
@@ -47,21 +49,23 @@ class _GatewayServer(Server[Any]):
 
     def create_initialization_options(self, notification_options: NotificationOptions | None = None,
                                       *args: Any, **kwargs: Any) -> InitializationOptions:
-        return super().create_initialization_options(
+        return with_tasks(super().create_initialization_options(
             notification_options or NotificationOptions(tools_changed=True, resources_changed=True,
-                                                        prompts_changed=True), *args, **kwargs)
+                                                        prompts_changed=True), *args, **kwargs))
 
 
 class McpFrontend:
     """Owns the MCP server and its session manager for one app instance."""
 
     def __init__(self, gateway: Gateway, *,
-                 max_sessions_per_principal: int = DEFAULT_MAX_SESSIONS_PER_PRINCIPAL) -> None:
+                 max_sessions_per_principal: int = DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+                 task_timeout: float = DEFAULT_TASK_TIMEOUT_SECONDS) -> None:
         self.gateway = gateway
         self.server = _GatewayServer("agent-policy-gateway", version="0.1.0",
                                      on_list_tools=self._list_tools, on_call_tool=self._call_tool)
         self.sessions = CappedSessions(self.server, max_sessions_per_principal)
         self.endpoint = SessionCap(StreamableHTTPASGIApp(self.sessions), self.sessions)
+        self.tasks = McpTasks(self, timeout=task_timeout)  # tools/call as a task, tasks/* (mcp_tasks.py)
         # MCP session id → its latest request's ServerSession. The SDK builds a ServerSession per
         # request, so a weak reference dies with the request; a kept one can still notify over the
         # connection's standalone stream after its request ended.
@@ -74,6 +78,7 @@ class McpFrontend:
         identity = identity_of(_http(ctx).scope)
         self._remember(ctx)
         tools = []
+        task_client = offers_tasks(ctx)
         for tool in self.gateway.visible_tools(identity.principal):
             spec = tool.spec
             # Every field of the upstream's definition, under the exposed name.
@@ -81,12 +86,28 @@ class McpFrontend:
                 "name": tool.name, "title": spec.title, "description": spec.description,
                 "inputSchema": spec.input_schema, "annotations": spec.annotations or None,
                 "outputSchema": spec.output_schema, "icons": list(spec.icons) or None,
-                "execution": spec.execution, "_meta": spec.meta,
+                "execution": listed_execution(spec.execution, task_client), "_meta": spec.meta,
             }))
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
-                         params: types.CallToolRequestParams) -> types.CallToolResult:
+                         params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
+        request = self.call_request(ctx, params)
+        asking = input_round(ctx, params)  # 2026-07-28 elicitation: an input-required round (mcp_input.py)
+        try:
+            outcome = await (self.gateway.call(request) if asking is None else asking.run(self.gateway, request))
+            if isinstance(outcome, types.InputRequiredResult):
+                return outcome
+        except UnknownToolError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        except Exception:
+            log.exception("call %s to %s failed inside the gateway", request.call_id, request.tool)
+            return types.CallToolResult(content=[types.TextContent(type="text", text="The gateway failed.")],
+                                        is_error=True)
+        return self.tool_result(params.name, outcome)
+
+    def call_request(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> CallRequest:
+        """The pipeline's request for an MCP tools/call."""
         http = _http(ctx)
         identity = identity_of(http.scope)
         self._remember(ctx)
@@ -109,24 +130,19 @@ class McpFrontend:
             frontend="mcp",
             elicit=_elicitation(ctx),
         )
-        try:
-            outcome = await self.gateway.call(request)
-        except UnknownToolError as exc:
-            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
-        except Exception:
-            log.exception("call %s to %s failed inside the gateway", request.call_id, request.tool)
-            return types.CallToolResult(content=[types.TextContent(type="text", text="The gateway failed.")],
-                                        is_error=True)
+        return request
+
+    def tool_result(self, name: str, outcome: CallOutcome) -> types.CallToolResult:
+        """The MCP result of a call's outcome."""
         structured = outcome.structured if isinstance(outcome.structured, dict) else None
         is_error = outcome.is_error
-        exposed = self.gateway.registry.get(params.name)
+        exposed = self.gateway.registry.get(name)
         schema = exposed.spec.output_schema if exposed is not None else None
         if not is_error and schema is not None and not _fits(schema, structured):
             # MCP requires a non-error result of a tool with an outputSchema to carry conforming structured
             # content (the SDK client raises otherwise). A result the gateway made (skip, pending) or rewrote
             # that does not fit goes as an error result with the same text, which clients do not validate.
-            log.info("call %s: the result does not fit %s's outputSchema; sent as isError", request.call_id,
-                     params.name)
+            log.info("call %s: the result does not fit %s's outputSchema; sent as isError", outcome.call_id, name)
             structured, is_error = None, True
         return types.CallToolResult.model_validate({
             "content": outcome.content, "structuredContent": structured, "isError": is_error,

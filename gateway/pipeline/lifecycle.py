@@ -43,6 +43,7 @@ TOOL_FAILED = "The tool failed. Try again later or use another tool."
 POLICY_FAILED = "The policies could not be evaluated for this call, so it was refused."
 INTERRUPTED = "The approved call was interrupted while it ran; it may or may not have taken effect."
 CANCELLED = "The call was cancelled while the tool ran; it may or may not have taken effect."
+UNHELD = "The call stopped waiting for its approval before it was decided; it did not run."
 NOT_REACHED = ("The tool's service could not be reached, so the approved call was not sent. The approval is still "
                "valid: call again to run it.")
 
@@ -201,7 +202,11 @@ class Gateway:
                                     call: ToolCall, decision: Decision) -> CallOutcome:
         """Hold for approval; run at most once; every retry gets that one run's result."""
         request = trace.request
-        approval = await self.approvals.hold(HeldCall(request, tool, decision))
+        try:
+            approval = await self.approvals.hold(HeldCall(request, tool, decision))
+        except asyncio.CancelledError:  # the caller stopped waiting (an MCP task cancelled, ...): on the record too
+            self._record_cancelled(trace, tool, policy_set, UNHELD)
+            raise
         trace.approval = {"id": approval.approval_id, "approved": approval.approved, "pending": approval.pending,
                           "replayed": approval.replay is not None}
         if approval.replay is not None or approval.pending:
@@ -258,7 +263,8 @@ class Gateway:
             trace.upstream = {"status": "not_called", "error": f"the intent was not recorded: {exc}"}
             return refusal(request.call_id, "audit_failed", AUDIT_FAILED)
         started = time.perf_counter()
-        timeout = min(self.call_timeout, tool.timeout) if tool.timeout else self.call_timeout
+        timeout = self.call_timeout if request.timeout is None else request.timeout
+        timeout = min(timeout, tool.timeout) if tool.timeout else timeout  # an upstream's own timeout always holds
         try:
             result = await tool.upstream.call(tool.spec.name, decision.args, timeout, request.upstream_progress)
         except InvalidArgumentsError as exc:  # arguments the upstream's request cannot carry safely
@@ -314,9 +320,10 @@ class Gateway:
         trace.decisions.append(decision)
         return decision
 
-    def _record_cancelled(self, trace: _Trace, tool: ExposedTool, policy_set: PolicySet) -> None:
-        """The outcome event of a call cancelled while its tool ran (best effort: the caller is gone)."""
-        outcome = refusal(trace.request.call_id, "cancelled", CANCELLED)
+    def _record_cancelled(self, trace: _Trace, tool: ExposedTool, policy_set: PolicySet,
+                          message: str = CANCELLED) -> None:
+        """The outcome event of a call cancelled while held or while its tool ran (best effort: the caller is gone)."""
+        outcome = refusal(trace.request.call_id, "cancelled", message)
         try:
             self.audit.write(self._event(trace, tool, trace.session, outcome, policy_set))
         except AuditWriteError:
@@ -367,6 +374,7 @@ class Gateway:
             "session": session.id if session is not None else request.session_id,
             "tool": request.tool,
             "upstream": tool.upstream.name if tool else None,
+            **({"task": request.task_id} if request.task_id is not None else {}),
         }
 
     def _event(self, trace: _Trace, tool: ExposedTool | None, session: SessionState | None,

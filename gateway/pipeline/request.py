@@ -80,6 +80,8 @@ class CallRequest:
     # The tool itself, for a tool the registry does not hold (the model proxy's agent-run tools,
     # gateway/models/client_tools.py); None: the registry's tool of that name.
     exposed: ExposedTool | None = None
+    timeout: float | None = None  # the tool's run may take this long instead of the call timeout (an MCP task's)
+    task_id: str | None = None  # the MCP task the call runs as, named in its audit events
 
 
 @dataclass(slots=True)

@@ -26,6 +26,7 @@ from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, resol
 from gateway.upstreams.environment import child_environment
 from gateway.upstreams.items import expose_links
 from gateway.upstreams.mcp_resources import McpItems
+from gateway.upstreams.mcp_tasks import call_as_task, needs_task
 
 __all__ = ["McpUpstream"]
 
@@ -165,8 +166,11 @@ class McpUpstream:
         if client is None:
             raise UpstreamNotReached(f"{self.name}: not connected")
         try:
-            result = await asyncio.wait_for(client.call_tool(tool, arguments, progress_callback=_relay(progress)),
-                                          timeout)
+            if self._task_only(tool):  # a task-only tool: the gateway drives the upstream task (mcp_tasks.py)
+                result = await asyncio.wait_for(call_as_task(client.session, tool, arguments, timeout), timeout)
+            else:
+                result = await asyncio.wait_for(client.call_tool(tool, arguments, progress_callback=_relay(progress)),
+                                              timeout)
         except TimeoutError:
             raise UpstreamError(f"{self.name}: {tool} timed out after {timeout}s") from None
         except MCPError as exc:
@@ -185,6 +189,9 @@ class McpUpstream:
         content = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
         content = expose_links(self.name, content)  # resource URIs as clients read them through the gateway
         return ToolResult(content, result.structured_content, bool(result.is_error))
+
+    def _task_only(self, tool: str) -> bool:
+        return any(t.name == tool and needs_task(t.execution) for t in self._tools)
 
     async def _drop(self, client: Client) -> None:
         """Close a connection that died (a killed subprocess, say) so the next call opens a new one.

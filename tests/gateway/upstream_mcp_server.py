@@ -4,6 +4,8 @@ Tools: echo, add, slow, fail, secret, delete_thing (destructive), pid, and regis
 a tool named ``extra`` at runtime and sends ``notifications/tools/list_changed``; ``weather`` has every
 field a tool definition can have (title, icons, _meta, execution, an object outputSchema), and
 ``steps`` sends a progress notification per step; ``linger`` waits until cancelled and says so in a file.
+``research`` runs only as a task (MCP 2025-11-25 tasks, ``execution.taskSupport: required``): see
+``_Tasks`` below; it writes what became of its task into the file ``marker``.
 
 Resources: ``notes://public``, ``notes://secret`` and the template ``notes://users/{user}``; prompts:
 ``greet`` (argument ``name``) and ``confidential``; ``register_note`` adds ``notes://extra`` and sends
@@ -23,7 +25,13 @@ _DOWN_FILE = os.environ.get("UPSTREAM_DOWN_FILE")
 if __name__ == "__main__" and _DOWN_FILE and os.path.exists(_DOWN_FILE):
     sys.exit(3)
 
+import asyncio  # noqa: E402
+import secrets  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+from typing import Any  # noqa: E402
+
 import anyio  # noqa: E402
+from mcp import MCPError  # noqa: E402
 from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
 from mcp_types import Icon, Tool, ToolAnnotations, ToolExecution  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
@@ -40,7 +48,8 @@ class _Server(MCPServer):
 
     async def list_tools(self) -> list[Tool]:
         tools = await super().list_tools()
-        return [t.model_copy(update={"execution": ToolExecution(task_support="optional")}) if t.name == "weather"
+        support = {"weather": "optional", "research": "required"}
+        return [t.model_copy(update={"execution": ToolExecution(task_support=support[t.name])}) if t.name in support
                 else t for t in tools]
 
 
@@ -180,6 +189,93 @@ async def register_note(ctx: Context) -> str:
     await ctx.session.send_resource_list_changed()
     return "registered"
 
+
+@server.tool()
+async def research(topic: str, seconds: float = 1.0, marker: str = "", extension_shape: bool = False) -> str:
+    """A report on ``topic`` after ``seconds``; called only as a task (the listing says so, ``_Tasks`` enforces it)."""
+    raise AssertionError("research runs through _Tasks")
+
+
+class _Tasks:
+    """Just enough of the 2025-11-25 tasks for ``research``: tools/call with ``task``, tasks/get|result|cancel.
+
+    The SDK's server has no tasks, and its result check would refuse a CreateTaskResult from a tool handler, so a
+    middleware answers a task-augmented tools/call itself.
+    """
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, dict[str, Any]] = {}
+        self.runs: dict[str, asyncio.Task[None]] = {}
+        low = server._lowlevel_server
+        low.middleware.append(self.middleware)
+        for method in ("tasks/get", "tasks/result", "tasks/cancel"):
+            low.add_request_handler(method, _TaskId, getattr(self, method.split("/")[1]))
+
+    async def middleware(self, ctx: Any, call_next: Any) -> Any:
+        params = ctx.params or {}
+        if ctx.method != "tools/call" or params.get("name") != "research":
+            return await call_next(ctx)
+        if "task" not in params:  # the spec's answer to a task-only tool called without a task
+            raise MCPError(code=-32601, message="research must be called as a task")
+        args = params.get("arguments") or {}
+        now = datetime.now(UTC).isoformat()
+        task = {"taskId": secrets.token_hex(8), "status": "working", "createdAt": now, "lastUpdatedAt": now,
+                "ttl": params["task"].get("ttl"), "pollInterval": 100}
+        self.tasks[task["taskId"]] = task
+        self.runs[task["taskId"]] = asyncio.ensure_future(self.work(task, args))
+        if args.get("extension_shape"):  # answer as the 2026-07-28 tasks extension does (polled with tasks/get)
+            task["extension_shape"] = True
+            return {"resultType": "task", **task, "ttlMs": task.pop("ttl"), "pollIntervalMs": task.pop("pollInterval")}
+        return {"task": task}
+
+    async def work(self, task: dict[str, Any], args: dict[str, Any]) -> None:
+        marker = args.get("marker") or os.devnull
+        with open(marker, "w") as f:
+            f.write("started")
+        try:
+            await asyncio.sleep(float(args.get("seconds", 1.0)))
+        except asyncio.CancelledError:
+            with open(marker, "w") as f:
+                f.write("cancelled")
+            raise
+        with open(marker, "w") as f:
+            f.write("done")
+        report = f"report on {args.get('topic')}"  # fits research's outputSchema, as its direct call would
+        task["result"] = {"content": [{"type": "text", "text": report}], "structuredContent": {"result": report},
+                          "isError": False}
+        task["status"] = "completed"
+
+    def find(self, task_id: str) -> dict[str, Any]:
+        if task_id not in self.tasks:
+            raise MCPError(code=-32602, message="no such task")
+        return self.tasks[task_id]
+
+    async def get(self, ctx: Any, params: _TaskId) -> dict[str, Any]:
+        task = self.find(params.taskId)
+        if task.get("extension_shape"):  # the result inline once completed
+            return {k: v for k, v in task.items() if k != "extension_shape"}
+        return {k: v for k, v in task.items() if k != "result"}
+
+    async def result(self, ctx: Any, params: _TaskId) -> dict[str, Any]:
+        task = self.find(params.taskId)
+        run = self.runs[params.taskId]
+        await asyncio.wait({run})
+        if task["status"] != "completed":
+            raise MCPError(code=-32603, message=f"task {task['status']}")
+        return {**task["result"], "_meta": {"io.modelcontextprotocol/related-task": {"taskId": task["taskId"]}}}
+
+    async def cancel(self, ctx: Any, params: _TaskId) -> dict[str, Any]:
+        task = self.find(params.taskId)
+        self.runs[params.taskId].cancel()
+        task["status"] = "cancelled"
+        return {k: v for k, v in task.items() if k != "result"}
+
+
+class _TaskId(BaseModel):
+    taskId: str  # the wire name
+
+
+_Tasks()
 
 if __name__ == "__main__":
     server.run()
