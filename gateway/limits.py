@@ -113,6 +113,19 @@ MAX_ID_CHARS = 256
 # many agents behind one key, far below the SDK's 10,000 for the whole server.
 DEFAULT_MAX_SESSIONS_PER_PRINCIPAL = 100
 
+# Open `subscriptions/listen` streams (MCP 2026-07-28 change notifications). Each holds an open HTTP
+# response; an agent needs one or two, so a key may hold a few dozen, and all of them together stay
+# at half the default connection cap (DEFAULT_MAX_CONNECTIONS), leaving the rest for calls.
+MAX_LISTEN_STREAMS_PER_PRINCIPAL = 32
+MAX_LISTEN_STREAMS = 256
+
+# How long a 2026-07-28 client may reuse a tools/list result (`ttlMs`). The list depends on the
+# principal, the policy revision and the upstreams, so it is always `cacheScope: private`; short,
+# because a client that does not listen for changes sees a reload's effect only after this long
+# (a call to a tool that was hidden meanwhile is refused by policy all the same), and long enough
+# that an agent's turn of several calls does not list the tools again for each one.
+TOOL_LIST_TTL_MS = 5_000
+
 # Calls one principal may have running at once when `limits.per_principal.max_concurrent_calls`
 # is not set (held calls waiting for approval count): one key cannot take every upstream connection.
 DEFAULT_MAX_CONCURRENT_CALLS = 256

@@ -23,9 +23,10 @@ from starlette.requests import Request
 
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
+from gateway.frontends.mcp_listen import ToolListeners
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.frontends.runs import CLIENT_INFO_META, client_of, explicit_run_id, resolve_run
-from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, MAX_CACHED_SESSIONS
+from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, MAX_CACHED_SESSIONS, TOOL_LIST_TTL_MS
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import Progress, call_id_of, gave_call_id, iteration_of
 from gateway.upstreams.base import ToolProgress
@@ -54,8 +55,11 @@ class McpFrontend:
     def __init__(self, gateway: Gateway, *,
                  max_sessions_per_principal: int = DEFAULT_MAX_SESSIONS_PER_PRINCIPAL) -> None:
         self.gateway = gateway
+        # 2026-07-28 clients hear of tool-list changes on subscriptions/listen streams, each filtered per principal.
+        self.listeners = ToolListeners(gateway.visible_tools)
         self.server = _GatewayServer("agent-policy-gateway", version="0.1.0",
-                                     on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+                                     on_list_tools=self._list_tools, on_call_tool=self._call_tool,
+                                     on_subscriptions_listen=self.listeners)
         self.sessions = CappedSessions(self.server, max_sessions_per_principal)
         self.endpoint = SessionCap(StreamableHTTPASGIApp(self.sessions), self.sessions)
         # MCP session id → its latest request's ServerSession. The SDK builds a ServerSession per
@@ -63,6 +67,9 @@ class McpFrontend:
         # connection's standalone stream after its request ended.
         self._peers: OrderedDict[str, Any] = OrderedDict()
         gateway.registry.on_change(self._tools_changed)
+        gateway.registry.on_change(self.listeners.changed)
+        # A reload can show or hide tools: both eras are told (listen streams only when their list changed).
+        gateway.policies.swap_listeners.extend([self._tools_changed, self.listeners.changed])
 
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any],
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
@@ -78,7 +85,8 @@ class McpFrontend:
                 "outputSchema": spec.output_schema, "icons": list(spec.icons) or None,
                 "execution": spec.execution, "_meta": spec.meta,
             }))
-        return types.ListToolsResult(tools=tools)
+        # The list is this principal's (policies filter it): never to be shared from a cache across principals.
+        return types.ListToolsResult(tools=tools, ttl_ms=TOOL_LIST_TTL_MS, cache_scope="private")
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:
