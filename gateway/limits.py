@@ -255,5 +255,17 @@ UPSTREAM_RETRY_MAX_SECONDS = 60.0
 UPSTREAM_CHECK_SECONDS = 5.0
 UPSTREAM_CHECK_TIMEOUT_SECONDS = 5.0
 
+# A 2026-07-28 MCP upstream's subscriptions/listen stream that ended is opened again after this
+# long (then its tools are listed again): quick to recover, slow enough not to spin on a server
+# that closes every stream at once.
+UPSTREAM_LISTEN_RETRY_SECONDS = 1.0
+
+# An MCP upstream's event stream that the SDK closes before its end is read on for at most this
+# long and this many bytes, so that a stream about to end hands its connection back to the pool
+# (gateway/upstreams/keepalive.py). A server ends a call's stream right after the result: a few
+# milliseconds and bytes; anything longer is a stream that is not ending and is closed.
+UPSTREAM_DRAIN_SECONDS = 0.2
+UPSTREAM_DRAIN_BYTES = 64 * 1024
+
 # While an upstream stays down, its failures are not logged one per retry: one summary line this often.
 UPSTREAM_DOWN_SUMMARY_SECONDS = 300.0

@@ -253,6 +253,8 @@ class McpUpstreamSpec(_Strict):
     timeout: str | int | float = "30s"
     # The gateway's variables a stdio server also gets (it starts from a minimal environment).
     env_passthrough: list[Annotated[str, Field(pattern=ENV_NAME_PATTERN)]] = Field(default_factory=list)
+    # The MCP era spoken to this server: "auto" tries 2026-07-28 and falls back to the handshake.
+    protocol: Literal["auto", "legacy", "2026-07-28"] = "auto"
 
     _timeout = field_validator("timeout")(_duration)
 

@@ -24,6 +24,8 @@ from gateway.errors import UpstreamDown, UpstreamError, UpstreamNotReached
 from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, resolve_command
 from gateway.upstreams.environment import child_environment
+from gateway.upstreams.keepalive import DrainOnClose
+from gateway.upstreams.mcp_eras import follow_tool_changes
 
 __all__ = ["McpUpstream"]
 
@@ -39,8 +41,10 @@ class McpUpstream:
     def __init__(self, name: str, *, url: str | None = None, headers: Mapping[str, str] | None = None,
                  command: str | None = None, args: list[str] | None = None,
                  env: Mapping[str, str] | None = None, cwd: Path | None = None,
-                 env_passthrough: Iterable[str] = (), max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+                 env_passthrough: Iterable[str] = (), max_response_bytes: int = MAX_RESPONSE_BYTES,
+                 protocol: str = "auto") -> None:
         self.name = name
+        self.protocol = protocol  # the SDK client's mode: "auto", "legacy" or a 2026-era version
         self.max_response_bytes = max_response_bytes
         self._url = url
         self._headers = dict(headers or {})
@@ -59,6 +63,11 @@ class McpUpstream:
 
     def tools(self) -> list[UpstreamTool]:
         return list(self._tools)
+
+    @property
+    def protocol_version(self) -> str | None:
+        """The MCP version spoken on the open connection (None when not connected)."""
+        return self._client.protocol_version if self._client is not None else None
 
     def on_tools_changed(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)
@@ -93,10 +102,12 @@ class McpUpstream:
                         transport=_CappedTransport(httpx2.AsyncHTTPTransport(), self.max_response_bytes)))
                     transport = streamable_http_client(self._url, http_client=http,
                                                        max_sse_event_size=self.max_response_bytes)
+                # No response cache: the gateway lists tools when it means to (start, changes, health checks).
                 client = await stack.enter_async_context(
-                    Client(transport, mode="legacy", message_handler=self._on_message))
+                    Client(transport, mode=self.protocol, message_handler=self._on_message, cache=None))
                 self._client = client
                 self._tools = await self._fetch_tools(client)
+                await follow_tool_changes(stack, client, self.name, self._refresh)
                 ready.set_result(None)
                 await self._stop.wait()
         except BaseException as exc:  # an ExceptionGroup from the SDK's task groups, or a launch failure
@@ -214,7 +225,10 @@ class _CappedTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self._inner.handle_async_request(request)
-        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            assert isinstance(response.stream, httpx2.AsyncByteStream)
+            response.stream = DrainOnClose(response.stream)  # closed early by the SDK: keep the connection
+        else:
             assert isinstance(response.stream, httpx2.AsyncByteStream)
             declared = response.headers.get("content-length", "")
             response.stream = _CappedStream(response.stream, self._limit, int(declared) if declared.isdigit() else 0)
