@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
@@ -25,7 +26,7 @@ from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, resolve_command
 from gateway.upstreams.environment import child_environment
 from gateway.upstreams.keepalive import DrainOnClose
-from gateway.upstreams.mcp_eras import follow_tool_changes
+from gateway.upstreams.mcp_eras import connect, follow_tool_changes
 
 __all__ = ["McpUpstream"]
 
@@ -44,7 +45,7 @@ class McpUpstream:
                  env_passthrough: Iterable[str] = (), max_response_bytes: int = MAX_RESPONSE_BYTES,
                  protocol: str = "auto") -> None:
         self.name = name
-        self.protocol = protocol  # the SDK client's mode: "auto", "legacy" or a 2026-era version
+        self.protocol = protocol  # which MCP era to speak (mcp_eras.PROTOCOLS)
         self.max_response_bytes = max_response_bytes
         self._url = url
         self._headers = dict(headers or {})
@@ -92,19 +93,17 @@ class McpUpstream:
         client: Client | None = None
         try:
             async with contextlib.AsyncExitStack() as stack:
-                transport: Any
+                transport: Callable[[], Any]  # a fresh one per connection attempt (each is entered once)
                 if self._stdio is not None:
-                    transport = self._stdio
+                    transport = functools.partial(StdioServerParameters.model_copy, self._stdio)
                 else:
                     assert self._url is not None
                     http = await stack.enter_async_context(httpx2.AsyncClient(
                         headers=self._headers, timeout=httpx2.Timeout(30, read=300),
                         transport=_CappedTransport(httpx2.AsyncHTTPTransport(), self.max_response_bytes)))
-                    transport = streamable_http_client(self._url, http_client=http,
-                                                       max_sse_event_size=self.max_response_bytes)
-                # No response cache: the gateway lists tools when it means to (start, changes, health checks).
-                client = await stack.enter_async_context(
-                    Client(transport, mode=self.protocol, message_handler=self._on_message, cache=None))
+                    transport = functools.partial(streamable_http_client, self._url, http_client=http,
+                                                  max_sse_event_size=self.max_response_bytes)
+                client = await connect(stack, transport, self.protocol, self.name, self._on_message)
                 self._client = client
                 self._tools = await self._fetch_tools(client)
                 await follow_tool_changes(stack, client, self.name, self._refresh)

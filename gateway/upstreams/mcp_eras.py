@@ -1,8 +1,17 @@
 """The MCP era an upstream speaks, and how its tool-list changes reach the gateway in each.
 
-The gateway connects with the SDK's ``mode="auto"`` by default: a ``server/discover`` probe, and the
-2026-07-28 protocol if the server answers it, else the ``initialize`` handshake. A handshake-era
-server sends ``notifications/tools/list_changed`` on its session; a 2026-07-28 server sends change
+``mcp.protocol`` in the config chooses (``PROTOCOLS``):
+
+- ``auto`` (the default): the ``initialize`` handshake when the server offers it, else 2026-07-28
+  (a server that refuses the handshake is connected again with the SDK's ``server/discover``
+  probe). The handshake era comes first because the gateway relays what only that era carries
+  from an upstream: a tool's ``execution`` (task support) and tasks, requests to the client
+  (sampling, elicitation, roots) and log levels. A server that speaks both loses nothing by it.
+- ``newest``: 2026-07-28 when the server answers ``server/discover``, else the handshake (the SDK's
+  ``mode="auto"``).
+- ``legacy`` or ``2026-07-28``: that era only.
+
+A handshake-era server sends ``notifications/tools/list_changed`` on its session; a 2026-07-28 server sends change
 notifications only on ``subscriptions/listen`` streams, so on such a connection the gateway keeps
 one open (``follow_tool_changes``), re-opening it if it drops (there is no replay: a re-opened
 stream is followed by a fresh tools/list).
@@ -13,18 +22,54 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 import mcp_types as types
 from mcp import Client, MCPError
+from mcp.client.session import MessageHandlerFnT
 from mcp.client.subscriptions import SubscriptionLost
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.limits import UPSTREAM_LISTEN_RETRY_SECONDS
 
-__all__ = ["follow_tool_changes", "is_modern"]
+__all__ = ["PROTOCOLS", "connect", "follow_tool_changes", "is_modern"]
 
 log = logging.getLogger("gateway.upstreams.mcp")
+
+
+# config value → the SDK client modes tried in turn (the next only when the server refused the previous).
+PROTOCOLS: dict[str, tuple[str, ...]] = {
+    "auto": ("legacy", "auto"),
+    "newest": ("auto",),
+    "legacy": ("legacy",),
+    "2026-07-28": ("2026-07-28",),
+}
+
+
+async def connect(stack: contextlib.AsyncExitStack, transport: Callable[[], Any], protocol: str, name: str,
+                  message_handler: MessageHandlerFnT) -> Client:
+    """An SDK client entered on ``stack``, in the first era of ``protocol`` the server accepts."""
+    modes = PROTOCOLS[protocol]
+    for mode in modes[:-1]:
+        try:
+            # No response cache: the gateway lists tools when it means to (start, changes, health checks).
+            return await stack.enter_async_context(
+                Client(transport(), mode=mode, message_handler=message_handler, cache=None))
+        except Exception as exc:
+            refusal = _refusal(exc)
+            if refusal is None:  # not an answer (no process, no connection): no other era will do better
+                raise
+            log.info("upstream %s refused the %s era (%s); trying the next", name, mode, refusal)
+    return await stack.enter_async_context(
+        Client(transport(), mode=modes[-1], message_handler=message_handler, cache=None))
+
+
+def _refusal(exc: BaseException) -> MCPError | None:
+    """The server's JSON-RPC error in ``exc`` (the SDK may wrap it in exception groups), if it is one."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, MCPError) and exc.code != types.CONNECTION_CLOSED else None
 
 
 def is_modern(client: Client) -> bool:

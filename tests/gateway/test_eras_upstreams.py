@@ -1,11 +1,12 @@
-"""The upstream side of the two MCP eras: each MCP upstream is spoken to in the newest era it offers
-(2026-07-28 when it answers ``server/discover``, else the ``initialize`` handshake, or what its config
-pins), over one connection kept open and reused for every call, and its tool-list changes reach the
-gateway's clients in both eras.
+"""The upstream side of the two MCP eras: each MCP upstream is spoken to in the era its config asks
+(``auto``: the handshake when offered, else 2026-07-28; ``newest``: 2026-07-28 when offered, else the
+handshake; or one pinned), over one connection kept open and reused for every call, and its tool-list
+changes reach the gateway's clients in both eras.
 
 Upstreams: our stdio test server (the SDK's server: both eras), server-everything over stdio
 (handshake only), and an SDK server over streamable HTTP on loopback, served here, that records
-every request it gets (method, TCP connection, session id).
+every request it gets (method, TCP connection, session id), optionally refusing the handshake era
+as a server that speaks only 2026-07-28 does.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ import pytest_asyncio
 from loopback import serve_app
 from mcp.client.subscriptions import ToolsListChanged
 from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.upstreams.mcp import McpUpstream
 
 MODERN = "2026-07-28"
+HANDSHAKE = "2025-11-25"
 OPEN = "policy: p\nrules: []\n"
 CALLS = 12
 
@@ -81,6 +85,27 @@ class _Recorder:
         await self.app(scope, replay, send)
 
 
+class _ModernOnly:
+    """ASGI middleware making a server speak 2026-07-28 only, as the spec says such a server answers older
+    clients: GET and DELETE get 405, a POST without a 2026-era version header gets 400 UnsupportedProtocolVersion."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            version = dict(scope["headers"]).get(b"mcp-protocol-version", b"").decode()
+            if scope["method"] != "POST":
+                await Response(status_code=405, headers={"Allow": "POST"})(scope, receive, send)
+                return
+            if version != MODERN:
+                await JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
+                    "code": UNSUPPORTED_PROTOCOL_VERSION, "message": "Unsupported protocol version",
+                    "data": {"supported": [MODERN], "requested": version}}}, status_code=400)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _http_server() -> MCPServer:
     server = MCPServer("http-upstream", version="0.1.0")
 
@@ -115,6 +140,15 @@ async def http_upstream() -> AsyncIterator[tuple[str, Seen]]:
         yield f"{url}/mcp", seen
 
 
+@pytest_asyncio.fixture(loop_scope="session")
+async def modern_only_upstream() -> AsyncIterator[tuple[str, Seen]]:
+    """The same server, refusing the handshake era."""
+    seen = Seen()
+    app = _http_server().streamable_http_app()
+    async with serve_app(_Recorder(_ModernOnly(app), seen)) as url:
+        yield f"{url}/mcp", seen
+
+
 async def _async(value: bool) -> bool:
     return value
 
@@ -125,9 +159,10 @@ def _upstream(gateway: Any, name: str) -> McpUpstream:
     return found[0]
 
 
-@pytest.mark.parametrize(("protocol", "era"), [("auto", MODERN), ("legacy", "2025-11-25")])
+@pytest.mark.parametrize(("protocol", "era", "probes"), [
+    ("auto", HANDSHAKE, 0), ("legacy", HANDSHAKE, 0), ("newest", MODERN, 1), (MODERN, MODERN, 0)])
 async def test_an_http_upstream_gets_one_connection_reused_for_every_call(
-        protocol, era, http_upstream, start_gateway, configs, connect_mcp):
+        protocol, era, probes, http_upstream, start_gateway, configs, connect_mcp):
     url, seen = http_upstream
     gateway = await start_gateway(configs.base({"name": "web", "mcp": {"url": url, "protocol": protocol}}),
                                   {"p.yaml": OPEN})
@@ -142,8 +177,8 @@ async def test_an_http_upstream_gets_one_connection_reused_for_every_call(
 
     methods = seen.methods()
     assert methods.count("tools/call") == 2 * CALLS
-    if era == MODERN:  # one probe at connect, no handshake
-        assert (methods.count("server/discover"), methods.count("initialize")) == (1, 0)
+    if era == MODERN:  # a probe at connect unless the era is pinned, no handshake
+        assert (methods.count("server/discover"), methods.count("initialize")) == (probes, 0)
     else:  # the handshake once; every call in its one session
         assert methods.count("initialize") == 1
         assert len(seen.sessions("tools/call")) == 1 and None not in seen.sessions("tools/call")
@@ -151,20 +186,39 @@ async def test_an_http_upstream_gets_one_connection_reused_for_every_call(
     assert later <= opened, f"sequential calls opened {len(later - opened)} new connections"
 
 
-async def test_each_stdio_upstream_speaks_its_newest_era_and_keeps_its_process(
+async def test_each_stdio_upstream_speaks_the_era_its_config_asks_and_keeps_its_process(
         start_gateway, configs, connect_mcp):
-    gateway = await start_gateway(configs.base(configs.mcp_upstream("up"), configs.everything_upstream("ev")),
-                                  {"p.yaml": OPEN})
-    assert _upstream(gateway, "up").protocol_version == MODERN  # the SDK's server answers server/discover
-    assert _upstream(gateway, "ev").protocol_version != MODERN  # server-everything: the handshake
+    gateway = await start_gateway(configs.base(
+        configs.mcp_upstream("up"), configs.mcp_upstream("new", protocol="newest"),
+        configs.everything_upstream("ev", protocol="newest")), {"p.yaml": OPEN})
+    assert _upstream(gateway, "up").protocol_version == HANDSHAKE  # offers both: the handshake comes first
+    assert _upstream(gateway, "new").protocol_version == MODERN  # the SDK's server answers server/discover
+    assert _upstream(gateway, "ev").protocol_version == HANDSHAKE  # server-everything does not: the fallback
     async with connect_mcp(gateway, "alice", mode="legacy") as conn:
-        pids = {(await conn.call("up_pid")).content[0].text for _ in range(CALLS)}
+        pids = {(await conn.call(f"{name}_pid")).content[0].text for _ in range(CALLS) for name in ("up", "new")}
         summed = await conn.call("ev_get-sum", {"a": 2, "b": 40})
-    assert len(pids) == 1  # one process, one session, for every call
+    assert len(pids) == 2  # one process (one session) per upstream, for every call
     assert "42" in summed.content[0].text
 
 
-@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+async def test_a_server_that_refuses_the_handshake_is_spoken_to_in_2026(
+        modern_only_upstream, start_gateway, configs, connect_mcp, until):
+    url, seen = modern_only_upstream
+    gateway = await start_gateway(configs.base({"name": "web", "mcp": {"url": url}}), {"p.yaml": OPEN})
+
+    assert _upstream(gateway, "web").protocol_version == MODERN
+    assert seen.methods()[:2] == ["initialize", "server/discover"]  # refused, then the probe
+    async with connect_mcp(gateway, "bob", mode="legacy") as conn:
+        assert (await conn.call("web_echo", {"text": "hi"})).content[0].text == "hi"
+        assert (await conn.call("web_grow")).content[0].text == "grown"
+
+        async def listed() -> bool:
+            return "web_later" in await conn.tool_names()
+
+        await until(listed)  # heard on the listen stream the gateway keeps open at the upstream
+
+
+@pytest.mark.parametrize("protocol", ["auto", "newest"])
 @pytest.mark.parametrize("client_mode", ["legacy", MODERN])
 async def test_an_http_upstreams_list_change_reaches_clients_in_both_eras(
         protocol, client_mode, http_upstream, start_gateway, configs, connect_mcp, until):
@@ -172,7 +226,7 @@ async def test_an_http_upstreams_list_change_reaches_clients_in_both_eras(
     gateway = await start_gateway(configs.base({"name": "web", "mcp": {"url": url, "protocol": protocol}}),
                                   {"p.yaml": OPEN})
     # at 2026-07-28 the gateway hears of changes on a listen stream it keeps open at the upstream
-    if protocol == "auto":
+    if protocol == "newest":
         await until(lambda: _async("subscriptions/listen" in seen.methods()))
     else:
         assert "subscriptions/listen" not in seen.methods()
