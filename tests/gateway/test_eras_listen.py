@@ -140,3 +140,12 @@ async def test_listen_streams_are_capped_per_principal(shared_gateway, connect_m
     # closed streams free their places
     async with _listening(connect_mcp, shared_gateway, "alice"):
         pass
+
+
+async def test_only_tool_list_changes_are_acknowledged(shared_gateway, connect_mcp):
+    async with connect_mcp(shared_gateway, "alice", mode=MODERN) as conn, conn.client.listen(
+            tools_list_changed=True, prompts_list_changed=True, resources_list_changed=True,
+            resource_subscriptions=["file:///x"]) as sub:
+        assert sub.honored.tools_list_changed is True
+        assert (sub.honored.prompts_list_changed, sub.honored.resources_list_changed,
+                sub.honored.resource_subscriptions) == (None, None, None)
