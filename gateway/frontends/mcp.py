@@ -23,7 +23,7 @@ from starlette.requests import Request
 
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
-from gateway.frontends.mcp_listen import ToolListeners
+from gateway.frontends.mcp_listen import SessionViews, ToolListeners
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.frontends.runs import CLIENT_INFO_META, client_of, explicit_run_id, resolve_run
 from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, MAX_CACHED_SESSIONS, TOOL_LIST_TTL_MS
@@ -57,6 +57,7 @@ class McpFrontend:
         self.gateway = gateway
         # 2026-07-28 clients hear of tool-list changes on subscriptions/listen streams, each filtered per principal.
         self.listeners = ToolListeners(gateway.visible_tools)
+        self._views = SessionViews(gateway.visible_tools)  # handshake-era sessions: told only of their own list
         self.server = _GatewayServer("agent-policy-gateway", version="0.1.0",
                                      on_list_tools=self._list_tools, on_call_tool=self._call_tool,
                                      on_subscriptions_listen=self.listeners)
@@ -143,12 +144,14 @@ class McpFrontend:
             return
         self._peers[session_id] = ctx.session
         self._peers.move_to_end(session_id)
+        self._views.remember(session_id, identity_of(_http(ctx).scope).principal)
         while len(self._peers) > MAX_CACHED_SESSIONS:
             self._peers.popitem(last=False)
 
     def _tools_changed(self) -> None:
-        for session_id, session in list(self._peers.items()):
-            _spawn(self._notify(session_id, session))
+        peers = dict(self._peers)
+        for session_id in self._views.changed(peers):
+            _spawn(self._notify(session_id, peers[session_id]))
 
     async def _notify(self, session_id: str, session: Any) -> None:
         try:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,10 +28,10 @@ from mcp.server import ServerRequestContext
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY, ToolsListChanged, event_to_notification
 
 from gateway.frontends.identity import identity_of
-from gateway.limits import MAX_LISTEN_STREAMS, MAX_LISTEN_STREAMS_PER_PRINCIPAL
+from gateway.limits import MAX_CACHED_SESSIONS, MAX_LISTEN_STREAMS, MAX_LISTEN_STREAMS_PER_PRINCIPAL
 from gateway.policy.call import Principal
 
-__all__ = ["ToolListeners"]
+__all__ = ["SessionViews", "ToolListeners"]
 
 log = logging.getLogger("gateway.frontends.mcp_listen")
 
@@ -125,3 +126,38 @@ class ToolListeners:
         finally:
             self._streams.discard(stream)
         return types.SubscriptionsListenResult(_meta=meta)
+
+
+class SessionViews:
+    """The same rule for handshake-era sessions: which of them now see a different tool list."""
+
+    def __init__(self, visible: Callable[[Principal], Sequence[Any]], limit: int = MAX_CACHED_SESSIONS) -> None:
+        self._visible = visible
+        self._limit = limit
+        self._views: OrderedDict[str, tuple[Principal, View]] = OrderedDict()
+
+    def remember(self, session_id: str, principal: Principal) -> None:
+        """Note the principal of a session (and the list it can see, the first time)."""
+        if session_id not in self._views:
+            self._views[session_id] = (principal, tuple(self._visible(principal)))
+        self._views.move_to_end(session_id)
+        while len(self._views) > self._limit:
+            self._views.popitem(last=False)
+
+    def changed(self, session_ids: Iterable[str]) -> list[str]:
+        """The sessions whose principal now sees another list than they were last told of (unknown ones too)."""
+        lists: dict[str, View] = {}
+        out = []
+        for session_id in session_ids:
+            known = self._views.get(session_id)
+            if known is None:
+                out.append(session_id)
+                continue
+            principal, view = known
+            key = _principal_key(principal)
+            if key not in lists:
+                lists[key] = tuple(self._visible(principal))
+            if not _same(lists[key], view):
+                self._views[session_id] = (principal, lists[key])
+                out.append(session_id)
+        return out

@@ -149,3 +149,30 @@ async def test_only_tool_list_changes_are_acknowledged(shared_gateway, connect_m
         assert sub.honored.tools_list_changed is True
         assert (sub.honored.prompts_list_changed, sub.honored.resources_list_changed,
                 sub.honored.resource_subscriptions) == (None, None, None)
+
+
+async def test_a_handshake_session_is_told_only_of_changes_to_its_own_list(start_gateway, configs, connect_mcp, until):
+    gateway = await start_gateway(configs.base(configs.mcp_upstream("up")), {"p.yaml": OPEN})
+    async with connect_mcp(gateway, "alice", mode="legacy") as alice, connect_mcp(gateway, "bob", mode="legacy") as bob:
+        assert "up_secret" in await alice.tool_names() and "up_secret" in await bob.tool_names()
+
+        def told(conn: Any) -> int:
+            return sum(isinstance(m, types.ToolListChangedNotification) for m in conn.notifications)
+
+        (gateway.root / "policies" / "p.yaml").write_text(SECRET_FOR_ADMINS, encoding="utf-8")
+
+        async def bob_told() -> bool:
+            return told(bob) == 1
+
+        await until(bob_told)
+        assert "up_secret" not in await bob.tool_names()
+        await asyncio.sleep(0.5)
+        assert told(alice) == 0
+
+        # an upstream change alice can see tells both
+        await alice.call("up_register_extra")
+
+        async def both_told() -> bool:
+            return told(alice) == 1 and told(bob) == 2
+
+        await until(both_told)
