@@ -27,6 +27,7 @@ from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.errors import ConfigError
 from gateway.upstreams.mcp import McpUpstream
 
 MODERN = "2026-07-28"
@@ -246,3 +247,12 @@ async def test_an_http_upstreams_list_change_reaches_clients_in_both_eras(
                 await until(told)
         assert "web_later" in await conn.tool_names()
         assert (await conn.call("web_later", {"text": "x"})).content[0].text == "later:x"
+
+
+def test_an_unknown_protocol_is_a_config_error(tmp_path, configs):
+    upstream = {"name": "web", "mcp": {"url": "http://127.0.0.1:9/mcp", "protocol": "2025-11-25"}}
+    path = configs.write(tmp_path, configs.base(upstream), {"p.yaml": OPEN})
+
+    with pytest.raises(ConfigError) as caught:
+        configs.load(path)
+    assert "protocol" in str(caught.value)
