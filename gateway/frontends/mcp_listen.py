@@ -46,7 +46,6 @@ class _Stream:
     view: View
     tools: bool  # the client asked for tool-list changes
     wake: anyio.Event = field(default_factory=anyio.Event)
-    closed: bool = False
 
 
 def _principal_key(principal: Principal) -> str:
@@ -86,15 +85,9 @@ class ToolListeners:
                 stream.view = views[key]
                 stream.wake.set()
 
-    def close(self) -> None:
-        """End every stream gracefully (each sends its final result)."""
-        for stream in list(self._streams):
-            stream.closed = True
-            stream.wake.set()
-
     async def __call__(self, ctx: ServerRequestContext[Any, Any],
                        params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
-        """Serve one listen stream until the client goes away (or ``close``)."""
+        """Serve one listen stream until the client goes away (there is no graceful end: no result is sent)."""
         subscription_id = ctx.request_id
         if subscription_id is None:
             raise MCPError(types.INVALID_REQUEST, "subscriptions/listen requires a request id")
@@ -119,13 +112,10 @@ class ToolListeners:
             while True:
                 await stream.wake.wait()
                 stream.wake = anyio.Event()
-                if stream.closed:
-                    break
                 await ctx.session.send_notification(event_to_notification(ToolsListChanged(), meta),
                                                     related_request_id=subscription_id)
-        finally:
+        finally:  # the client went away: the SDK cancels this handler
             self._streams.discard(stream)
-        return types.SubscriptionsListenResult(_meta=meta)
 
 
 class SessionViews:
