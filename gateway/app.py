@@ -65,7 +65,7 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
             spec.name, url=m.url, headers={k: resolve_secret(v, base) for k, v in m.headers.items()},
             command=m.command, args=m.args, env={k: resolve_secret(v, base) for k, v in m.env.items()},
             cwd=config.path(m.cwd) if m.cwd else base, env_passthrough=m.env_passthrough,
-            max_response_bytes=config.spec.limits.max_response_bytes,
+            max_response_bytes=config.spec.limits.max_response_bytes, protocol=m.protocol,
         )
     http: HttpUpstream
     if spec.http is not None:

@@ -113,6 +113,19 @@ MAX_ID_CHARS = 256
 # many agents behind one key, far below the SDK's 10,000 for the whole server.
 DEFAULT_MAX_SESSIONS_PER_PRINCIPAL = 100
 
+# Open `subscriptions/listen` streams (MCP 2026-07-28 change notifications). Each holds an open HTTP
+# response; an agent needs one or two, so a key may hold a few dozen, and all of them together stay
+# at half the default connection cap (DEFAULT_MAX_CONNECTIONS), leaving the rest for calls.
+MAX_LISTEN_STREAMS_PER_PRINCIPAL = 32
+MAX_LISTEN_STREAMS = 256
+
+# How long a 2026-07-28 client may reuse a tools/list result (`ttlMs`). The list depends on the
+# principal, the policy revision and the upstreams, so it is always `cacheScope: private`; short,
+# because a client that does not listen for changes sees a reload's effect only after this long
+# (a call to a tool that was hidden meanwhile is refused by policy all the same), and long enough
+# that an agent's turn of several calls does not list the tools again for each one.
+TOOL_LIST_TTL_MS = 5_000
+
 # Calls one principal may have running at once when `limits.per_principal.max_concurrent_calls`
 # is not set (held calls waiting for approval count): one key cannot take every upstream connection.
 DEFAULT_MAX_CONCURRENT_CALLS = 256
@@ -241,6 +254,18 @@ UPSTREAM_RETRY_MAX_SECONDS = 60.0
 # an HTTP service, an MCP ping), and each check may take at most UPSTREAM_CHECK_TIMEOUT_SECONDS.
 UPSTREAM_CHECK_SECONDS = 5.0
 UPSTREAM_CHECK_TIMEOUT_SECONDS = 5.0
+
+# A 2026-07-28 MCP upstream's subscriptions/listen stream that ended is opened again after this
+# long (then its tools are listed again): quick to recover, slow enough not to spin on a server
+# that closes every stream at once.
+UPSTREAM_LISTEN_RETRY_SECONDS = 1.0
+
+# An MCP upstream's event stream that the SDK closes before its end is read on for at most this
+# long and this many bytes, so that a stream about to end hands its connection back to the pool
+# (gateway/upstreams/keepalive.py). A server ends a call's stream right after the result: a few
+# milliseconds and bytes; anything longer is a stream that is not ending and is closed.
+UPSTREAM_DRAIN_SECONDS = 0.2
+UPSTREAM_DRAIN_BYTES = 64 * 1024
 
 # While an upstream stays down, its failures are not logged one per retry: one summary line this often.
 UPSTREAM_DOWN_SUMMARY_SECONDS = 300.0

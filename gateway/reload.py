@@ -58,6 +58,8 @@ class PolicyHolder:
         self.loaded_at = now_rfc3339()
         self.last_attempt_at = self.loaded_at
         self._settler = Settler(settle, stamp)
+        # Told (on the event loop) after ``watch`` swapped in a new set: the MCP frontend re-checks tool lists.
+        self.swap_listeners: list[Callable[[], None]] = []
 
     # --- loading -----------------------------------------------------------------------------------
 
@@ -193,7 +195,9 @@ class PolicyHolder:
             await asyncio.sleep(interval)
             try:
                 # stat and compile are blocking work of a few ms; keep them off the event loop
-                await asyncio.to_thread(self.poll)
+                if await asyncio.to_thread(self.poll):
+                    for listener in self.swap_listeners:
+                        listener()
             except Exception:  # a bug here must not stop watching for good; the last good set stays
                 log.exception("policy watcher failed; keeping revision %s", self.current.revision)
 

@@ -259,6 +259,9 @@ class McpUpstreamSpec(_Strict):
     timeout: str | int | float = "30s"
     # The gateway's variables a stdio server also gets (it starts from a minimal environment).
     env_passthrough: list[Annotated[str, Field(pattern=ENV_NAME_PATTERN)]] = Field(default_factory=list)
+    # The MCP era spoken to this server (gateway/upstreams/mcp_eras.py): "auto" is the handshake when the
+    # server offers it, else 2026-07-28; "newest" the reverse; "legacy" or "2026-07-28" only that one.
+    protocol: Literal["auto", "newest", "legacy", "2026-07-28"] = "auto"
 
     _timeout = field_validator("timeout")(_duration)
 

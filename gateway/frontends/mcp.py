@@ -24,11 +24,17 @@ from starlette.requests import Request
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
 from gateway.frontends.mcp_input import input_round
+from gateway.frontends.mcp_listen import SessionViews, ToolListeners
 from gateway.frontends.mcp_resources import McpItemHandlers
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.frontends.mcp_tasks import McpTasks, listed_execution, offers_tasks, with_tasks
 from gateway.frontends.runs import CLIENT_INFO_META, client_of, explicit_run_id, resolve_run
-from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, DEFAULT_TASK_TIMEOUT_SECONDS, MAX_CACHED_SESSIONS
+from gateway.limits import (
+    DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+    DEFAULT_TASK_TIMEOUT_SECONDS,
+    MAX_CACHED_SESSIONS,
+    TOOL_LIST_TTL_MS,
+)
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.items import ItemGate
 from gateway.pipeline.request import CallOutcome, Progress, call_id_of, gave_call_id, iteration_of
@@ -61,8 +67,12 @@ class McpFrontend:
                  max_sessions_per_principal: int = DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
                  task_timeout: float = DEFAULT_TASK_TIMEOUT_SECONDS) -> None:
         self.gateway = gateway
+        # 2026-07-28 clients hear of tool-list changes on subscriptions/listen streams, each filtered per principal.
+        self.listeners = ToolListeners(gateway.visible_tools)
+        self._views = SessionViews(gateway.visible_tools)  # handshake-era sessions: told only of their own list
         self.server = _GatewayServer("agent-policy-gateway", version="0.1.0",
-                                     on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+                                     on_list_tools=self._list_tools, on_call_tool=self._call_tool,
+                                     on_subscriptions_listen=self.listeners)
         self.sessions = CappedSessions(self.server, max_sessions_per_principal)
         self.endpoint = SessionCap(StreamableHTTPASGIApp(self.sessions), self.sessions)
         self.tasks = McpTasks(self, timeout=task_timeout)  # tools/call as a task, tasks/* (mcp_tasks.py)
@@ -72,6 +82,9 @@ class McpFrontend:
         self._peers: OrderedDict[str, Any] = OrderedDict()
         gateway.registry.on_change(self._tools_changed)
         McpItemHandlers(ItemGate(gateway, ItemCatalog(gateway.registry)), self._peers).register(self.server)
+        gateway.registry.on_change(self.listeners.changed)
+        # A reload can show or hide tools: both eras are told (listen streams only when their list changed).
+        gateway.policies.swap_listeners.extend([self._tools_changed, self.listeners.changed])
 
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any],
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
@@ -88,7 +101,8 @@ class McpFrontend:
                 "outputSchema": spec.output_schema, "icons": list(spec.icons) or None,
                 "execution": listed_execution(spec.execution, task_client), "_meta": spec.meta,
             }))
-        return types.ListToolsResult(tools=tools)
+        # The list is this principal's (policies filter it): never to be shared from a cache across principals.
+        return types.ListToolsResult(tools=tools, ttl_ms=TOOL_LIST_TTL_MS, cache_scope="private")
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
@@ -156,12 +170,14 @@ class McpFrontend:
             return
         self._peers[session_id] = ctx.session
         self._peers.move_to_end(session_id)
+        self._views.remember(session_id, identity_of(_http(ctx).scope).principal)
         while len(self._peers) > MAX_CACHED_SESSIONS:
             self._peers.popitem(last=False)
 
     def _tools_changed(self) -> None:
-        for session_id, session in list(self._peers.items()):
-            _spawn(self._notify(session_id, session))
+        peers = dict(self._peers)
+        for session_id in self._views.changed(peers):
+            _spawn(self._notify(session_id, peers[session_id]))
 
     async def _notify(self, session_id: str, session: Any) -> None:
         try:

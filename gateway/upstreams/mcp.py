@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
@@ -25,6 +26,8 @@ from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, resolve_command
 from gateway.upstreams.environment import child_environment
 from gateway.upstreams.items import expose_links
+from gateway.upstreams.keepalive import DrainOnClose
+from gateway.upstreams.mcp_eras import connect, follow_tool_changes
 from gateway.upstreams.mcp_resources import McpItems
 from gateway.upstreams.mcp_tasks import call_as_task, needs_task
 
@@ -42,8 +45,10 @@ class McpUpstream:
     def __init__(self, name: str, *, url: str | None = None, headers: Mapping[str, str] | None = None,
                  command: str | None = None, args: list[str] | None = None,
                  env: Mapping[str, str] | None = None, cwd: Path | None = None,
-                 env_passthrough: Iterable[str] = (), max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+                 env_passthrough: Iterable[str] = (), max_response_bytes: int = MAX_RESPONSE_BYTES,
+                 protocol: str = "auto") -> None:
         self.name = name
+        self.protocol = protocol  # which MCP era to speak (mcp_eras.PROTOCOLS)
         self.max_response_bytes = max_response_bytes
         self._url = url
         self._headers = dict(headers or {})
@@ -63,6 +68,11 @@ class McpUpstream:
 
     def tools(self) -> list[UpstreamTool]:
         return list(self._tools)
+
+    @property
+    def protocol_version(self) -> str | None:
+        """The MCP version spoken on the open connection (None when not connected)."""
+        return self._client.protocol_version if self._client is not None else None
 
     def on_tools_changed(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)
@@ -87,21 +97,21 @@ class McpUpstream:
         client: Client | None = None
         try:
             async with contextlib.AsyncExitStack() as stack:
-                transport: Any
+                transport: Callable[[], Any]  # a fresh one per connection attempt (each is entered once)
                 if self._stdio is not None:
-                    transport = self._stdio
+                    transport = functools.partial(StdioServerParameters.model_copy, self._stdio)
                 else:
                     assert self._url is not None
                     http = await stack.enter_async_context(httpx2.AsyncClient(
                         headers=self._headers, timeout=httpx2.Timeout(30, read=300),
                         transport=_CappedTransport(httpx2.AsyncHTTPTransport(), self.max_response_bytes)))
-                    transport = streamable_http_client(self._url, http_client=http,
-                                                       max_sse_event_size=self.max_response_bytes)
-                client = await stack.enter_async_context(
-                    Client(transport, mode="legacy", message_handler=self._on_message))
+                    transport = functools.partial(streamable_http_client, self._url, http_client=http,
+                                                  max_sse_event_size=self.max_response_bytes)
+                client = await connect(stack, transport, self.protocol, self.name, self._on_message)
                 self._client = client
                 self._tools = await self._fetch_tools(client)
                 await self.items.fetch(client)
+                await follow_tool_changes(stack, client, self.name, self._refresh)
                 ready.set_result(None)
                 await self._stop.wait()
         except BaseException as exc:  # an ExceptionGroup from the SDK's task groups, or a launch failure
@@ -240,7 +250,10 @@ class _CappedTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self._inner.handle_async_request(request)
-        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            assert isinstance(response.stream, httpx2.AsyncByteStream)
+            response.stream = DrainOnClose(response.stream)  # closed early by the SDK: keep the connection
+        else:
             assert isinstance(response.stream, httpx2.AsyncByteStream)
             declared = response.headers.get("content-length", "")
             response.stream = _CappedStream(response.stream, self._limit, int(declared) if declared.isdigit() else 0)

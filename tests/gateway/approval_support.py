@@ -30,6 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from starlette.applications import Starlette
 from starlette.routing import Route
 
@@ -103,8 +104,11 @@ class CountingUpstream:
         self.runs: list[tuple[str, Json]] = []
         self.tools: dict[str, types.Tool] = {}
         self._sessions: list[Any] = []  # every client session that listed tools: told when the list changes
+        # 2026-07-28 clients (the gateway connects in that era when offered) hear of changes on listen streams
+        self._bus = InMemorySubscriptionBus()
         self.server = _ListChangedServer("counting-upstream", version="0.1.0",
-                                         on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+                                         on_list_tools=self._list_tools, on_call_tool=self._call_tool,
+                                         on_subscriptions_listen=ListenHandler(self._bus))
         self.reset()
 
     def reset(self) -> None:
@@ -131,6 +135,7 @@ class CountingUpstream:
     async def remove_tool(self, name: str) -> None:
         """Take a tool away and tell every client that listed tools."""
         del self.tools[name]
+        await self._bus.publish(ToolsListChanged())
         for session in self._sessions:
             with contextlib.suppress(Exception):  # a client that has gone away
                 await session.send_tool_list_changed()

@@ -1,0 +1,107 @@
+"""The MCP era an upstream speaks, and how its tool-list changes reach the gateway in each.
+
+``mcp.protocol`` in the config chooses (``PROTOCOLS``):
+
+- ``auto`` (the default): the ``initialize`` handshake when the server offers it, else 2026-07-28
+  (a server that refuses the handshake is connected again with the SDK's ``server/discover``
+  probe). The handshake era comes first because the gateway relays what only that era carries
+  from an upstream: a tool's ``execution`` (task support) and tasks, requests to the client
+  (sampling, elicitation, roots) and log levels. A server that speaks both loses nothing by it.
+- ``newest``: 2026-07-28 when the server answers ``server/discover``, else the handshake (the SDK's
+  ``mode="auto"``).
+- ``legacy`` or ``2026-07-28``: that era only.
+
+A handshake-era server sends ``notifications/tools/list_changed`` on its session; a 2026-07-28 server sends change
+notifications only on ``subscriptions/listen`` streams, so on such a connection the gateway keeps
+one open (``follow_tool_changes``), re-opening it if it drops (there is no replay: a re-opened
+stream is followed by a fresh tools/list).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import Client, MCPError
+from mcp.client.session import MessageHandlerFnT
+from mcp.client.subscriptions import SubscriptionLost
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from gateway.limits import UPSTREAM_LISTEN_RETRY_SECONDS
+
+__all__ = ["PROTOCOLS", "connect", "follow_tool_changes", "is_modern"]
+
+log = logging.getLogger("gateway.upstreams.mcp")
+
+
+# config value → the SDK client modes tried in turn (the next only when the server refused the previous).
+PROTOCOLS: dict[str, tuple[str, ...]] = {
+    "auto": ("legacy", "auto"),
+    "newest": ("auto",),
+    "legacy": ("legacy",),
+    "2026-07-28": ("2026-07-28",),
+}
+
+
+async def connect(stack: contextlib.AsyncExitStack, transport: Callable[[], Any], protocol: str, name: str,
+                  message_handler: MessageHandlerFnT) -> Client:
+    """An SDK client entered on ``stack``, in the first era of ``protocol`` the server accepts."""
+    modes = PROTOCOLS[protocol]
+    for mode in modes[:-1]:
+        try:
+            # No response cache: the gateway lists tools when it means to (start, changes, health checks).
+            return await stack.enter_async_context(
+                Client(transport(), mode=mode, message_handler=message_handler, cache=None))
+        except Exception as exc:
+            refusal = _refusal(exc)
+            if refusal is None:  # not an answer (no process, no connection): no other era will do better
+                raise
+            log.info("upstream %s refused the %s era (%s); trying the next", name, mode, refusal)
+    return await stack.enter_async_context(
+        Client(transport(), mode=modes[-1], message_handler=message_handler, cache=None))
+
+
+def _refusal(exc: BaseException) -> MCPError | None:
+    """The server's JSON-RPC error in ``exc`` (the SDK may wrap it in exception groups), if it is one."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, MCPError) and exc.code != types.CONNECTION_CLOSED else None
+
+
+def is_modern(client: Client) -> bool:
+    """Whether this connection speaks the stateless 2026-07-28 era (or later)."""
+    return client.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+async def follow_tool_changes(stack: contextlib.AsyncExitStack, client: Client, name: str,
+                              on_change: Callable[[], Awaitable[None]]) -> None:
+    """On a 2026-07-28 connection whose server announces tool-list changes, listen for them until ``stack`` closes."""
+    tools = client.server_capabilities.tools
+    if not is_modern(client) or tools is None or not tools.list_changed:
+        return  # handshake era: list_changed arrives on the session itself
+    group = await stack.enter_async_context(anyio.create_task_group())
+    stack.callback(group.cancel_scope.cancel)  # runs before the group is left: the listen loop never ends alone
+    group.start_soon(_listen, client, name, on_change)
+
+
+async def _listen(client: Client, name: str, on_change: Callable[[], Awaitable[None]]) -> None:
+    while True:
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for _ in subscription:
+                    await on_change()
+            log.info("upstream %s closed its listen stream; listening again", name)
+        except SubscriptionLost as exc:
+            log.info("upstream %s: listen stream lost (%s); listening again", name, exc)
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                return  # the connection is gone; the supervisor reconnects, and this starts again
+            log.warning("upstream %s refused subscriptions/listen (%s); its tool list is re-read by health checks",
+                        name, exc)
+            return
+        await anyio.sleep(UPSTREAM_LISTEN_RETRY_SECONDS)
+        await on_change()  # changes while not listening were not sent: read the list again
