@@ -241,6 +241,14 @@ class OpenApiUpstreamSpec(_Strict):
     _globs = field_validator("include", "exclude")(_globs)
 
 
+class ClientRequestsSpec(_Strict):
+    """Which requests an MCP upstream may send the client whose call it runs (docs/gateway.md)."""
+
+    sampling: Literal["allow", "deny"] = "allow"
+    elicitation: Literal["allow", "deny"] = "allow"
+    roots: Literal["allow", "deny"] = "allow"
+
+
 class McpUpstreamSpec(_Strict):
     """An MCP server, over streamable HTTP (url) or stdio (command)."""
 
@@ -253,6 +261,7 @@ class McpUpstreamSpec(_Strict):
     timeout: str | int | float = "30s"
     # The gateway's variables a stdio server also gets (it starts from a minimal environment).
     env_passthrough: list[Annotated[str, Field(pattern=ENV_NAME_PATTERN)]] = Field(default_factory=list)
+    client_requests: ClientRequestsSpec = Field(default_factory=ClientRequestsSpec)
 
     _timeout = field_validator("timeout")(_duration)
 

@@ -23,6 +23,7 @@ from starlette.requests import Request
 
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
+from gateway.frontends.mcp_client_channel import LogLevels, McpClientChannel
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.frontends.runs import CLIENT_INFO_META, client_of, explicit_run_id, resolve_run
 from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, MAX_CACHED_SESSIONS
@@ -56,6 +57,9 @@ class McpFrontend:
         self.gateway = gateway
         self.server = _GatewayServer("agent-policy-gateway", version="0.1.0",
                                      on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        # logging/setLevel: what each handshake-era session wants of the upstreams' log messages.
+        self.log_levels = LogLevels()
+        self.server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self.log_levels.set_level)
         self.sessions = CappedSessions(self.server, max_sessions_per_principal)
         self.endpoint = SessionCap(StreamableHTTPASGIApp(self.sessions), self.sessions)
         # MCP session id → its latest request's ServerSession. The SDK builds a ServerSession per
@@ -103,6 +107,7 @@ class McpFrontend:
             upstream_progress=relay,
             frontend="mcp",
             elicit=_elicitation(ctx),
+            client=McpClientChannel(ctx, self.log_levels.allowed(ctx, meta)),
         )
         try:
             outcome = await self.gateway.call(request)

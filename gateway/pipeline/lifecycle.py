@@ -32,6 +32,7 @@ from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet, env_revision
 from gateway.reload import PolicyHolder
 from gateway.store.sqlite import SessionState, SqliteStore, now_rfc3339
+from gateway.upstreams.client_requests import calling_client
 from gateway.upstreams.registry import ExposedTool, ToolRegistry
 from gateway.values import Profile, printable, problem
 
@@ -256,7 +257,8 @@ class Gateway:
         started = time.perf_counter()
         timeout = min(self.call_timeout, tool.timeout) if tool.timeout else self.call_timeout
         try:
-            result = await tool.upstream.call(tool.spec.name, decision.args, timeout, request.upstream_progress)
+            with calling_client(request.client):
+                result = await tool.upstream.call(tool.spec.name, decision.args, timeout, request.upstream_progress)
         except InvalidArgumentsError as exc:  # arguments the upstream's request cannot carry safely
             trace.upstream = {"status": "not_called", "error": str(exc)}
             return refusal(request.call_id, "invalid_arguments", f"The arguments were refused: {exc}")

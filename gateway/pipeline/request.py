@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.policy.call import Principal
 from gateway.upstreams.base import ToolProgress
+from gateway.upstreams.client_requests import ClientChannel
 from gateway.values import printable, text
 
 __all__ = ["CallOutcome", "CallRequest", "Progress", "call_id_of", "gave_call_id", "id_text", "iteration_of",
@@ -76,6 +77,8 @@ class CallRequest:
     call_id_given: bool = True
     run_client: str | None = None  # set when session_id is an implicit run: the client it was made for
     upstream_progress: ToolProgress | None = None  # where the upstream's own progress notifications go, if anywhere
+    # The caller's client, for what an upstream asks it while the call runs (sampling, elicitation, roots, logs).
+    client: ClientChannel | None = None
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from gateway.errors import UpstreamDown, UpstreamError, UpstreamNotReached
 from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, resolve_command
+from gateway.upstreams.client_requests import ClientRequestRouter, ClientRequestRules
 from gateway.upstreams.environment import child_environment
 
 __all__ = ["McpUpstream"]
@@ -39,8 +40,11 @@ class McpUpstream:
     def __init__(self, name: str, *, url: str | None = None, headers: Mapping[str, str] | None = None,
                  command: str | None = None, args: list[str] | None = None,
                  env: Mapping[str, str] | None = None, cwd: Path | None = None,
-                 env_passthrough: Iterable[str] = (), max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+                 env_passthrough: Iterable[str] = (), max_response_bytes: int = MAX_RESPONSE_BYTES,
+                 client_requests: ClientRequestRules | None = None) -> None:
         self.name = name
+        # Sampling, elicitation and roots requests, and log messages, go to the client of the call in flight.
+        self._router = ClientRequestRouter(name, client_requests or ClientRequestRules())
         self.max_response_bytes = max_response_bytes
         self._url = url
         self._headers = dict(headers or {})
@@ -94,7 +98,7 @@ class McpUpstream:
                     transport = streamable_http_client(self._url, http_client=http,
                                                        max_sse_event_size=self.max_response_bytes)
                 client = await stack.enter_async_context(
-                    Client(transport, mode="legacy", message_handler=self._on_message))
+                    Client(transport, mode="legacy", message_handler=self._on_message, **self._router.client_options()))
                 self._client = client
                 self._tools = await self._fetch_tools(client)
                 ready.set_result(None)
@@ -148,8 +152,9 @@ class McpUpstream:
         if client is None:
             raise UpstreamNotReached(f"{self.name}: not connected")
         try:
-            result = await asyncio.wait_for(client.call_tool(tool, arguments, progress_callback=_relay(progress)),
-                                          timeout)
+            with self._router.running():
+                result = await asyncio.wait_for(client.call_tool(tool, arguments, progress_callback=_relay(progress)),
+                                                timeout)
         except TimeoutError:
             raise UpstreamError(f"{self.name}: {tool} timed out after {timeout}s") from None
         except MCPError as exc:

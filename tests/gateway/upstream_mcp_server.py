@@ -4,6 +4,9 @@ Tools: echo, add, slow, fail, secret, delete_thing (destructive), pid, and regis
 a tool named ``extra`` at runtime and sends ``notifications/tools/list_changed``; ``weather`` has every
 field a tool definition can have (title, icons, _meta, execution, an object outputSchema), and
 ``steps`` sends a progress notification per step; ``linger`` waits until cancelled and says so in a file.
+``ask_model``, ``ask_user`` and ``ask_roots`` send the client sampling, elicitation and roots requests (whatever
+it declared) and return its answer or its error as text; ``ask_model_later`` asks after its call has ended and
+writes the outcome to a file; ``chatter`` sends a log message at each of four levels.
 
 If the file named by ``UPSTREAM_DOWN_FILE`` exists when the process starts, it exits at once: tests
 use that to keep the gateway from relaunching an upstream they killed ("the upstream is down").
@@ -19,8 +22,14 @@ _DOWN_FILE = os.environ.get("UPSTREAM_DOWN_FILE")
 if __name__ == "__main__" and _DOWN_FILE and os.path.exists(_DOWN_FILE):
     sys.exit(3)
 
+import asyncio  # noqa: E402
+from typing import Any  # noqa: E402
+
 import anyio  # noqa: E402
+import mcp_types as types  # noqa: E402
+from mcp import MCPError  # noqa: E402
 from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
+from mcp.shared.message import ServerMessageMetadata  # noqa: E402
 from mcp_types import Icon, Tool, ToolAnnotations, ToolExecution  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
@@ -132,6 +141,81 @@ async def register_extra(ctx: Context) -> str:
     server.add_tool(extra, name="extra")
     await ctx.session.send_tool_list_changed()
     return "registered"
+
+
+def _sampling(prompt: str) -> types.CreateMessageRequest:
+    return types.CreateMessageRequest(params=types.CreateMessageRequestParams(
+        messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text=prompt))],
+        max_tokens=50))
+
+
+async def _ask(ctx: Context, request: types.ServerRequest, result: type[Any], on_call: bool = True) -> Any:
+    """Send a request to the client whatever it declared, on the call's stream (or the connection's)."""
+    related = ServerMessageMetadata(related_request_id=ctx.request_context.request_id) if on_call else None
+    return await ctx.request_context.session.send_request(request, result, metadata=related)
+
+
+async def _model_says(ctx: Context, prompt: str, on_call: bool = True) -> str:
+    try:
+        answer = await _ask(ctx, _sampling(prompt), types.CreateMessageResult, on_call)
+    except MCPError as exc:
+        return f"refused: {exc.code} {exc}"
+    return f"model said: {answer.content.text}"
+
+
+@server.tool()
+async def ask_model(ctx: Context, prompt: str) -> str:
+    """Ask the client's model (sampling/createMessage) and return what it said, or its error."""
+    return await _model_says(ctx, prompt)
+
+
+@server.tool()
+async def ask_user(ctx: Context, question: str) -> str:
+    """Ask the client's user (elicitation/create, form mode) and return the answer, or the error."""
+    request = types.ElicitRequest(params=types.ElicitRequestFormParams(
+        message=question, requested_schema={"type": "object", "properties": {"answer": {"type": "string"}}}))
+    try:
+        answer = await _ask(ctx, request, types.ElicitResult)
+    except MCPError as exc:
+        return f"refused: {exc.code} {exc}"
+    return f"user {answer.action}: {(answer.content or {}).get('answer')}"
+
+
+@server.tool()
+async def ask_roots(ctx: Context) -> str:
+    """Ask the client for its roots (roots/list) and return their URIs, or the error."""
+    try:
+        answer = await _ask(ctx, types.ListRootsRequest(), types.ListRootsResult)
+    except MCPError as exc:
+        return f"refused: {exc.code} {exc}"
+    return "roots: " + " ".join(str(root.uri) for root in answer.roots)
+
+
+_later: set[Any] = set()
+
+
+@server.tool()
+async def ask_model_later(ctx: Context, prompt: str, marker: str) -> str:
+    """Return at once, then ask the client's model on the connection; the outcome goes to the file ``marker``."""
+
+    async def later() -> None:
+        await anyio.sleep(0.3)
+        outcome = await _model_says(ctx, prompt, on_call=False)
+        with open(marker, "w") as f:
+            f.write(outcome)
+
+    task = asyncio.ensure_future(later())
+    _later.add(task)
+    task.add_done_callback(_later.discard)
+    return "will ask"
+
+
+@server.tool()
+async def chatter(ctx: Context) -> str:
+    """Send a log message at debug, info, warning and error (each naming its level), then finish."""
+    for level in ("debug", "info", "warning", "error"):
+        await ctx.log(level, f"chatter at {level}", logger_name="chatter")  # type: ignore[arg-type]
+    return "chattered"
 
 
 if __name__ == "__main__":
