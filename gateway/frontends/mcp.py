@@ -24,6 +24,7 @@ from starlette.requests import Request
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
 from gateway.frontends.mcp_client_channel import LogLevels, McpClientChannel
+from gateway.frontends.mcp_round_trips import InputRequired, RoundTrips
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.frontends.runs import CLIENT_INFO_META, client_of, explicit_run_id, resolve_run
 from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, MAX_CACHED_SESSIONS
@@ -60,6 +61,7 @@ class McpFrontend:
         # logging/setLevel: what each handshake-era session wants of the upstreams' log messages.
         self.log_levels = LogLevels()
         self.server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self.log_levels.set_level)
+        self.round_trips = RoundTrips()  # upstreams' questions to 2026-07-28 clients, asked through InputRequiredResult
         self.sessions = CappedSessions(self.server, max_sessions_per_principal)
         self.endpoint = SessionCap(StreamableHTTPASGIApp(self.sessions), self.sessions)
         # MCP session id → its latest request's ServerSession. The SDK builds a ServerSession per
@@ -85,7 +87,7 @@ class McpFrontend:
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
-                         params: types.CallToolRequestParams) -> types.CallToolResult:
+                         params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
         http = _http(ctx)
         identity = identity_of(http.scope)
         self._remember(ctx)
@@ -94,6 +96,7 @@ class McpFrontend:
         run = resolve_run(self.gateway.store, identity.principal.id, explicit_run_id(headers, meta),
                           client_of(_client_info(ctx, meta), headers))
         keep_alive, relay = _progress(ctx, meta)
+        log_levels = self.log_levels.allowed(ctx, meta)
         request = CallRequest(
             tool=params.name,
             arguments=dict(params.arguments or {}),
@@ -107,10 +110,14 @@ class McpFrontend:
             upstream_progress=relay,
             frontend="mcp",
             elicit=_elicitation(ctx),
-            client=McpClientChannel(ctx, self.log_levels.allowed(ctx, meta)),
+            client=McpClientChannel(ctx, log_levels),
         )
         try:
-            outcome = await self.gateway.call(request)
+            outcome = await self.round_trips.call(self.gateway.call, request, ctx, params, log_levels)
+        except InputRequired as asked:
+            return asked.result
+        except MCPError:  # a protocol error for the client (an invalid requestState)
+            raise
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except Exception:

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from gateway.limits import MAX_CACHED_SESSIONS
 from gateway.upstreams.client_requests import ClientRequestKind
 
-__all__ = ["LogLevels", "McpClientChannel"]
+__all__ = ["LogLevels", "McpClientChannel", "request_of"]
 
 _LEVELS: tuple[str, ...] = get_args(types.LoggingLevel)  # least to most severe
 
@@ -61,9 +61,8 @@ class McpClientChannel:
 
     def declares(self, kind: ClientRequestKind, params: Any) -> bool:
         """Whether the client declared the capability (and sub-capability) the request needs, and can be asked."""
-        session = self._ctx.session
-        caps = session.client_capabilities
-        if caps is None or not session.can_send_request:  # a 2026-07-28 request has no back-channel
+        caps = self._ctx.session.client_capabilities
+        if caps is None or not self.reachable():
             return False
         if kind == "sampling":
             if caps.sampling is None:
@@ -81,18 +80,13 @@ class McpClientChannel:
             return caps.elicitation.form is not None or caps.elicitation.url is None
         return caps.roots is not None
 
+    def reachable(self) -> bool:
+        """Whether the call has a stream the client can be asked on (a 2026-07-28 call has none)."""
+        return bool(self._ctx.session.can_send_request)
+
     async def ask(self, kind: ClientRequestKind, params: Any) -> BaseModel:
         """Send the request on the call's own stream and return the client's validated answer."""
-        request: types.ServerRequest
-        result: type[BaseModel]
-        if kind == "sampling":
-            request = types.CreateMessageRequest(params=params)
-            wants_tools = params.tools is not None or params.tool_choice is not None
-            result = types.CreateMessageResultWithTools if wants_tools else types.CreateMessageResult
-        elif kind == "elicitation":
-            request, result = types.ElicitRequest(params=params), types.ElicitResult
-        else:
-            request, result = types.ListRootsRequest(), types.ListRootsResult
+        request, result = request_of(kind, params)
         return await self._ctx.session.send_request(
             request, result, metadata=ServerMessageMetadata(related_request_id=self._ctx.request_id))
 
@@ -102,6 +96,17 @@ class McpClientChannel:
             return
         await self._ctx.session.send_notification(types.LoggingMessageNotification(params=params),
                                                   related_request_id=self._ctx.request_id)
+
+
+def request_of(kind: ClientRequestKind, params: Any) -> tuple[Any, type[BaseModel]]:
+    """The MCP request for an upstream's request of ``kind``, and the type its answer must have."""
+    if kind == "sampling":
+        wants_tools = params.tools is not None or params.tool_choice is not None
+        return (types.CreateMessageRequest(params=params),
+                types.CreateMessageResultWithTools if wants_tools else types.CreateMessageResult)
+    if kind == "elicitation":
+        return types.ElicitRequest(params=params), types.ElicitResult
+    return types.ListRootsRequest(), types.ListRootsResult
 
 
 def _session_id(ctx: ServerRequestContext[Any, Any]) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 import pytest_asyncio
+from mcp import MCPError
 
 ALLOW = """
 policy: open
@@ -78,16 +79,13 @@ async def gateway(start_gateway: Any, configs: Any) -> Any:
 @pytest.mark.parametrize("mode", MODES)
 async def test_sampling_reaches_the_calling_client_and_its_answer_returns(gateway: Any, connect_mcp: Any,
                                                                           mode: str) -> None:
+    """Handshake era: a request on the call's stream; 2026-07-28: InputRequiredResult and the client's retry."""
     alice = User("alice")
     async with connect_mcp(gateway, mode=mode, **alice.options()) as conn:
         result = await conn.client.call_tool("up_ask_model", {"prompt": "what is 2+2?"})
     assert not result.is_error
-    if mode == "legacy":
-        assert text(result) == "model said: alice's model answers"
-        assert alice.prompts == ["what is 2+2?"]
-    else:  # a 2026-07-28 call has no stream the gateway could ask on: the upstream hears so, the call completes
-        assert text(result).startswith(f"refused: {types.INVALID_REQUEST} sampling/createMessage refused by the")
-        assert alice.asked == 0
+    assert text(result) == "model said: alice's model answers"
+    assert alice.prompts == ["what is 2+2?"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -96,12 +94,8 @@ async def test_elicitation_reaches_the_calling_client_and_its_answer_returns(gat
     alice = User("alice")
     async with connect_mcp(gateway, mode=mode, **alice.options()) as conn:
         result = await conn.client.call_tool("up_ask_user", {"question": "proceed?"})
-    if mode == "legacy":
-        assert text(result) == "user accept: alice says yes"
-        assert alice.questions == ["proceed?"]
-    else:
-        assert text(result).startswith("refused: ")
-        assert alice.asked == 0
+    assert text(result) == "user accept: alice says yes"
+    assert alice.questions == ["proceed?"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -109,12 +103,39 @@ async def test_roots_come_from_the_calling_client(gateway: Any, connect_mcp: Any
     alice = User("alice")
     async with connect_mcp(gateway, mode=mode, **alice.options()) as conn:
         result = await conn.client.call_tool("up_ask_roots", {})
-    if mode == "legacy":
-        assert text(result) == "roots: file:///home/alice"
-        assert alice.roots_asked == 1
-    else:
-        assert text(result).startswith("refused: ")
-        assert alice.asked == 0
+    assert text(result) == "roots: file:///home/alice"
+    assert alice.roots_asked == 1
+
+
+async def test_a_2026_call_asks_through_input_required_and_its_state_is_good_once_for_its_caller(
+        gateway: Any, connect_mcp: Any) -> None:
+    alice, bob = User("alice"), User("bob")
+    async with connect_mcp(gateway, "alice", mode="2026-07-28", **alice.options()) as a, \
+            connect_mcp(gateway, "bob", mode="2026-07-28", **bob.options()) as b:
+        args = {"prompt": "alice's secret"}
+        first = await a.client.session.call_tool("up_ask_model", args, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult)
+        assert first.request_state and first.input_requests
+        [(key, asked)] = first.input_requests.items()
+        assert isinstance(asked, types.CreateMessageRequest)
+        assert asked.params.messages[0].content.text == "alice's secret"  # type: ignore[union-attr]
+        answer = {key: types.CreateMessageResult(role="assistant", model="m",
+                                                 content=types.TextContent(type="text", text="forty-two"))}
+        # Someone else's state, other arguments, a made-up state: refused, and the call still waits for alice.
+        for client, arguments, state in ((b.client, args, first.request_state),
+                                         (a.client, {"prompt": "other"}, first.request_state),
+                                         (a.client, args, "made-up")):
+            with pytest.raises(MCPError) as refused:
+                await client.session.call_tool("up_ask_model", arguments, input_responses=answer,
+                                               request_state=state)
+            assert refused.value.code == types.INVALID_PARAMS
+        final = await a.client.session.call_tool("up_ask_model", args, input_responses=answer,
+                                                 request_state=first.request_state)
+        assert text(final) == "model said: forty-two"  # type: ignore[arg-type]
+        with pytest.raises(MCPError):  # good once
+            await a.client.session.call_tool("up_ask_model", args, input_responses=answer,
+                                             request_state=first.request_state)
+    assert alice.asked == 0 and bob.asked == 0  # driven by hand here, not through the callbacks
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -185,13 +206,15 @@ def test_config_refuses_an_unknown_word(tmp_path: Path, configs: Any) -> None:
         McpUpstreamSpec.model_validate({"command": "x", "client_requests": {"telepathy": "allow"}})
 
 
-async def test_two_concurrent_callers_never_get_each_others_requests(gateway: Any, connect_mcp: Any) -> None:
+@pytest.mark.parametrize("mode", MODES)
+async def test_two_concurrent_callers_never_get_each_others_requests(gateway: Any, connect_mcp: Any,
+                                                                     mode: str) -> None:
     """While alice's call waits on her model, bob's call runs on the same upstream connection: the upstream's
     request for bob cannot be told apart by the wire, so it is refused; alice gets only her own."""
     alice, bob = User("alice"), User("bob")
     alice.hold = asyncio.Event()
-    async with connect_mcp(gateway, "alice", **alice.options()) as a, \
-            connect_mcp(gateway, "bob", **bob.options()) as b:
+    async with connect_mcp(gateway, "alice", mode=mode, **alice.options()) as a, \
+            connect_mcp(gateway, "bob", mode=mode, **bob.options()) as b:
         alices = asyncio.ensure_future(a.client.call_tool("up_ask_model", {"prompt": "alice's secret"}))
         while not alice.prompts:  # alice's request reached her client; her call is still in flight
             await asyncio.sleep(0.01)

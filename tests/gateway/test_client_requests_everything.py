@@ -53,40 +53,27 @@ async def test_sampling(gateway: Any, connect_mcp: Any, mode: str) -> None:
     alice = Alice("alice")
     async with connect_mcp(gateway, mode=mode, **alice.options()) as conn:
         result = await conn.client.call_tool("ev_trigger-sampling-request", {"prompt": "a haiku", "maxTokens": 20})
-    if mode == "legacy":
-        assert not result.is_error
-        assert "alice's model answers" in text(result)
-        assert alice.prompts == ["Resource trigger-sampling-request context: a haiku"]
-    else:  # no stream to ask a 2026-07-28 client on: the server's request fails, its tool reports an error
-        assert result.is_error
-        assert "refused by the gateway" in text(result)
-        assert alice.asked == 0
+    assert not result.is_error
+    assert "alice's model answers" in text(result)
+    assert alice.prompts == ["Resource trigger-sampling-request context: a haiku"]
 
 
 async def test_elicitation(gateway: Any, connect_mcp: Any, mode: str) -> None:
     alice = Alice("alice")
     async with connect_mcp(gateway, mode=mode, **alice.options()) as conn:
         result = await conn.client.call_tool("ev_trigger-elicitation-request", {})
-    if mode == "legacy":
-        assert not result.is_error
-        assert "Alice Example" in str(result.content)
-        assert alice.questions == ["Please provide inputs for the following fields:"]
-    else:
-        assert result.is_error
-        assert alice.asked == 0
+    assert not result.is_error
+    assert "Alice Example" in str(result.content)
+    assert alice.questions == ["Please provide inputs for the following fields:"]
 
 
 async def test_roots(gateway: Any, connect_mcp: Any, mode: str) -> None:
+    """The server asks for roots once right after connecting (no call in flight: refused), then in the call."""
     alice = Alice("alice")
     async with connect_mcp(gateway, mode=mode, **alice.options()) as conn:
         result = await conn.client.call_tool("ev_get-roots-list", {})
-    if mode == "legacy":
-        assert "file:///home/alice" in text(result)
-        assert alice.roots_asked == 1
-    else:
-        # The server asks once per connection; a refusal leaves it with no roots, which it says.
-        assert "file:///home/alice" not in str(result.content)
-        assert alice.asked == 0
+    assert "file:///home/alice" in text(result)
+    assert alice.roots_asked == 1
 
 
 async def test_a_client_without_the_capabilities_is_not_asked(gateway: Any, connect_mcp: Any, mode: str) -> None:
