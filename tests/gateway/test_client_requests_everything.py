@@ -68,12 +68,13 @@ async def test_elicitation(gateway: Any, connect_mcp: Any, mode: str) -> None:
 
 
 async def test_roots(gateway: Any, connect_mcp: Any, mode: str) -> None:
-    """The server asks for roots once right after connecting (no call in flight: refused), then in the call."""
+    """The server asks for roots 350 ms after connecting, then again in the call while it has none. The first
+    is refused when no call is in flight then; if the call has already started, both are the caller's."""
     alice = Alice("alice")
     async with connect_mcp(gateway, mode=mode, **alice.options()) as conn:
         result = await conn.client.call_tool("ev_get-roots-list", {})
     assert "file:///home/alice" in text(result)
-    assert alice.roots_asked == 1
+    assert alice.roots_asked in (1, 2)
 
 
 async def test_a_client_without_the_capabilities_is_not_asked(gateway: Any, connect_mcp: Any, mode: str) -> None:
