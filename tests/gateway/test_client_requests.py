@@ -154,6 +154,21 @@ async def test_a_client_without_the_capability_is_not_asked_and_the_upstream_get
         assert text(await conn.client.call_tool("up_echo", {"text": "still here"})) == "still here"
 
 
+@pytest.mark.parametrize("mode", MODES)
+async def test_sampling_with_tools_needs_the_clients_sampling_tools_capability(gateway: Any, connect_mcp: Any,
+                                                                               mode: str) -> None:
+    plain, tooled = User("plain"), User("tooled")
+    with_tools = types.SamplingCapability(tools=types.SamplingToolsCapability())
+    async with connect_mcp(gateway, mode=mode, **plain.options()) as a, \
+            connect_mcp(gateway, mode=mode, sampling_capabilities=with_tools, **tooled.options()) as b:
+        refused = await a.client.call_tool("up_ask_model", {"prompt": "use the calculator", "with_tools": True})
+        relayed = await b.client.call_tool("up_ask_model", {"prompt": "use the calculator", "with_tools": True})
+    assert text(refused).startswith(f"refused: {types.INVALID_REQUEST} ")
+    assert plain.asked == 0
+    assert text(relayed) == "model said: tooled's model answers"
+    assert tooled.prompts == ["use the calculator"]
+
+
 async def test_a_url_elicitation_needs_the_url_capability(gateway: Any, connect_mcp: Any) -> None:
     """Sub-capabilities count: a client that declared only form elicitation is not sent a url one."""
     # Checked through the channel's declares(), which the router consults before asking.

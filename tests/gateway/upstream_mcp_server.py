@@ -143,10 +143,11 @@ async def register_extra(ctx: Context) -> str:
     return "registered"
 
 
-def _sampling(prompt: str) -> types.CreateMessageRequest:
+def _sampling(prompt: str, with_tools: bool = False) -> types.CreateMessageRequest:
+    tools = [Tool(name="calculator", input_schema={"type": "object"})] if with_tools else None
     return types.CreateMessageRequest(params=types.CreateMessageRequestParams(
         messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text=prompt))],
-        max_tokens=50))
+        max_tokens=50, tools=tools))
 
 
 async def _ask(ctx: Context, request: types.ServerRequest, result: type[Any], on_call: bool = True) -> Any:
@@ -155,18 +156,19 @@ async def _ask(ctx: Context, request: types.ServerRequest, result: type[Any], on
     return await ctx.request_context.session.send_request(request, result, metadata=related)
 
 
-async def _model_says(ctx: Context, prompt: str, on_call: bool = True) -> str:
+async def _model_says(ctx: Context, prompt: str, on_call: bool = True, with_tools: bool = False) -> str:
     try:
-        answer = await _ask(ctx, _sampling(prompt), types.CreateMessageResult, on_call)
+        answer = await _ask(ctx, _sampling(prompt, with_tools), types.CreateMessageResult, on_call)
     except MCPError as exc:
         return f"refused: {exc.code} {exc}"
     return f"model said: {answer.content.text}"
 
 
 @server.tool()
-async def ask_model(ctx: Context, prompt: str) -> str:
-    """Ask the client's model (sampling/createMessage) and return what it said, or its error."""
-    return await _model_says(ctx, prompt)
+async def ask_model(ctx: Context, prompt: str, with_tools: bool = False) -> str:
+    """Ask the client's model (sampling/createMessage, offering it a tool if ``with_tools``); what it said, or the
+    error."""
+    return await _model_says(ctx, prompt, with_tools=with_tools)
 
 
 @server.tool()
