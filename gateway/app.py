@@ -44,6 +44,7 @@ from gateway.policy.model import parse_duration
 from gateway.reload import PolicyHolder
 from gateway.store.sqlite import SqliteStore
 from gateway.upstreams.base import Upstream, UpstreamTool
+from gateway.upstreams.client_requests import KINDS, ClientRequestRules
 from gateway.upstreams.http import HttpOperation, HttpUpstream
 from gateway.upstreams.launch import LaunchedUpstream
 from gateway.upstreams.mcp import McpUpstream
@@ -66,6 +67,7 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
             command=m.command, args=m.args, env={k: resolve_secret(v, base) for k, v in m.env.items()},
             cwd=config.path(m.cwd) if m.cwd else base, env_passthrough=m.env_passthrough,
             max_response_bytes=config.spec.limits.max_response_bytes, protocol=m.protocol,
+            client_requests=ClientRequestRules(**{kind: getattr(m.client_requests, kind) == "allow" for kind in KINDS}),
         )
     http: HttpUpstream
     if spec.http is not None:

@@ -26,6 +26,10 @@ REDACTED = "[REDACTED]"
 # Sessions kept in memory by the store (the rest are read back from SQLite when seen again).
 MAX_CACHED_SESSIONS = 10_000
 
+# Calls of 2026-07-28 clients waiting for the client's answers to an upstream's question (gateway/frontends/
+# mcp_round_trips.py); past this, the oldest can no longer be resumed and waits out its call timeout.
+MAX_PENDING_ROUND_TRIPS = 10_000
+
 # The longest text of an upstream failure kept in the audit log.
 MAX_AUDIT_ERROR_CHARS = 2_000
 

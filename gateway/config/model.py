@@ -247,6 +247,14 @@ class OpenApiUpstreamSpec(_Strict):
     _globs = field_validator("include", "exclude")(_globs)
 
 
+class ClientRequestsSpec(_Strict):
+    """Which requests an MCP upstream may send the client whose call it runs (docs/gateway.md)."""
+
+    sampling: Literal["allow", "deny"] = "allow"
+    elicitation: Literal["allow", "deny"] = "allow"
+    roots: Literal["allow", "deny"] = "allow"
+
+
 class McpUpstreamSpec(_Strict):
     """An MCP server, over streamable HTTP (url) or stdio (command)."""
 
@@ -262,6 +270,7 @@ class McpUpstreamSpec(_Strict):
     # The MCP era spoken to this server (gateway/upstreams/mcp_eras.py): "auto" is the handshake when the
     # server offers it, else 2026-07-28; "newest" the reverse; "legacy" or "2026-07-28" only that one.
     protocol: Literal["auto", "newest", "legacy", "2026-07-28"] = "auto"
+    client_requests: ClientRequestsSpec = Field(default_factory=ClientRequestsSpec)
 
     _timeout = field_validator("timeout")(_duration)
 

@@ -11,6 +11,7 @@ import functools
 import json
 import logging
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import jsonschema
@@ -23,9 +24,11 @@ from starlette.requests import Request
 
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
-from gateway.frontends.mcp_input import input_round
+from gateway.frontends.mcp_client_channel import LogLevels, McpClientChannel
+from gateway.frontends.mcp_input import InputRound, input_round
 from gateway.frontends.mcp_listen import SessionViews, ToolListeners
 from gateway.frontends.mcp_resources import McpItemHandlers
+from gateway.frontends.mcp_round_trips import InputRequired, RoundTrips
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.frontends.mcp_tasks import McpTasks, listed_execution, offers_tasks, with_tasks
 from gateway.frontends.runs import CLIENT_INFO_META, client_of, explicit_run_id, resolve_run
@@ -73,6 +76,10 @@ class McpFrontend:
         self.server = _GatewayServer("agent-policy-gateway", version="0.1.0",
                                      on_list_tools=self._list_tools, on_call_tool=self._call_tool,
                                      on_subscriptions_listen=self.listeners)
+        # logging/setLevel: what each handshake-era session wants of the upstreams' log messages.
+        self.log_levels = LogLevels()
+        self.server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self.log_levels.set_level)
+        self.round_trips = RoundTrips()  # upstreams' questions to 2026-07-28 clients, asked through InputRequiredResult
         self.sessions = CappedSessions(self.server, max_sessions_per_principal)
         self.endpoint = SessionCap(StreamableHTTPASGIApp(self.sessions), self.sessions)
         self.tasks = McpTasks(self, timeout=task_timeout)  # tools/call as a task, tasks/* (mcp_tasks.py)
@@ -107,11 +114,17 @@ class McpFrontend:
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
         request = self.call_request(ctx, params)
-        asking = input_round(ctx, params)  # 2026-07-28 elicitation: an input-required round (mcp_input.py)
+        # 2026-07-28 clients: an approval asked of the end user (mcp_input.py) and an upstream's questions
+        # (mcp_round_trips.py) both come back as input-required results; the latter carry a requestState.
+        asking = input_round(ctx, params)
+        run = self.gateway.call if asking is None else _asking(asking, self.gateway)
         try:
-            outcome = await (self.gateway.call(request) if asking is None else asking.run(self.gateway, request))
-            if isinstance(outcome, types.InputRequiredResult):
-                return outcome
+            outcome = await self.round_trips.call(run, request, ctx, params,
+                                                  self.log_levels.allowed(ctx, dict(params.meta or {})))
+        except InputRequired as asked:
+            return asked.result
+        except MCPError:  # a protocol error for the client (an invalid requestState)
+            raise
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except Exception:
@@ -130,6 +143,7 @@ class McpFrontend:
         run = resolve_run(self.gateway.store, identity.principal.id, explicit_run_id(headers, meta),
                           client_of(_client_info(ctx, meta), headers))
         keep_alive, relay = _progress(ctx, meta)
+        log_levels = self.log_levels.allowed(ctx, meta)
         request = CallRequest(
             tool=params.name,
             arguments=dict(params.arguments or {}),
@@ -143,6 +157,7 @@ class McpFrontend:
             upstream_progress=relay,
             frontend="mcp",
             elicit=_elicitation(ctx),
+            client=McpClientChannel(ctx, log_levels),
         )
         return request
 
@@ -185,6 +200,18 @@ class McpFrontend:
         except Exception:  # the client went away; forget it
             if self._peers.get(session_id) is session:
                 del self._peers[session_id]
+
+
+def _asking(asking: InputRound, gateway: Gateway) -> Callable[[CallRequest], Awaitable[CallOutcome]]:
+    """The call run through an approval's input-required round; the round's question is raised as ``InputRequired``."""
+
+    async def run(request: CallRequest) -> CallOutcome:
+        outcome = await asking.run(gateway, request)
+        if isinstance(outcome, types.InputRequiredResult):
+            raise InputRequired(outcome)
+        return outcome
+
+    return run
 
 
 def _http(ctx: ServerRequestContext[Any, Any]) -> Request:

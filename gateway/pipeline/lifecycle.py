@@ -32,6 +32,7 @@ from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet, env_revision
 from gateway.reload import PolicyHolder
 from gateway.store.sqlite import SessionState, SqliteStore, now_rfc3339
+from gateway.upstreams.client_requests import calling_client
 from gateway.upstreams.registry import ExposedTool, ToolRegistry
 from gateway.values import Profile, printable, problem
 
@@ -266,7 +267,8 @@ class Gateway:
         timeout = self.call_timeout if request.timeout is None else request.timeout
         timeout = min(timeout, tool.timeout) if tool.timeout else timeout  # an upstream's own timeout always holds
         try:
-            result = await tool.upstream.call(tool.spec.name, decision.args, timeout, request.upstream_progress)
+            with calling_client(request.client):
+                result = await tool.upstream.call(tool.spec.name, decision.args, timeout, request.upstream_progress)
         except InvalidArgumentsError as exc:  # arguments the upstream's request cannot carry safely
             trace.upstream = {"status": "not_called", "error": str(exc)}
             return refusal(request.call_id, "invalid_arguments", f"The arguments were refused: {exc}")

@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.policy.call import Principal
 from gateway.upstreams.base import ToolProgress
+from gateway.upstreams.client_requests import ClientChannel
 from gateway.upstreams.registry import ExposedTool
 from gateway.values import printable, text
 
@@ -82,6 +83,8 @@ class CallRequest:
     exposed: ExposedTool | None = None
     timeout: float | None = None  # the tool's run may take this long instead of the call timeout (an MCP task's)
     task_id: str | None = None  # the MCP task the call runs as, named in its audit events
+    # The caller's client, for what an upstream asks it while the call runs (sampling, elicitation, roots, logs).
+    client: ClientChannel | None = None
 
 
 @dataclass(slots=True)

@@ -24,6 +24,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from gateway.errors import UpstreamDown, UpstreamError, UpstreamNotReached
 from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, resolve_command
+from gateway.upstreams.client_requests import ClientRequestRouter, ClientRequestRules
 from gateway.upstreams.environment import child_environment
 from gateway.upstreams.items import expose_links
 from gateway.upstreams.keepalive import DrainOnClose
@@ -46,9 +47,11 @@ class McpUpstream:
                  command: str | None = None, args: list[str] | None = None,
                  env: Mapping[str, str] | None = None, cwd: Path | None = None,
                  env_passthrough: Iterable[str] = (), max_response_bytes: int = MAX_RESPONSE_BYTES,
-                 protocol: str = "auto") -> None:
+                 protocol: str = "auto", client_requests: ClientRequestRules | None = None) -> None:
         self.name = name
         self.protocol = protocol  # which MCP era to speak (mcp_eras.PROTOCOLS)
+        # Sampling, elicitation and roots requests, and log messages, go to the client of the call in flight.
+        self._router = ClientRequestRouter(name, client_requests or ClientRequestRules())
         self.max_response_bytes = max_response_bytes
         self._url = url
         self._headers = dict(headers or {})
@@ -107,7 +110,8 @@ class McpUpstream:
                         transport=_CappedTransport(httpx2.AsyncHTTPTransport(), self.max_response_bytes)))
                     transport = functools.partial(streamable_http_client, self._url, http_client=http,
                                                   max_sse_event_size=self.max_response_bytes)
-                client = await connect(stack, transport, self.protocol, self.name, self._on_message)
+                client = await connect(stack, transport, self.protocol, self.name, self._on_message,
+                                       **self._router.client_options())
                 self._client = client
                 self._tools = await self._fetch_tools(client)
                 await self.items.fetch(client)
@@ -176,11 +180,12 @@ class McpUpstream:
         if client is None:
             raise UpstreamNotReached(f"{self.name}: not connected")
         try:
-            if self._task_only(tool):  # a task-only tool: the gateway drives the upstream task (mcp_tasks.py)
-                result = await asyncio.wait_for(call_as_task(client.session, tool, arguments, timeout), timeout)
-            else:
-                result = await asyncio.wait_for(client.call_tool(tool, arguments, progress_callback=_relay(progress)),
-                                              timeout)
+            with self._router.running():
+                if self._task_only(tool):  # a task-only tool: the gateway drives the upstream task (mcp_tasks.py)
+                    result = await asyncio.wait_for(call_as_task(client.session, tool, arguments, timeout), timeout)
+                else:
+                    result = await asyncio.wait_for(
+                        client.call_tool(tool, arguments, progress_callback=_relay(progress)), timeout)
         except TimeoutError:
             raise UpstreamError(f"{self.name}: {tool} timed out after {timeout}s") from None
         except MCPError as exc:

@@ -48,21 +48,24 @@ PROTOCOLS: dict[str, tuple[str, ...]] = {
 
 
 async def connect(stack: contextlib.AsyncExitStack, transport: Callable[[], Any], protocol: str, name: str,
-                  message_handler: MessageHandlerFnT) -> Client:
-    """An SDK client entered on ``stack``, in the first era of ``protocol`` the server accepts."""
+                  message_handler: MessageHandlerFnT, **options: Any) -> Client:
+    """An SDK client entered on ``stack``, in the first era of ``protocol`` the server accepts.
+
+    ``options`` go to ``mcp.Client`` as they are (the callbacks for the upstream's requests to the client).
+    """
     modes = PROTOCOLS[protocol]
     for mode in modes[:-1]:
         try:
             # No response cache: the gateway lists tools when it means to (start, changes, health checks).
             return await stack.enter_async_context(
-                Client(transport(), mode=mode, message_handler=message_handler, cache=None))
+                Client(transport(), mode=mode, message_handler=message_handler, cache=None, **options))
         except Exception as exc:
             refusal = _refusal(exc)
             if refusal is None:  # not an answer (no process, no connection): no other era will do better
                 raise
             log.info("upstream %s refused the %s era (%s); trying the next", name, mode, refusal)
     return await stack.enter_async_context(
-        Client(transport(), mode=modes[-1], message_handler=message_handler, cache=None))
+        Client(transport(), mode=modes[-1], message_handler=message_handler, cache=None, **options))
 
 
 def _refusal(exc: BaseException) -> MCPError | None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp_types import INVALID_REQUEST, ErrorData
 from thirdparty import server_everything
 
 pytestmark = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
@@ -25,10 +26,16 @@ ALLOW_ALL = """
 """
 
 
+async def _unused(*args: Any) -> Any:
+    return ErrorData(code=INVALID_REQUEST, message="not answered by this client")  # e.g. the roots asked at startup
+
+
 async def direct_tools() -> dict[str, Any]:
-    """The server's tools as a direct client sees them (it speaks the handshake era only)."""
+    """The server's tools as a direct client sees them (it speaks the handshake era only), declaring what the
+    gateway declares to its upstreams (sampling, elicitation, roots), on which some of the server's tools depend."""
     node, *args = server_everything()
-    async with Client(StdioServerParameters(command=node, args=args), mode="legacy") as client:
+    async with Client(StdioServerParameters(command=node, args=args), mode="legacy", sampling_callback=_unused,
+                      elicitation_callback=_unused, list_roots_callback=_unused) as client:
         return {t.name: t for t in (await client.list_tools()).tools}
 
 

@@ -11,7 +11,8 @@ from gateway.config.load import load_config
 from gateway.errors import ConfigError
 
 UP_TOOLS = {"echo", "add", "slow", "fail", "secret", "delete_thing", "pid", "register_extra", "weather", "steps",
-            "linger", "register_note", "research"}
+            "linger", "register_note", "research", "ask_model", "ask_user", "ask_roots", "ask_model_later",
+            "chatter"}
 API_TOOLS = {"get_item", "create_item", "delete_item", "search", "boom", "nap"}
 
 

@@ -10,6 +10,9 @@ field a tool definition can have (title, icons, _meta, execution, an object outp
 Resources: ``notes://public``, ``notes://secret`` and the template ``notes://users/{user}``; prompts:
 ``greet`` (argument ``name``) and ``confidential``; ``register_note`` adds ``notes://extra`` and sends
 ``notifications/resources/list_changed``.
+``ask_model``, ``ask_user`` and ``ask_roots`` send the client sampling, elicitation and roots requests (whatever
+it declared) and return its answer or its error as text; ``ask_model_later`` asks after its call has ended and
+writes the outcome to a file; ``chatter`` sends a log message at each of four levels.
 
 If the file named by ``UPSTREAM_DOWN_FILE`` exists when the process starts, it exits at once: tests
 use that to keep the gateway from relaunching an upstream they killed ("the upstream is down").
@@ -31,8 +34,10 @@ from datetime import UTC, datetime  # noqa: E402
 from typing import Any  # noqa: E402
 
 import anyio  # noqa: E402
+import mcp_types as types  # noqa: E402
 from mcp import MCPError  # noqa: E402
 from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
+from mcp.shared.message import ServerMessageMetadata  # noqa: E402
 from mcp_types import Icon, Tool, ToolAnnotations, ToolExecution  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
@@ -276,6 +281,83 @@ class _TaskId(BaseModel):
 
 
 _Tasks()
+
+def _sampling(prompt: str, with_tools: bool = False) -> types.CreateMessageRequest:
+    tools = [Tool(name="calculator", input_schema={"type": "object"})] if with_tools else None
+    return types.CreateMessageRequest(params=types.CreateMessageRequestParams(
+        messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text=prompt))],
+        max_tokens=50, tools=tools))
+
+
+async def _ask(ctx: Context, request: types.ServerRequest, result: type[Any], on_call: bool = True) -> Any:
+    """Send a request to the client whatever it declared, on the call's stream (or the connection's)."""
+    related = ServerMessageMetadata(related_request_id=ctx.request_context.request_id) if on_call else None
+    return await ctx.request_context.session.send_request(request, result, metadata=related)
+
+
+async def _model_says(ctx: Context, prompt: str, on_call: bool = True, with_tools: bool = False) -> str:
+    try:
+        answer = await _ask(ctx, _sampling(prompt, with_tools), types.CreateMessageResult, on_call)
+    except MCPError as exc:
+        return f"refused: {exc.code} {exc}"
+    return f"model said: {answer.content.text}"
+
+
+@server.tool()
+async def ask_model(ctx: Context, prompt: str, with_tools: bool = False) -> str:
+    """Ask the client's model (sampling/createMessage, offering it a tool if ``with_tools``); what it said, or the
+    error."""
+    return await _model_says(ctx, prompt, with_tools=with_tools)
+
+
+@server.tool()
+async def ask_user(ctx: Context, question: str) -> str:
+    """Ask the client's user (elicitation/create, form mode) and return the answer, or the error."""
+    request = types.ElicitRequest(params=types.ElicitRequestFormParams(
+        message=question, requested_schema={"type": "object", "properties": {"answer": {"type": "string"}}}))
+    try:
+        answer = await _ask(ctx, request, types.ElicitResult)
+    except MCPError as exc:
+        return f"refused: {exc.code} {exc}"
+    return f"user {answer.action}: {(answer.content or {}).get('answer')}"
+
+
+@server.tool()
+async def ask_roots(ctx: Context) -> str:
+    """Ask the client for its roots (roots/list) and return their URIs, or the error."""
+    try:
+        answer = await _ask(ctx, types.ListRootsRequest(), types.ListRootsResult)
+    except MCPError as exc:
+        return f"refused: {exc.code} {exc}"
+    return "roots: " + " ".join(str(root.uri) for root in answer.roots)
+
+
+_later: set[Any] = set()
+
+
+@server.tool()
+async def ask_model_later(ctx: Context, prompt: str, marker: str) -> str:
+    """Return at once, then ask the client's model on the connection; the outcome goes to the file ``marker``."""
+
+    async def later() -> None:
+        await anyio.sleep(0.3)
+        outcome = await _model_says(ctx, prompt, on_call=False)
+        with open(marker, "w") as f:
+            f.write(outcome)
+
+    task = asyncio.ensure_future(later())
+    _later.add(task)
+    task.add_done_callback(_later.discard)
+    return "will ask"
+
+
+@server.tool()
+async def chatter(ctx: Context) -> str:
+    """Send a log message at debug, info, warning and error (each naming its level), then finish."""
+    for level in ("debug", "info", "warning", "error"):
+        await ctx.log(level, f"chatter at {level}", logger_name="chatter")  # type: ignore[arg-type]
+    return "chattered"
+
 
 if __name__ == "__main__":
     server.run()

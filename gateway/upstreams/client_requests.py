@@ -1,0 +1,183 @@
+"""What an MCP upstream asks of its client (sampling, elicitation, roots) and the log messages it sends,
+relayed to the one client whose call it is running.
+
+One upstream connection serves every caller, and a handshake-era upstream's request names no call it
+belongs to (the "related request" only picks an HTTP stream on the server's side). So a request is
+attributed to a caller only when exactly one call is in flight on that upstream: with none, or with
+several, it is refused (a log message is not relayed), never guessed. The caller's frontend gives a
+``ClientChannel``: what its client declared, and the way to ask it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import itertools
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import mcp_types as types
+from mcp import MCPError
+from mcp.client.session import ClientRequestContext
+from pydantic import BaseModel
+
+__all__ = ["KINDS", "ClientChannel", "ClientRequestKind", "ClientRequestRouter", "ClientRequestRules",
+           "calling_client"]
+
+log = logging.getLogger("gateway.upstreams.client_requests")
+
+ClientRequestKind = Literal["sampling", "elicitation", "roots"]
+KINDS: tuple[ClientRequestKind, ...] = ("sampling", "elicitation", "roots")
+
+_METHODS: dict[ClientRequestKind, str] = {"sampling": "sampling/createMessage", "elicitation": "elicitation/create",
+                                          "roots": "roots/list"}
+
+
+class ClientChannel(Protocol):
+    """A frontend's way back to the client whose call is running."""
+
+    def declares(self, kind: ClientRequestKind, params: Any) -> bool:
+        """Whether the client declared what answering this request needs (and can be asked at all)."""
+        ...
+
+    async def ask(self, kind: ClientRequestKind, params: Any) -> BaseModel:
+        """The client's answer; ``MCPError`` when it refuses or cannot be reached."""
+        ...
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        """Relay a log message, if the client asked for messages at its level."""
+        ...
+
+
+# The client of the call the current task is running, set by the pipeline around an upstream call.
+_calling: contextvars.ContextVar[ClientChannel | None] = contextvars.ContextVar("gateway_calling_client",
+                                                                                default=None)
+
+
+@contextlib.contextmanager
+def calling_client(channel: ClientChannel | None) -> Iterator[None]:
+    """Run an upstream call on behalf of ``channel``'s client (None: a caller that cannot be asked)."""
+    token = _calling.set(channel)
+    try:
+        yield
+    finally:
+        _calling.reset(token)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRequestRules:
+    """Which requests an upstream may send its callers' clients (config: ``mcp.client_requests``)."""
+
+    sampling: bool = True
+    elicitation: bool = True
+    roots: bool = True
+
+    def allows(self, kind: ClientRequestKind) -> bool:
+        """Whether requests of this kind are relayed at all."""
+        return bool(getattr(self, kind))
+
+
+@dataclass(slots=True)
+class _Call:
+    channel: ClientChannel | None
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ClientRequestRouter:
+    """One upstream's calls in flight, and the SDK client callbacks that answer its requests through them."""
+
+    def __init__(self, upstream: str, rules: ClientRequestRules) -> None:
+        self.upstream = upstream
+        self.rules = rules
+        self._calls: dict[int, _Call] = {}
+        self._ids = itertools.count()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Mark a call in flight (from before it is sent until its result is in) for the current task's client."""
+        key = next(self._ids)
+        call = _Call(_calling.get())
+        self._calls[key] = call
+        try:
+            yield
+        finally:
+            del self._calls[key]
+            call.ended.set()  # whatever its client is still being asked is withdrawn
+
+    def client_options(self) -> dict[str, Any]:
+        """The ``mcp.Client`` callbacks: one per allowed kind, so the upstream sees exactly those capabilities."""
+        options: dict[str, Any] = {"logging_callback": self._log}
+        if self.rules.sampling:
+            options["sampling_callback"] = self._sampling
+            # Declared so tool-using sampling can be relayed; each request is checked against its client.
+            options["sampling_capabilities"] = types.SamplingCapability(tools=types.SamplingToolsCapability())
+        if self.rules.elicitation:
+            options["elicitation_callback"] = self._elicitation
+        if self.rules.roots:
+            options["list_roots_callback"] = self._roots
+        return options
+
+    async def _sampling(self, ctx: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
+        return await self._forward("sampling", params)
+
+    async def _elicitation(self, ctx: ClientRequestContext, params: types.ElicitRequestParams) -> Any:
+        return await self._forward("elicitation", params)
+
+    async def _roots(self, ctx: ClientRequestContext) -> Any:
+        return await self._forward("roots", None)
+
+    def _owner(self) -> tuple[_Call | None, str]:
+        """The one call in flight, or why there is none to attribute a request to."""
+        if not self._calls:
+            return None, "no call is in flight on this upstream"
+        if len(self._calls) > 1:
+            return None, "several calls are in flight on this upstream, so the caller is unknown"
+        return next(iter(self._calls.values())), ""
+
+    async def _forward(self, kind: ClientRequestKind, params: Any) -> BaseModel | types.ErrorData:
+        method = _METHODS[kind]
+        call, why = self._owner()
+        if call is None:
+            return self._refuse(method, why)
+        channel = call.channel
+        if channel is None or not channel.declares(kind, params):
+            return self._refuse(method, f"the calling client did not declare what {method} needs")
+        asking = asyncio.ensure_future(channel.ask(kind, params))
+        ended = asyncio.ensure_future(call.ended.wait())
+        try:
+            await asyncio.wait({asking, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+            if not asking.done():
+                asking.cancel()
+        if asking.cancelled() or not asking.done():
+            return self._refuse(method, "the call ended before its client answered")
+        exc = asking.exception()
+        if isinstance(exc, MCPError):  # the client's own refusal (a declined sampling, say) goes back as it is
+            log.info("upstream %s: %s refused by the client: %s", self.upstream, method, exc)
+            return exc.error
+        if exc is not None:
+            log.info("upstream %s: %s could not reach the client: %s", self.upstream, method, exc)
+            return types.ErrorData(code=types.INTERNAL_ERROR, message="the client could not be asked")
+        log.info("upstream %s: %s relayed to its caller's client", self.upstream, method)
+        return asking.result()
+
+    def _refuse(self, method: str, why: str) -> types.ErrorData:
+        log.info("upstream %s: %s refused: %s", self.upstream, method, why)
+        return types.ErrorData(code=types.INVALID_REQUEST, message=f"{method} refused by the gateway: {why}")
+
+    async def _log(self, params: types.LoggingMessageNotificationParams) -> None:
+        call, why = self._owner()
+        if call is None or call.channel is None:
+            # Not attributable to one caller: kept out of every client's view, in the gateway's own log.
+            log.debug("upstream %s: log message (%s) not relayed: %s", self.upstream, params.level,
+                      why or "its caller cannot receive log messages")
+            return
+        try:
+            await call.channel.log(params)
+        except Exception as exc:  # the client went away: the call itself goes on
+            log.info("upstream %s: log message not relayed: %s", self.upstream, exc)
+
