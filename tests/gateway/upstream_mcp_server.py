@@ -282,6 +282,7 @@ class _TaskId(BaseModel):
 
 _Tasks()
 
+
 def _sampling(prompt: str, with_tools: bool = False) -> types.CreateMessageRequest:
     tools = [Tool(name="calculator", input_schema={"type": "object"})] if with_tools else None
     return types.CreateMessageRequest(params=types.CreateMessageRequestParams(
