@@ -26,6 +26,7 @@ from gateway.frontends.identity import identity_of
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.frontends.runs import CLIENT_INFO_META, client_of, explicit_run_id, resolve_run
 from gateway.limits import DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, MAX_CACHED_SESSIONS
+from gateway.observe.tracing import client_traceparent
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import Progress, call_id_of, gave_call_id, iteration_of
 from gateway.upstreams.base import ToolProgress
@@ -103,6 +104,7 @@ class McpFrontend:
             upstream_progress=relay,
             frontend="mcp",
             elicit=_elicitation(ctx),
+            traceparent=client_traceparent(meta.get("traceparent"), headers.get("traceparent")),
         )
         try:
             outcome = await self.gateway.call(request)

@@ -76,6 +76,7 @@ class CallRequest:
     call_id_given: bool = True
     run_client: str | None = None  # set when session_id is an implicit run: the client it was made for
     upstream_progress: ToolProgress | None = None  # where the upstream's own progress notifications go, if anywhere
+    traceparent: str | None = None  # the client's W3C trace context (header or MCP _meta), checked where it is used
 
 
 @dataclass(slots=True)
