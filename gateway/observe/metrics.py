@@ -117,7 +117,7 @@ class Metrics:
 
     def decided(self, stage: str, verdict: str, rule: str | None, seconds: float) -> None:
         """One stage's decision."""
-        self.decisions.labels(stage, verdict, rule or "none").inc()
+        self.decisions.labels(stage, verdict, rule or "default").inc()  # no rule decided: the default
         self.decision_seconds.labels(stage).observe(seconds)
 
     def finished(self, upstream: str, outcome: str, seconds: float) -> None:

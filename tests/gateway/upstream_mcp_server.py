@@ -4,6 +4,7 @@ Tools: echo, add, slow, fail, secret, delete_thing (destructive), pid, and regis
 a tool named ``extra`` at runtime and sends ``notifications/tools/list_changed``; ``weather`` has every
 field a tool definition can have (title, icons, _meta, execution, an object outputSchema), and
 ``steps`` sends a progress notification per step; ``linger`` waits until cancelled and says so in a file.
+With ``UPSTREAM_TRACE_TOOL`` set, ``trace_context`` reports the W3C trace context its request's ``_meta`` carried.
 
 If the file named by ``UPSTREAM_DOWN_FILE`` exists when the process starts, it exits at once: tests
 use that to keep the gateway from relaunching an upstream they killed ("the upstream is down").
@@ -132,6 +133,17 @@ async def register_extra(ctx: Context) -> str:
     server.add_tool(extra, name="extra")
     await ctx.session.send_tool_list_changed()
     return "registered"
+
+
+def trace_context(ctx: Context) -> dict[str, str]:
+    """The W3C trace context (traceparent, tracestate) this request's ``_meta`` carried."""
+    meta = ctx.request_context.meta or {}
+    return {key: str(meta[key]) for key in ("traceparent", "tracestate") if key in meta}
+
+
+# Only when asked (the tracing tests set it in the upstream's env), so the usual tool list stays as it is.
+if os.environ.get("UPSTREAM_TRACE_TOOL"):
+    server.add_tool(trace_context, name="trace_context")
 
 
 if __name__ == "__main__":
