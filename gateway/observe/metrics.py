@@ -95,6 +95,10 @@ class Metrics:
         self.in_flight = Gauge("gateway_calls_in_flight", "Calls in progress", registry=r,
                                multiprocess_mode="livesum")
         self._runs: dict[tuple[str, str], int] = {}  # run → its calls in progress, in this process
+        # labelled children by label values: ``labels()`` checks and locks on every call, a dict lookup does not
+        self._decided: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self._finished: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._upstream: dict[tuple[str, str], Any] = {}
 
     # --- what the pipeline reports ----------------------------------------------------------------
 
@@ -117,18 +121,30 @@ class Metrics:
 
     def decided(self, stage: str, verdict: str, rule: str | None, seconds: float) -> None:
         """One stage's decision."""
-        self.decisions.labels(stage, verdict, rule or "default").inc()  # no rule decided: the default
-        self.decision_seconds.labels(stage).observe(seconds)
+        key = (stage, verdict, rule or "default")  # no rule decided: the default verdict
+        children = self._decided.get(key)
+        if children is None:
+            children = self._decided[key] = (self.decisions.labels(*key), self.decision_seconds.labels(stage))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def finished(self, upstream: str, outcome: str, seconds: float) -> None:
         """A call's outcome (upstream is "" when the call never reached a tool)."""
-        self.calls.labels(upstream, outcome).inc()
-        self.call_seconds.labels(upstream, outcome).observe(seconds)
+        key = (upstream, outcome)
+        children = self._finished.get(key)
+        if children is None:
+            children = self._finished[key] = (self.calls.labels(*key), self.call_seconds.labels(*key))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def upstream_called(self, upstream: str, outcome: str, seconds: float | None) -> None:
         """One upstream leg; ``outcome`` is ok, tool_error, or an error kind (failed, not_reached, cancelled)."""
         if seconds is not None:
-            self.upstream_seconds.labels(upstream, outcome).observe(seconds)
+            key = (upstream, outcome)
+            child = self._upstream.get(key)
+            if child is None:
+                child = self._upstream[key] = self.upstream_seconds.labels(*key)
+            child.observe(seconds)
         if outcome not in ("ok", "tool_error"):
             self.upstream_errors.labels(upstream, outcome).inc()
 
