@@ -68,7 +68,8 @@ async def test_scrape_after_real_calls_shows_decisions_calls_and_upstream_errors
     before = await scrape(observed)
     client = rest(observed)
 
-    assert (await rest_call(client, "up_echo", {"text": "hi"}))["decision"] == "allow"
+    assert (await rest_call(client, "up_echo", {"text": "hi-marker-7f3a"}, call_id="call-marker-91bc"))["decision"] \
+        == "allow"
     assert (await rest_call(client, "up_echo", {"text": "forbidden"}))["decision"] == "reject"
     failed = await rest_call(client, "up_slow", {"seconds": 5})  # the upstream's own timeout is 1s
     assert failed["decision"] == "tool_failed"
@@ -93,6 +94,12 @@ async def test_scrape_after_real_calls_shows_decisions_calls_and_upstream_errors
     unknown = await rest_call(client, "up_nothing_here", {})
     assert unknown["_status"] == 404
     assert value(await scrape(observed), "gateway_calls_total", upstream="", outcome="unknown_tool") == 1
+    # no label names a caller, a call or an argument
+    async with httpx2.AsyncClient(base_url=observed.url, headers={"Authorization": f"Bearer {SCRAPER_KEY}"}) as c:
+        text = (await c.get("/metrics")).text
+    assert "gateway_calls_total" in text and "_created" not in text  # no creation-time twin of every series
+    for secret in ("alice", "call-marker-91bc", "hi-marker-7f3a"):
+        assert secret not in text
 
 
 async def test_held_call_is_pending_then_its_wait_is_timed(observed, rest, until, call_id):
