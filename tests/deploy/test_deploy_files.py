@@ -137,7 +137,8 @@ def _compose_schema() -> Json:
 
 def test_compose_file_validates_against_the_compose_spec():
     compose = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text(encoding="utf-8"))
-    validator = jsonschema.Draft7Validator(_compose_schema())
+    schema = _compose_schema()
+    validator = jsonschema.validators.validator_for(schema)(schema)
     assert [e.message for e in validator.iter_errors(compose)] == []
     broken = {**compose, "services": {**compose["services"], "gateway-1": {"image": 7, "restart": "sometimes"}}}
     assert list(validator.iter_errors(broken))  # the schema is real: it refuses a broken service
@@ -153,8 +154,16 @@ def test_compose_runs_two_gateways_on_one_postgres_with_the_quick_starts_upstrea
         service = services[name]
         assert service["depends_on"]["postgres"]["condition"] == "service_healthy"
         assert "@postgres:5432/" in service["environment"]["DATABASE_URL"]
-        for volume in service["volumes"]:  # every mounted file or folder exists in the repository
-            assert (root / volume.split(":")[0]).resolve().exists(), volume
+    for name, service in services.items():  # every file or folder mounted from the repository exists
+        for volume in service.get("volumes", []):
+            if volume.startswith("."):
+                assert (root / volume.split(":")[0]).resolve().exists(), (name, volume)
+    monitoring = {name for name, s in services.items() if "monitoring" in s.get("profiles", [])}
+    assert monitoring == {"prometheus", "grafana"}  # optional: `--profile monitoring`
+    scrape = yaml.safe_load((root / "prometheus.yml").read_text(encoding="utf-8"))["scrape_configs"][0]
+    assert scrape["static_configs"][0]["targets"] == [f"{g}:8080" for g in gateways]
+    assert scrape["authorization"]["credentials_file"] == "/run/secrets/metrics_key"
+    assert compose["secrets"]["metrics_key"] == {"environment": "METRICS_KEY"}
     config = gateway_config((root / "gateway.yaml").read_text(encoding="utf-8"))
     quick = yaml.safe_load((REPO / "examples" / "quickstart" / "gateway.yaml").read_text(encoding="utf-8"))
     assert [u.name for u in config.upstreams] == [u["name"] for u in quick["upstreams"]]
