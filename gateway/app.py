@@ -152,6 +152,8 @@ def build_gateway(config: LoadedConfig) -> Gateway:
         if spec.approvals.webhooks else None
     approvals = ApprovalService(ApprovalStore(store), notifier, page,
                                 redact=redactor if spec.approvals.redact else None, audit=audit.write)
+    if metrics is not None:
+        metrics.count_open_approvals(lambda: approvals.store.list_requests("pending", 1, 0)[1])
     per_principal = spec.limits.per_principal
     limits = PrincipalLimits(per_principal.max_concurrent_calls, per_principal.calls_per_minute)
     tracing = build_tracing(spec.tracing.enabled, spec.tracing.exporter, spec.tracing.service_name, str(config.file))

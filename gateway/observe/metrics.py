@@ -12,6 +12,7 @@ policies, upstream names from the config): never a call id, a principal or an ar
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -19,11 +20,15 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.multiprocess import mark_process_dead as _mark_process_dead
+from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE", "MULTIPROC_ENV", "Metrics", "counting_reloads", "families", "multiprocess_dir",
            "prepare_multiprocess_dir", "worker_exited"]
+
+log = logging.getLogger("gateway.observe")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -103,6 +108,13 @@ class Metrics:
         self._decided: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         self._finished: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._upstream: dict[tuple[str, str], Any] = {}
+        self._open_approvals = _OpenApprovals()
+        r.register(self._open_approvals)
+
+    def count_open_approvals(self, count: Callable[[], int]) -> None:
+        """Where a scrape reads how many approval requests are pending in the store (a blocking call: scrapes
+        run off the event loop)."""
+        self._open_approvals.count = count
 
     # --- what the pipeline reports ----------------------------------------------------------------
 
@@ -173,7 +185,30 @@ class Metrics:
             return generate_latest(self.registry)
         merged = CollectorRegistry()
         MultiProcessCollector(merged, path=path)  # type: ignore[no-untyped-call]
+        merged.register(self._open_approvals)  # read from the shared store, not from the workers' files
         return generate_latest(merged)
+
+
+class _OpenApprovals(Collector):
+    """gateway_approvals_open, read from the store at each scrape. The store is shared, so every replica reports
+    the same fleet-wide number: aggregate with max(), not sum()."""
+
+    def __init__(self) -> None:
+        self.count: Callable[[], int] | None = None
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        """The count now; no sample when the store cannot be read (a missing point, not a wrong one)."""
+        if self.count is None:
+            return
+        try:
+            value = self.count()
+        except Exception as exc:  # the store is busy or down: the scrape still answers
+            log.warning("metrics: open approvals not counted: %s", exc)
+            return
+        family = GaugeMetricFamily("gateway_approvals_open", "Approval requests pending in the store (every "
+                                   "replica reports the same number)")
+        family.add_metric([], value)
+        yield family
 
 
 def families(text: bytes) -> Iterable[tuple[str, dict[str, str], float]]:

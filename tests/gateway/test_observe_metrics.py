@@ -114,6 +114,7 @@ async def test_held_call_is_pending_then_its_wait_is_timed(observed, rest, until
 
         during = await until(pending)
         assert value(during, "gateway_calls_in_flight") == 1 and value(during, "gateway_active_runs") == 1
+        assert value(during, "gateway_approvals_open") == 1  # from the store
         assert value(during, "gateway_decisions_total", stage="request", verdict="approve",
                      rule="obs/deletes-need-a-human") == 1
         async with httpx2.AsyncClient(base_url=observed.url,
@@ -129,11 +130,20 @@ async def test_held_call_is_pending_then_its_wait_is_timed(observed, rest, until
     finally:
         held.cancel()
     after = await scrape(observed)
-    assert value(after, "gateway_approvals_pending") == 0
+    assert value(after, "gateway_approvals_pending") == 0 and value(after, "gateway_approvals_open") == 0
     assert value(after, "gateway_approval_wait_seconds_count", result="approved") == 1
     assert value(after, "gateway_approval_wait_seconds_sum", result="approved") > 0
     assert value(after, "gateway_calls_total", upstream="up", outcome="approve") == 1
     assert value(after, "gateway_calls_in_flight") == 0
+
+
+async def test_a_held_call_whose_caller_left_is_open_in_the_store_but_not_waiting(observed, rest, rest_call,
+                                                                                    call_id):
+    body = await rest_call(rest(observed), "up_delete_thing", {"id": "x2"}, call_id=call_id())  # no wait: 202
+    assert (body["_status"], body["decision"]) == (202, "pending")
+    series = await scrape(observed)
+    assert value(series, "gateway_approvals_open") == 1 and value(series, "gateway_approvals_pending") == 0
+    assert value(series, "gateway_approval_wait_seconds_count", result="pending") == 1
 
 
 async def test_reloads_are_counted_by_result(observed, until):
