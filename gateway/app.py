@@ -37,6 +37,10 @@ from gateway.frontends.sessions_api import session_admin_routes
 from gateway.limits import BODY_OVERHEAD_BYTES, DEFAULT_MAX_BODY_BYTES, DEFAULT_SETTLE_SECONDS, SETTLE_POLLS
 from gateway.models import ModelProxy, ModelRoute
 from gateway.models.upstream import ModelUpstream
+from gateway.observe import CallObserver, Metrics
+from gateway.observe.endpoint import metrics_routes
+from gateway.observe.metrics import counting_reloads
+from gateway.observe.tracing import build_tracing
 from gateway.pipeline import Gateway
 from gateway.pipeline.audit import AuditLog, Redactor
 from gateway.pipeline.principal_limits import PrincipalLimits
@@ -140,9 +144,13 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout, redactor,
                      fsync=spec.audit.fsync, max_value_bytes=spec.audit.max_value_bytes,
                      max_event_bytes=spec.audit.max_event_bytes)
+    metrics = Metrics() if spec.metrics.enabled else None
+    if metrics is not None:
+        audit.on_failure = metrics.audit_failed
     policies = PolicyHolder(config.policy_paths(), spec.engine, settle=_settle_seconds(config),
                             manifest=config.path(spec.reload.manifest) if spec.reload.manifest else None,
-                            base=config.base, on_reload=audit.write)
+                            base=config.base,
+                            on_reload=audit.write if metrics is None else counting_reloads(audit.write, metrics))
     store = SqliteStore(config.path(spec.store.sqlite), idle_timeout=parse_duration(spec.runs.idle_timeout),
                         usage_windows={name: parse_duration(d) for name, d in spec.usage_windows.items()})
     page = f"{public_url(config)}/approvals"
@@ -150,10 +158,14 @@ def build_gateway(config: LoadedConfig) -> Gateway:
         if spec.approvals.webhooks else None
     approvals = ApprovalService(ApprovalStore(store), notifier, page,
                                 redact=redactor if spec.approvals.redact else None, audit=audit.write)
+    if metrics is not None:
+        metrics.count_open_approvals(lambda: approvals.store.list_requests("pending", 1, 0)[1])
     per_principal = spec.limits.per_principal
     limits = PrincipalLimits(per_principal.max_concurrent_calls, per_principal.calls_per_minute)
+    tracing = build_tracing(spec.tracing.enabled, spec.tracing.exporter, spec.tracing.service_name, str(config.file))
     return Gateway(policies, registry, store, audit, env=spec.env, call_timeout=config.call_timeout,
-                   max_argument_bytes=spec.limits.max_argument_bytes, approvals=approvals, limits=limits)
+                   max_argument_bytes=spec.limits.max_argument_bytes, approvals=approvals, limits=limits,
+                   observer=CallObserver(metrics, tracing))
 
 
 def build_model_proxy(config: LoadedConfig, gateway: Gateway) -> ModelProxy:
@@ -213,6 +225,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
             await models.close()
             gateway.audit.close()
             gateway.store.close()
+            gateway.observer.tracing.shutdown()
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "revision": gateway.policies.current.revision,
@@ -228,6 +241,8 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway),
            *session_admin_routes(gateway), *(chat_routes(models) if models.routes else [])]
     open_routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/readyz", readyz), *openapi_routes()]
+    if gateway.observer.metrics is not None:
+        api.extend(metrics_routes(gateway.observer.metrics))
     if isinstance(gateway.approvals, ApprovalService):
         api.extend(approval_routes(gateway.approvals))
         open_routes.extend(approvals_page_routes())

@@ -33,6 +33,7 @@ class Identity:
     principal: Principal
     approver: bool = False
     admin: bool = False  # sees every approval request (still decides only what qualifies them)
+    metrics: bool = False  # may scrape /metrics (admins may too)
 
 
 class Authenticator:
@@ -43,7 +44,7 @@ class Authenticator:
         for key in spec.api_keys:
             digest = key.sha256.lower() if key.sha256 else hash_key(resolve_secret(key.key, base))  # type: ignore[arg-type]
             principal = Principal(key.principal.id, tuple(key.principal.groups), dict(key.principal.claims))
-            self._keys.append((bytes.fromhex(digest), Identity(principal, key.approver, key.admin)))
+            self._keys.append((bytes.fromhex(digest), Identity(principal, key.approver, key.admin, key.metrics)))
         anon = spec.anonymous
         self._anonymous = Identity(Principal(anon.id, tuple(anon.groups), dict(anon.claims))) if anon else None
 

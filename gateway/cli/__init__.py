@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="override listen.host")
     serve.add_argument("--port", type=int, help="override listen.port")
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    serve.add_argument("--log-format", choices=("text", "json"), help="override logging.format (default: text)")
     serve.set_defaults(func=serve_command.serve)
 
     schema = sub.add_parser("schema", help="print a JSON Schema (for editors)")

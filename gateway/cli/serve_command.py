@@ -13,6 +13,7 @@ from typing import Any
 
 from gateway.diagnostics import SourceLines, render
 from gateway.errors import ConfigError, PolicyLoadError
+from gateway.observe.logs import use_json_logs, uvicorn_json_config
 
 __all__ = ["serve"]
 
@@ -28,6 +29,9 @@ def serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args.config)
+        json_logs = (getattr(args, "log_format", None) or config.spec.logging.format) == "json"
+        if json_logs:
+            use_json_logs(getattr(logging, args.log_level.upper()))
         # command-line overrides first, so links the gateway hands out use the real address
         if args.host:
             config.spec.listen.host = args.host
@@ -47,9 +51,14 @@ def serve(args: argparse.Namespace) -> int:
         print(f"gateway: cannot open the gateway's data files: {exc}", file=sys.stderr)
         return 1
     host, port = config.spec.listen.host, config.spec.listen.port
-    print(f"gateway: listening on http://{host}:{port} (MCP at /mcp, REST at /v1)", file=sys.stderr)
-    uvicorn.run(app, host=host, port=port, log_level=args.log_level, lifespan="on",
-                log_config=_logs_off_stdout() if config.spec.audit.stdout else uvicorn.config.LOGGING_CONFIG,
+    listening = f"listening on http://{host}:{port} (MCP at /mcp, REST at /v1)"
+    if json_logs:  # every line on stderr is JSON
+        logging.getLogger("gateway").warning(listening)
+    else:
+        print(f"gateway: {listening}", file=sys.stderr)
+    log_config = uvicorn_json_config() if json_logs else \
+        _logs_off_stdout() if config.spec.audit.stdout else uvicorn.config.LOGGING_CONFIG
+    uvicorn.run(app, host=host, port=port, log_level=args.log_level, lifespan="on", log_config=log_config,
                 **server_options(config))
     return 0
 

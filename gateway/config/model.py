@@ -34,7 +34,9 @@ __all__ = [
     "LaunchSpec",
     "LimitsSpec",
     "ListenSpec",
+    "LoggingSpec",
     "McpUpstreamSpec",
+    "MetricsSpec",
     "ModelSpec",
     "OpenApiUpstreamSpec",
     "PerPrincipalLimitsSpec",
@@ -43,6 +45,7 @@ __all__ = [
     "SecretRef",
     "StoreSpec",
     "SupervisionSpec",
+    "TracingSpec",
     "UpstreamSpec",
     "WebhookSpec",
 ]
@@ -129,6 +132,7 @@ class ApiKeySpec(_Strict):
     key: SecretRef | None = None
     approver: bool = False  # may decide approvals (issue: approvals)
     admin: bool = False  # an approver who sees every approval request, not only those their groups may decide
+    metrics: bool = False  # may scrape GET /metrics and nothing more of the admin API (docs/observability.md)
 
     @model_validator(mode="after")
     def _one(self) -> ApiKeySpec:
@@ -401,6 +405,28 @@ class ModelSpec(_Strict):
     _tools = field_validator("gateway_tools")(_globs)
 
 
+class MetricsSpec(_Strict):
+    """Prometheus metrics at GET /metrics on the gateway's listener, for keys with `metrics: true` or `admin: true`."""
+
+    enabled: bool = True
+
+
+class TracingSpec(_Strict):
+    """OpenTelemetry traces: a span per call with its stages. The exporter's endpoint, headers and sampler come
+    from the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_SAMPLER, ...)."""
+
+    enabled: bool = False
+    # otlp needs the `otlp` extra (pip install 'agent-policy-gateway[otlp]'); console prints spans to stderr
+    exporter: Literal["otlp", "console", "none"] = "otlp"
+    service_name: str | None = None  # default: OTEL_SERVICE_NAME, else agent-policy-gateway
+
+
+class LoggingSpec(_Strict):
+    """The gateway's own log lines (not the audit log): text, or one JSON object a line."""
+
+    format: Literal["text", "json"] = "text"
+
+
 class GatewayConfig(_Strict):
     """The whole gateway: where it listens, its policies, upstreams, auth, store and audit."""
 
@@ -424,5 +450,8 @@ class GatewayConfig(_Strict):
 
     _windows = field_validator("usage_windows")(_usage_windows)
     supervision: SupervisionSpec = Field(default_factory=SupervisionSpec)
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+    tracing: TracingSpec = Field(default_factory=TracingSpec)
+    logging: LoggingSpec = Field(default_factory=LoggingSpec)
 
     _interval = field_validator("reload_interval")(_duration)

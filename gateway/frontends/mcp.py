@@ -38,6 +38,7 @@ from gateway.limits import (
     MAX_CACHED_SESSIONS,
     TOOL_LIST_TTL_MS,
 )
+from gateway.observe.tracing import client_traceparent
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.items import ItemGate
 from gateway.pipeline.request import CallOutcome, Progress, call_id_of, gave_call_id, iteration_of
@@ -158,6 +159,7 @@ class McpFrontend:
             frontend="mcp",
             elicit=_elicitation(ctx),
             client=McpClientChannel(ctx, log_levels),
+            traceparent=client_traceparent(meta.get("traceparent"), headers.get("traceparent")),
         )
         return request
 

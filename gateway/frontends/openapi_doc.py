@@ -248,6 +248,11 @@ def _operations() -> Json:
                 "200": _body(_ref("Readiness"), "Every upstream is up."),
                 "503": _body(_ref("Readiness"), "At least one upstream is starting or down (retried in the "
                                                 "background).")}}},
+        "/metrics": {"get": {
+            "operationId": "metrics",
+            "summary": "Prometheus metrics (keys with metrics: true or admin: true; docs/observability.md).",
+            "responses": {"200": {"description": "The Prometheus text exposition format.",
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}}, **_EDGE_ERRORS}}},
         "/v1/tools": {"get": {
             "operationId": "listTools", "summary": "The tools this key may see.",
             "responses": {"200": _body(_ref("ToolList"), "The visible tools."), **_EDGE_ERRORS}}},

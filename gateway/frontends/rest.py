@@ -91,7 +91,7 @@ def rest_routes(gateway: Gateway) -> list[Route]:
             session_id=run.id, run_client=run.client, call_id=call_id_of(body.get("call_id")),
             call_id_given=gave_call_id(body.get("call_id")),
             iteration=iteration_of(body.get("iteration")), frontend="rest", wait_seconds=wait,
-            refused=refused,
+            refused=refused, traceparent=request.headers.get("traceparent"),
         )
         try:
             outcome = await gateway.call(call)

@@ -20,7 +20,7 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -147,6 +147,7 @@ class AuditLog:
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._failing = False
+        self.on_failure: Callable[[], None] | None = None  # told of each failed write (metrics)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             _ignore_file_size_signal()
@@ -165,6 +166,8 @@ class AuditLog:
                 if not self._failing:
                     log.error("the audit log cannot be written, calls are refused until it can: %s", exc)
                 self._failing = True
+                if self.on_failure is not None:
+                    self.on_failure()
                 raise AuditWriteError(f"audit log write failed: {exc}") from exc
             if self._failing:
                 log.warning("the audit log is writable again")

@@ -22,6 +22,7 @@ from typing import Any
 
 from gateway.errors import AuditWriteError, InvalidArgumentsError, UnknownToolError, UpstreamError, UpstreamNotReached
 from gateway.limits import MAX_AUDIT_ERROR_CHARS, MAX_ID_CHARS
+from gateway.observe.observer import CallObserver
 from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
 from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.principal_limits import PrincipalLimits
@@ -88,7 +89,7 @@ class Gateway:
     def __init__(self, policies: PolicyHolder, registry: ToolRegistry, store: SqliteStore, audit: AuditLog,
                  *, env: dict[str, Any] | None = None, call_timeout: float = 30.0,
                  max_argument_bytes: int = 1_000_000, approvals: ApprovalGate | None = None,
-                 limits: PrincipalLimits | None = None) -> None:
+                 limits: PrincipalLimits | None = None, observer: CallObserver | None = None) -> None:
         self.policies = policies
         self.registry = registry
         self.store = store
@@ -98,6 +99,7 @@ class Gateway:
         self.max_argument_bytes = max_argument_bytes
         self.approvals: ApprovalGate = approvals or NoApprovals()
         self.limits = limits or PrincipalLimits()
+        self.observer = observer or CallObserver()  # metrics and traces (gateway/observe)
         self._running: set[asyncio.Future[CallOutcome]] = set()
 
     def visible_tools(self, principal: Principal) -> list[ExposedTool]:
@@ -122,6 +124,9 @@ class Gateway:
 
     async def call(self, request: CallRequest) -> CallOutcome:
         """Carry out one call."""
+        return await self.observer.call(request, self._call(request), self.registry)
+
+    async def _call(self, request: CallRequest) -> CallOutcome:
         trace = _Trace(request)
         policy_set = self.policies.current  # one revision for the whole call
         exceeded = self.limits.acquire(request.principal.id)
@@ -204,7 +209,7 @@ class Gateway:
         """Hold for approval; run at most once; every retry gets that one run's result."""
         request = trace.request
         try:
-            approval = await self.approvals.hold(HeldCall(request, tool, decision))
+            approval = await self.observer.held(self.approvals.hold(HeldCall(request, tool, decision)))
         except asyncio.CancelledError:  # the caller stopped waiting (an MCP task cancelled, ...): on the record too
             self._record_cancelled(trace, tool, policy_set, UNHELD)
             raise
@@ -268,7 +273,8 @@ class Gateway:
         timeout = min(timeout, tool.timeout) if tool.timeout else timeout  # an upstream's own timeout always holds
         try:
             with calling_client(request.client):
-                result = await tool.upstream.call(tool.spec.name, decision.args, timeout, request.upstream_progress)
+                result = await self.observer.upstream(tool.upstream.name, tool.upstream.call(
+                    tool.spec.name, decision.args, timeout, request.upstream_progress))
         except InvalidArgumentsError as exc:  # arguments the upstream's request cannot carry safely
             trace.upstream = {"status": "not_called", "error": str(exc)}
             return refusal(request.call_id, "invalid_arguments", f"The arguments were refused: {exc}")
@@ -319,6 +325,7 @@ class Gateway:
             decision = Decision(Verdict.REJECT, call.stage, call.args, call.original_args or call.args,
                                 policy_set.revision, POLICY_FAILED, "engine-error")
         trace.policy_us += decision.elapsed_us
+        self.observer.decided(decision)
         trace.decisions.append(decision)
         return decision
 

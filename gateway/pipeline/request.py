@@ -85,6 +85,7 @@ class CallRequest:
     task_id: str | None = None  # the MCP task the call runs as, named in its audit events
     # The caller's client, for what an upstream asks it while the call runs (sampling, elicitation, roots, logs).
     client: ClientChannel | None = None
+    traceparent: str | None = None  # the client's W3C trace context (header or MCP _meta), checked where it is used
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from gateway.limits import (
     UPSTREAM_KEEPALIVE_SECONDS,
     UPSTREAM_MAX_CONNECTIONS,
 )
+from gateway.observe.tracing import outgoing_headers
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, listening, text_result
 from gateway.values import text
 
@@ -122,7 +123,7 @@ class HttpUpstream:
             # One deadline for the whole exchange: httpx's timeout is per read, so an upstream
             # dripping a byte at a time would never trip it.
             async with asyncio.timeout(timeout), self._client.stream(
-                method, url, params=query or None, headers=self._headers, timeout=timeout, **payload
+                method, url, params=query or None, headers=outgoing_headers(self._headers), timeout=timeout, **payload
             ) as response:
                 content = await _read_capped(response, self.max_response_bytes)
         except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:  # no connection, so nothing was sent

@@ -13,6 +13,7 @@ Resources: ``notes://public``, ``notes://secret`` and the template ``notes://use
 ``ask_model``, ``ask_user`` and ``ask_roots`` send the client sampling, elicitation and roots requests (whatever
 it declared) and return its answer or its error as text; ``ask_model_later`` asks after its call has ended and
 writes the outcome to a file; ``chatter`` sends a log message at each of four levels.
+With ``UPSTREAM_TRACE_TOOL`` set, ``trace_context`` reports the W3C trace context its request's ``_meta`` carried.
 
 If the file named by ``UPSTREAM_DOWN_FILE`` exists when the process starts, it exits at once: tests
 use that to keep the gateway from relaunching an upstream they killed ("the upstream is down").
@@ -358,6 +359,17 @@ async def chatter(ctx: Context) -> str:
     for level in ("debug", "info", "warning", "error"):
         await ctx.log(level, f"chatter at {level}", logger_name="chatter")  # type: ignore[arg-type]
     return "chattered"
+
+
+def trace_context(ctx: Context) -> dict[str, str]:
+    """The W3C trace context (traceparent, tracestate) this request's ``_meta`` carried."""
+    meta = ctx.request_context.meta or {}
+    return {key: str(meta[key]) for key in ("traceparent", "tracestate") if key in meta}
+
+
+# Only when asked (the tracing tests set it in the upstream's env), so the usual tool list stays as it is.
+if os.environ.get("UPSTREAM_TRACE_TOOL"):
+    server.add_tool(trace_context, name="trace_context")
 
 
 if __name__ == "__main__":
