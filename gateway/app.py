@@ -33,12 +33,20 @@ from gateway.frontends.mcp import McpFrontend
 from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.rest import rest_routes
 from gateway.frontends.sessions_api import session_admin_routes
-from gateway.limits import BODY_OVERHEAD_BYTES, DEFAULT_MAX_BODY_BYTES, DEFAULT_SETTLE_SECONDS, SETTLE_POLLS
+from gateway.limits import (
+    BODY_OVERHEAD_BYTES,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_SETTLE_SECONDS,
+    LEASE_RENEWALS,
+    SETTLE_POLLS,
+)
 from gateway.pipeline import Gateway
 from gateway.pipeline.audit import AuditLog, Redactor
 from gateway.pipeline.principal_limits import PrincipalLimits
 from gateway.policy.model import parse_duration
 from gateway.reload import PolicyHolder
+from gateway.store.postgres import PostgresStore
+from gateway.store.sql import SqlStore
 from gateway.store.sqlite import SqliteStore
 from gateway.upstreams.base import Upstream, UpstreamTool
 from gateway.upstreams.http import HttpOperation, HttpUpstream
@@ -47,7 +55,8 @@ from gateway.upstreams.mcp import McpUpstream
 from gateway.upstreams.registry import Source, ToolRegistry
 from gateway.upstreams.supervise import Backoff, Supervisor
 
-__all__ = ["build_app", "build_gateway", "build_registry", "build_supervisor", "build_upstream", "server_options"]
+__all__ = ["build_app", "build_gateway", "build_registry", "build_store", "build_supervisor", "build_upstream",
+           "server_options"]
 
 log = logging.getLogger("gateway")
 
@@ -137,17 +146,33 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     policies = PolicyHolder(config.policy_paths(), spec.engine, settle=_settle_seconds(config),
                             manifest=config.path(spec.reload.manifest) if spec.reload.manifest else None,
                             base=config.base, on_reload=audit.write)
-    store = SqliteStore(config.path(spec.store.sqlite), idle_timeout=parse_duration(spec.runs.idle_timeout),
-                        usage_windows={name: parse_duration(d) for name, d in spec.usage_windows.items()})
+    store = build_store(config)
     page = f"{public_url(config)}/approvals"
     notifier = WebhookNotifier.from_specs(spec.approvals.webhooks, config.base, page) \
         if spec.approvals.webhooks else None
+    lease = parse_duration(spec.store.lease)
     approvals = ApprovalService(ApprovalStore(store), notifier, page,
-                                redact=redactor if spec.approvals.redact else None, audit=audit.write)
+                                redact=redactor if spec.approvals.redact else None, audit=audit.write,
+                                lease_seconds=lease, heartbeat_seconds=lease / LEASE_RENEWALS)
     per_principal = spec.limits.per_principal
     limits = PrincipalLimits(per_principal.max_concurrent_calls, per_principal.calls_per_minute)
     return Gateway(policies, registry, store, audit, env=spec.env, call_timeout=config.call_timeout,
                    max_argument_bytes=spec.limits.max_argument_bytes, approvals=approvals, limits=limits)
+
+
+def build_store(config: LoadedConfig) -> SqlStore:
+    """The store `store:` names: the SQLite file (the default) or PostgreSQL (docs/store.md)."""
+    spec = config.spec
+    idle = parse_duration(spec.runs.idle_timeout)
+    windows = {name: parse_duration(d) for name, d in spec.usage_windows.items()}
+    if spec.store.postgres is not None:
+        try:
+            dsn = resolve_secret(spec.store.postgres.dsn, config.base)
+        except ValueError as exc:
+            raise ConfigError([Diagnostic("store-dsn", f"store.postgres.dsn: {exc}", str(config.file))]) from None
+        return PostgresStore(dsn, idle_timeout=idle, usage_windows=windows)
+    return SqliteStore(config.path(spec.store.sqlite), idle_timeout=idle, usage_windows=windows,
+                       write_through=spec.store.shared)
 
 
 def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette:
@@ -174,6 +199,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                 interrupted = 0
             if interrupted:
                 log.warning("%d approved calls were interrupted (their gateway stopped); marked as such", interrupted)
+            gateway.approvals.watch()  # decisions made through other processes wake calls held here
             tasks.append(asyncio.create_task(gateway.approvals.sweep(), name="approval-sweeper"))
         try:
             async with mcp.sessions.run():

@@ -50,6 +50,7 @@ __all__ = [
     "GatewayError",
     "InvalidArgumentsError",
     "PolicyLoadError",
+    "StoreSchemaError",
     "StoreUnavailable",
     "TestSuiteError",
     "UnknownToolError",
@@ -149,6 +150,13 @@ class StoreUnavailable(GatewayError):
     """The database could not be read or written in time (locked by another process, or broken)."""
 
     code = "store-unavailable"
+    status = 503
+
+
+class StoreSchemaError(GatewayError):
+    """The database's schema is newer than this gateway knows (written by a newer version): refuse to start."""
+
+    code = "store-schema"
     status = 503
 
 

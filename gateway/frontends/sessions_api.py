@@ -77,13 +77,13 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
         return JSONResponse({"sessions": [s.to_dict() for s in page], "total": total, "offset": offset,
                              "limit": limit})
 
-    def named(request: Request) -> SessionState | None:
-        return store.find_session(request.path_params["principal"], request.path_params["session_id"])
+    async def named(request: Request) -> SessionState | None:
+        return await store.find_session(request.path_params["principal"], request.path_params["session_id"])
 
     async def show(request: Request) -> JSONResponse:
         if admin(request) is None:
             return _forbidden()
-        found = named(request)
+        found = await named(request)
         return _not_found() if found is None else JSONResponse(found.to_dict())
 
     def audited(who: str, action: str, state: SessionState, **extra: Any) -> JSONResponse | None:
@@ -103,13 +103,14 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
         body = await read_json_object(request)  # an empty object: reset takes no options
         if isinstance(body, JSONResponse):
             return body
-        found = named(request)
+        found = await named(request)
         if found is None:
             return _not_found()
         refused = audited(who, "reset", found)
         if refused is not None:
             return refused
         store.reset(found)
+        await store.settle()
         return JSONResponse(found.to_dict())
 
     async def end(request: Request) -> JSONResponse:
@@ -122,13 +123,14 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
         message = body.get("message") or ENDED_BY_ADMIN
         if not isinstance(message, str):
             return error_response(400, "invalid-message", "message must be a string")
-        found = named(request)
+        found = await named(request)
         if found is None:
             return _not_found()
         refused = audited(who, "end", found, message=message)
         if refused is not None:
             return refused
         store.end(found, message)
+        await store.settle()
         return JSONResponse(found.to_dict())
 
     one = "/v1/admin/sessions/{principal}/{session_id}"

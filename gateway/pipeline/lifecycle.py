@@ -31,7 +31,8 @@ from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall, Usag
 from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet, env_revision
 from gateway.reload import PolicyHolder
-from gateway.store.sqlite import SessionState, SqliteStore, now_rfc3339
+from gateway.store.base import SessionStore
+from gateway.store.model import SessionState, now_rfc3339
 from gateway.upstreams.registry import ExposedTool, ToolRegistry
 from gateway.values import Profile, printable, problem
 
@@ -83,7 +84,7 @@ class _Trace:
 class Gateway:
     """Runs calls through policies to upstreams; one instance per process."""
 
-    def __init__(self, policies: PolicyHolder, registry: ToolRegistry, store: SqliteStore, audit: AuditLog,
+    def __init__(self, policies: PolicyHolder, registry: ToolRegistry, store: SessionStore, audit: AuditLog,
                  *, env: dict[str, Any] | None = None, call_timeout: float = 30.0,
                  max_argument_bytes: int = 1_000_000, approvals: ApprovalGate | None = None,
                  limits: PrincipalLimits | None = None) -> None:
@@ -127,6 +128,7 @@ class Gateway:
             return await self._admitted(trace, policy_set)
         finally:
             self.limits.release(request.principal.id)
+            await self.store.settle()  # with other processes on the store: its counts written before it answers
 
     async def _admitted(self, trace: _Trace, policy_set: PolicySet) -> CallOutcome:
         request = trace.request
@@ -134,7 +136,8 @@ class Gateway:
         if why is not None:
             outcome = refusal(printable(request.call_id), "invalid_input", f"The call was refused: {why}.")
             return self._finish(trace, None, None, outcome, policy_set)
-        session = trace.session = self.store.session(request.principal.id, request.session_id, request.run_client)
+        session = trace.session = await self.store.session(request.principal.id, request.session_id,
+                                                           request.run_client)
         if request.iteration is None:  # the client gave none: the calls the run has made (docs/runs.md)
             request.iteration = session.calls
         if session.terminated:

@@ -42,7 +42,7 @@ class Totals:
                     mine.pop(tool, None)
 
 
-# A bucket changed: (principal, minute, tool, calls, rejected) for the store to write behind.
+# A bucket changed: (principal, minute, tool, calls added, rejected added) for the store to add to its row.
 Changed = Callable[[str, int, str, int, int], None]
 # The buckets of a principal newer than a minute, from the database: (minute, tool, calls, rejected) rows.
 Loader = Callable[[str, int], Iterable[tuple[int, str, int, int]]]
@@ -113,7 +113,7 @@ class UsageCounter:
         bucket.add(one)
         for total in state.totals.values():
             total.add(one)
-        self._changed(principal, now, tool, bucket.calls_by_tool.get(tool, 0), bucket.rejected_by_tool.get(tool, 0))
+        self._changed(principal, now, tool, calls, rejected)
 
     def count_call(self, principal: str, tool: str) -> None:
         """Count one call of ``tool`` now."""
