@@ -56,7 +56,11 @@ class SqlStore:
         self.write_through = write_through
         self._connect = connect
         self._loader = connect()  # the caches' first look at a key
-        self._migrate(self._loader)
+        try:
+            self._migrate(self._loader)
+        except BaseException:
+            self._loader.close()
+            raise
         self._lock = threading.Lock()
         self._reader = connect()
         self._read_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-reads")
