@@ -163,6 +163,10 @@ APPROVAL_SHARED_POLL_SECONDS = 0.25
 # With PostgreSQL's LISTEN/NOTIFY, a held call still re-reads this often, in case a notification was
 # missed (the listening connection was re-opened).
 APPROVAL_NOTIFY_FALLBACK_SECONDS = 5.0
+# `gateway serve --workers N`: how often the parent checks its workers are alive, and how long a
+# stopping worker may take to finish its requests before it is killed.
+WORKER_POLL_SECONDS = 0.5
+WORKER_STOP_SECONDS = 30.0
 # Seconds the listening connection waits before it is re-opened after it failed.
 STORE_LISTEN_RETRY_SECONDS = 1.0
 

@@ -82,7 +82,8 @@ def running_cluster() -> Iterator[Cluster]:
         started = subprocess.run([*as_user, str(binaries / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options,
                                   "-w", "-t", "60", "start"], capture_output=True)
         if started.returncode != 0:
-            raise RuntimeError(f"pg_ctl start failed: {started.stderr.decode()} {log.read_text() if log.exists() else ''}")
+            logged = log.read_text() if log.exists() else ""
+            raise RuntimeError(f"pg_ctl start failed: {started.stderr.decode()} {logged}")
         try:
             yield Cluster(port)
         finally:

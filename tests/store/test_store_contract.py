@@ -208,7 +208,7 @@ def test_stores_opening_at_once_migrate_once(open_store: Opener) -> None:
     def start() -> None:
         try:
             ApprovalStore(open_store())
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=start) for _ in range(4)]
@@ -232,7 +232,7 @@ async def test_two_stores_inserting_one_key_get_one_request(open_store: Opener) 
     first, second = _approval(), _approval()
     got = await asyncio.gather(a.run(a.insert, first), b.run(b.insert, second))
     assert got[0].id == got[1].id
-    listing, total = await a.run(a.list_requests, None, 10, 0)
+    _, total = await a.run(a.list_requests, None, 10, 0)
     assert total == 1
 
 
