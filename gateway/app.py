@@ -151,8 +151,11 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     notifier = WebhookNotifier.from_specs(spec.approvals.webhooks, config.base, page) \
         if spec.approvals.webhooks else None
     lease = parse_duration(spec.store.lease)
+    def audited(event: dict[str, Any]) -> None:  # approval events carry the revision too (a mixed fleet shows)
+        audit.write({"revision": policies.current.revision, **event})
+
     approvals = ApprovalService(ApprovalStore(store), notifier, page,
-                                redact=redactor if spec.approvals.redact else None, audit=audit.write,
+                                redact=redactor if spec.approvals.redact else None, audit=audited,
                                 lease_seconds=lease, heartbeat_seconds=lease / LEASE_RENEWALS)
     per_principal = spec.limits.per_principal
     limits = PrincipalLimits(per_principal.max_concurrent_calls, per_principal.calls_per_minute)

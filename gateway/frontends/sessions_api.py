@@ -91,7 +91,8 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
         try:
             gateway.audit.write({"event": "session.admin", "time": now_rfc3339(), "action": action, "admin": who,
                                  "principal": {"id": state.principal}, "session": state.id,
-                                 "implicit": state.implicit, "before": state.to_dict(), **extra})
+                                 "implicit": state.implicit, "before": state.to_dict(),
+                                 "revision": gateway.policies.current.revision, **extra})
         except AuditWriteError:
             return error_response(503, "audit-failed", "The change could not be recorded, so it was not made.")
         return None

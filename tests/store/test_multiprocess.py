@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -248,6 +249,12 @@ async def test_a_terminate_on_a_is_seen_on_b(pair) -> None:
     assert stopped.json()["decision"] == "terminate"
     body = after.json()
     assert (body["decision"], body["content"][0]["text"]) == ("terminated", "Stopped by policy.")
+    # a mixed fleet is visible: both say their policy revision, in /readyz and in every audit event
+    async with httpx2.AsyncClient() as plain:
+        revisions = {(await plain.get(f"{g.url}/readyz")).json()["revision"] for g in pair}
+    events = [json.loads(line) for line in (a.config.parent / "audit.jsonl").read_text().splitlines()]
+    assert len(revisions) == 1 and None not in revisions
+    assert events and all(e.get("revision") in revisions for e in events), events
 
 
 async def test_a_killed_gateway_leaves_its_call_interrupted_and_never_run_twice(pair, upstream) -> None:
