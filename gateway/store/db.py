@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, Protocol
 
 import psycopg
@@ -124,33 +124,44 @@ def _postgres_sql(sql: str) -> str:
 
 
 class PostgresDb:
-    """A psycopg 3 connection in autocommit mode (transactions are explicit)."""
+    """A psycopg 3 connection in autocommit mode (transactions are explicit), re-opened once it broke.
+
+    A connection the server dropped (a restart, a failover, an idle timeout) fails the statement that
+    found it broken, which callers see as a database error; the next statement opens a new one.
+    """
 
     dialect: Dialect = "postgres"
 
-    def __init__(self, connection: psycopg.Connection[Any]) -> None:
-        self.raw = connection
+    def __init__(self, connect: Callable[[], psycopg.Connection[Any]]) -> None:
+        self._connect = connect
+        self.raw = connect()
+
+    def _live(self) -> psycopg.Connection[Any]:
+        if self.raw.closed or self.raw.broken:
+            self.raw = self._connect()
+        return self.raw
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         """Run one statement."""
-        return self.raw.execute(_postgres_sql(sql), tuple(params))  # type: ignore[arg-type]  # built, not literal
+        return self._live().execute(_postgres_sql(sql), tuple(params))  # type: ignore[arg-type]  # built SQL
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """Run one statement per row."""
-        with self.raw.cursor() as cursor:
+        with self._live().cursor() as cursor:
             cursor.executemany(_postgres_sql(sql), [tuple(r) for r in rows])  # type: ignore[arg-type]
 
     def begin(self) -> None:
         """BEGIN (row locks are taken by the statements themselves)."""
-        self.raw.execute("BEGIN")
+        self._live().execute("BEGIN")
 
     def commit(self) -> None:
         """COMMIT."""
         self.raw.execute("COMMIT")
 
     def rollback(self) -> None:
-        """ROLLBACK if a transaction is open."""
-        if self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        """ROLLBACK if a transaction is open (nothing to do on a broken connection: the server dropped it)."""
+        if not (self.raw.closed or self.raw.broken) and \
+                self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             self.raw.execute("ROLLBACK")
 
     def for_update(self, select: str) -> str:

@@ -80,15 +80,15 @@ class PostgresStore(SqlStore):
         self._listeners: list[threading.Thread] = []
         self._stop = threading.Event()
         where = describe_dsn(dsn)
-        super().__init__(lambda: PostgresDb(self._open()), where, usage_windows=usage_windows,
-                         idle_timeout=idle_timeout, write_through=write_through)
+        try:
+            super().__init__(lambda: PostgresDb(self._open), where, usage_windows=usage_windows,
+                             idle_timeout=idle_timeout, write_through=write_through)
+        except psycopg.OperationalError as exc:  # not reachable at start: say which database, never the password
+            raise StoreUnavailable(f"cannot connect to {where}: {str(exc).strip()}") from exc
 
     def _open(self) -> psycopg.Connection[Any]:
-        try:
-            return psycopg.connect(self._dsn, autocommit=True, connect_timeout=POSTGRES_CONNECT_TIMEOUT_SECONDS,
-                                   application_name="agent-policy-gateway")
-        except psycopg.Error as exc:
-            raise StoreUnavailable(f"cannot connect to {describe_dsn(self._dsn)}: {str(exc).strip()}") from exc
+        return psycopg.connect(self._dsn, autocommit=True, connect_timeout=POSTGRES_CONNECT_TIMEOUT_SECONDS,
+                               application_name="agent-policy-gateway")
 
     def _migrate(self, db: Db) -> None:
         migrate(db, "sessions", SESSION_MIGRATIONS, self.where)

@@ -299,3 +299,30 @@ async def test_a_change_made_through_one_store_wakes_listeners_on_another(open_s
 def test_an_unreachable_postgres_is_a_clear_error() -> None:
     with pytest.raises(StoreUnavailable, match=r"cannot connect to postgresql://127\.0\.0\.1:1/nothing"):
         PostgresStore("postgresql://user:secret@127.0.0.1:1/nothing")
+
+
+async def test_postgres_connections_the_server_dropped_are_reopened(postgres_dsn: str) -> None:
+    store = PostgresStore(postgres_dsn)
+    approvals = ApprovalStore(store)
+    try:
+        state = await store.session("alice", "r")
+        store.count_call(state, "x")
+        await store.flushed()
+        stored = await approvals.run(approvals.insert, _approval())
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:  # a restart, a failover, an idle timeout
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                          " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        store.count_call(state, "x")
+        await store.flushed()  # fails on the dropped connection; the rows are kept and written again
+        await store.flushed()
+        with pytest.raises(StoreUnavailable):  # the statement that finds the connection broken fails...
+            await approvals.run(approvals.get, stored.id)
+        assert (await approvals.run(approvals.get, stored.id)) is not None  # ...the next one reconnects
+        assert (await store.session("alice", "r")).calls == 2
+    finally:
+        store.close()
+    fresh = PostgresStore(postgres_dsn)
+    try:
+        assert (await fresh.session("alice", "r")).calls == 2
+    finally:
+        fresh.close()
