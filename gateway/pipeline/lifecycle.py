@@ -162,6 +162,8 @@ class Gateway:
     async def _decide_and_run(self, trace: _Trace, tool: ExposedTool, session: SessionState,
                               policy_set: PolicySet) -> CallOutcome:
         request = trace.request
+        # Read before the session's counters are taken: from here to counting the call there is no await.
+        usage = await self.store.usage_now(request.principal.id)
         call = ToolCall(
             tool=tool.info, args=request.arguments, principal=request.principal,
             session=SessionInfo(session.id, session.calls, dict(session.calls_by_tool), session.rejected,
@@ -169,7 +171,7 @@ class Gateway:
             call=CallInfo(request.call_id, session.calls if request.iteration is None else request.iteration,
                           now_rfc3339()), env=self.env,
             usage={name: UsageInfo(t.calls, t.calls_by_tool, t.rejected)
-                   for name, t in self.store.usage.snapshot(request.principal.id).items()},
+                   for name, t in usage.items()},
         )
         trace.decided = call
         decision = self._decide(trace, policy_set, call)

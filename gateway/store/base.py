@@ -12,7 +12,7 @@ from typing import Any, Protocol, TypeVar
 
 from gateway.store.implicit_runs import ImplicitRuns
 from gateway.store.model import SessionState
-from gateway.store.usage import UsageCounter
+from gateway.store.usage import Totals, UsageCounter
 
 __all__ = ["SessionStore"]
 
@@ -29,6 +29,10 @@ class SessionStore(Protocol):
 
     async def session(self, principal: str, session_id: str, client: str | None = None) -> SessionState:
         """The session as the database has it now (counts from every process), created on first sight."""
+        ...
+
+    async def usage_now(self, principal: str) -> dict[str, Totals]:
+        """The principal's usage windows now, counting every process's calls."""
         ...
 
     def count_call(self, state: SessionState, tool: str) -> None:

@@ -31,7 +31,7 @@ from gateway.store.db import DB_ERRORS, Db
 from gateway.store.delta import Delta, Row, apply
 from gateway.store.implicit_runs import ImplicitRuns
 from gateway.store.model import SessionState, now_rfc3339
-from gateway.store.usage import UsageCounter
+from gateway.store.usage import Totals, UsageCounter
 
 __all__ = ["SqlStore"]
 
@@ -69,7 +69,9 @@ class SqlStore:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-db")
         self._session_writer = connect()  # session rows, written behind on their own thread
         self._session_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-sessions")
-        self._dirty_lock = threading.Lock()  # guards what follows, and the cached sessions' counters
+        # Guards what follows, the cached sessions' counters and the usage totals (re-entered: counting a
+        # call counts its usage bucket too).
+        self._dirty_lock = threading.RLock()
         self._pending: dict[tuple[str, str], Delta] = {}  # session deltas not written yet
         self._in_flight: dict[tuple[str, str], Delta] = {}  # being written right now
         self._usage: dict[tuple[str, int, str], list[int]] = {}  # usage bucket increments: [calls, rejected]
@@ -207,7 +209,7 @@ class SqlStore:
             delta = self._delta(state)
             delta.calls += 1
             delta.by_tool[tool] = delta.by_tool.get(tool, 0) + 1
-        self.usage.count_call(state.principal, tool)
+            self.usage.count_call(state.principal, tool)
 
     def record_outcome(self, state: SessionState, *, rejected: bool, terminate_message: str | None = None,
                        tool: str = "") -> None:
@@ -220,8 +222,8 @@ class SqlStore:
             if terminate_message is not None and not state.terminated:
                 state.terminated, state.terminate_message = True, terminate_message
                 delta.terminate = delta.terminate or terminate_message
-        if rejected:
-            self.usage.count_rejected(state.principal, tool)
+            if rejected:
+                self.usage.count_rejected(state.principal, tool)
 
     def reset(self, state: SessionState) -> None:
         """Counters to zero, not terminated: the run goes on as if it had just started."""
@@ -278,6 +280,40 @@ class SqlStore:
                 return
 
     # -- usage buckets and implicit runs ------------------------------------------------------------
+
+    async def usage_now(self, principal: str) -> dict[str, Totals]:
+        """The principal's usage windows as the database has them now (every process's calls), plus this
+        process's not written yet; read off the event loop."""
+        if not self.usage.windows:
+            return {}
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._read_worker, self._refresh_usage, principal)
+        except RuntimeError:  # the reader was shut down: the gateway is stopping; this process's view stands
+            pass
+        with self._dirty_lock:
+            return self.usage.snapshot(principal)
+
+    def _refresh_usage(self, principal: str) -> None:
+        for _ in range(SESSION_READ_ATTEMPTS):
+            with self._dirty_lock:
+                commits, after = self._commits, self.usage.oldest_kept()
+            try:
+                rows = self._reader.execute(
+                    "SELECT bucket, tool, calls, rejected FROM usage WHERE principal = ? AND bucket > ?",
+                    (principal, after)).fetchall()
+            except DB_ERRORS as exc:  # this process's view stands until the next call
+                log.warning("usage of %s not read from the database: %s", principal, exc)
+                return
+            with self._dirty_lock:
+                if self._commits != commits:
+                    continue  # a write of this process's counts overlapped the read: read again
+                merged = [(int(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
+                for source in (self._usage_in_flight, self._usage):
+                    merged.extend((bucket, tool, counts[0], counts[1])
+                                  for (who, bucket, tool), counts in source.items() if who == principal)
+                self.usage.replace(principal, merged)
+                return
 
     def _write_behind(self, key: tuple[str, ...], statement: str, values: tuple[Any, ...]) -> None:
         """Queue one row's newest values to be written by the session worker."""

@@ -326,3 +326,17 @@ async def test_postgres_connections_the_server_dropped_are_reopened(postgres_dsn
         assert (await fresh.session("alice", "r")).calls == 2
     finally:
         fresh.close()
+
+
+async def test_usage_windows_count_every_stores_calls_once_written(open_store: Opener) -> None:
+    a, b = open_store(usage_windows={"hour": 3600}), open_store(usage_windows={"hour": 3600})
+    a.count_call(await a.session("alice", "r"), "x")
+    await a.settle()
+    theirs = await b.session("alice", "r")
+    b.count_call(theirs, "x")
+    b.count_call(theirs, "y")
+    mine = await b.usage_now("alice")  # the database's count, and b's own not written yet
+    assert (mine["hour"].calls, mine["hour"].calls_by_tool) == (3, {"x": 2, "y": 1})
+    await b.settle()
+    assert (await a.usage_now("alice"))["hour"].calls == 3
+    assert (await b.usage_now("alice"))["hour"].calls == 3  # written: counted once, not twice
