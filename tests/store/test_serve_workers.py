@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import subprocess
 import sys
@@ -78,3 +79,29 @@ def test_a_database_from_a_newer_gateway_is_refused_at_start(tmp_path: Path) -> 
     assert "the sessions schema in" in done.stderr and "version 7, newer than this gateway knows (1)" in done.stderr
     assert "Traceback" not in done.stderr
     assert time.monotonic() - started < 60
+
+
+def _serve_with_store(tmp_path: Path, store: dict[str, object],
+                      env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    config = _config(tmp_path, "http://127.0.0.1:9")
+    data = yaml.safe_load(config.read_text())
+    data["store"] = store
+    config.write_text(yaml.safe_dump(data))
+    clean = {k: v for k, v in os.environ.items() if k != "GATEWAY_MISSING_DSN"}
+    return subprocess.run([sys.executable, "-m", "gateway", "serve", str(config), "--port", "0"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env={**clean, **env})
+
+
+def test_a_missing_dsn_variable_is_a_config_error(tmp_path: Path) -> None:
+    done = _serve_with_store(tmp_path, {"postgres": {"dsn": {"env": "GATEWAY_MISSING_DSN"}}}, {})
+    assert done.returncode == 1
+    assert "error[secret-missing]" in done.stderr and "env: GATEWAY_MISSING_DSN" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unreachable_postgres_refuses_to_start_without_showing_the_password(tmp_path: Path) -> None:
+    done = _serve_with_store(tmp_path, {"postgres": {"dsn": {"env": "GATEWAY_DSN"}}},
+                             {"GATEWAY_DSN": "postgresql://gw:hunter2-secret@127.0.0.1:1/gw"})
+    assert done.returncode == 1
+    assert "cannot connect to postgresql://127.0.0.1:1/gw" in done.stderr
+    assert "hunter2" not in done.stderr and "Traceback" not in done.stderr
