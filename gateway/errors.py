@@ -14,6 +14,7 @@
     │   ├── ApprovalForbidden  this approver may not decide it, e.g. their own call (403)
     │   └── ApprovalConflict   it was already decided (409)
     ├── StoreUnavailable       the database stayed locked (or broke); nothing was changed (503)
+    ├── StoreSchemaError       the database was migrated by a newer gateway: refuse to start
     └── CallError              one tool call could not be carried out
         ├── UnknownToolError   the tool name resolves to nothing (a protocol error)
         ├── InvalidArgumentsError  arguments fail the tool's input schema

@@ -52,6 +52,7 @@ def test_error_exports():
         "GatewayError",
         "InvalidArgumentsError",
         "PolicyLoadError",
+        "StoreSchemaError",
         "StoreUnavailable",
         "TestSuiteError",
         "UnknownToolError",
