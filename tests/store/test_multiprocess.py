@@ -144,13 +144,20 @@ async def upstream() -> AsyncIterator[tuple[Upstream, str]]:
 
 
 @pytest.fixture
-def pair(tmp_path: Path, postgres_dsn: str, upstream: tuple[Upstream, str]) -> Iterator[tuple[Gateway, Gateway]]:
-    """Gateways A and B on one PostgreSQL database (claims lease for 2s, so a dead one is noticed fast)."""
+def pair(tmp_path: Path, upstream: tuple[Upstream, str],
+         request: pytest.FixtureRequest) -> Iterator[tuple[Gateway, Gateway]]:
+    """Gateways A and B on one PostgreSQL database, or on one SQLite file (``indirect`` "sqlite"); claims
+    lease for 2s, so a dead one is noticed fast."""
     (tmp_path / "policies").mkdir()
     (tmp_path / "policies" / "multi.yaml").write_text(POLICY)
+    if getattr(request, "param", "postgres") == "postgres":
+        os.environ["GATEWAY_TEST_DSN"] = request.getfixturevalue("postgres_dsn")
+        store: dict[str, Any] = {"postgres": {"dsn": {"env": "GATEWAY_TEST_DSN"}}, "lease": "2s"}
+    else:
+        store = {"sqlite": "data/shared.sqlite3", "shared": True, "lease": "2s"}
     config = {
         "policies": ["policies"],
-        "store": {"postgres": {"dsn": {"env": "GATEWAY_TEST_DSN"}}, "lease": "2s"},
+        "store": store,
         "audit": {"file": "audit.jsonl"},
         "auth": {"api_keys": [
             {"principal": {"id": "alice", "groups": ["dev"]}, "sha256": hash_key(KEYS["alice"])},
@@ -163,7 +170,6 @@ def pair(tmp_path: Path, postgres_dsn: str, upstream: tuple[Upstream, str]) -> I
     }
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
-    os.environ["GATEWAY_TEST_DSN"] = postgres_dsn
     a, b = Gateway(path, "A"), Gateway(path, "B")
     try:
         a.start()
@@ -196,6 +202,7 @@ async def _pending(gateway: Gateway, count: int) -> list[dict[str, Any]]:
         return found
 
 
+@pytest.mark.parametrize("pair", ["postgres", "sqlite"], indirect=True)
 async def test_an_approval_decided_through_b_releases_the_call_held_on_a(pair, upstream) -> None:
     a, b = pair
     counting, _ = upstream
@@ -211,10 +218,11 @@ async def test_an_approval_decided_through_b_releases_the_call_held_on_a(pair, u
         woke_after = time.monotonic() - decided_at
     body = response.json()
     assert (response.status_code, body["is_error"], body["structured"]) == (200, False, {"tag": "one", "run": 1})
-    assert woke_after < 3  # woken by the notification, not by a poll of the held call's whole wait
+    assert woke_after < 3  # woken by the notification (SQLite: its poll), not at the end of the held call's wait
     assert counting.runs["one"] == 1
 
 
+@pytest.mark.parametrize("pair", ["postgres", "sqlite"], indirect=True)
 async def test_a_budget_is_spent_across_a_and_b(pair, upstream) -> None:
     a, b = pair
     counting, _ = upstream
@@ -239,6 +247,7 @@ async def test_a_budget_is_spent_across_a_and_b(pair, upstream) -> None:
     assert counting.runs["ping"] == 4 + 4 * 4
 
 
+@pytest.mark.parametrize("pair", ["postgres", "sqlite"], indirect=True)
 async def test_a_terminate_on_a_is_seen_on_b(pair) -> None:
     a, b = pair
     await _ready(pair)
@@ -257,6 +266,7 @@ async def test_a_terminate_on_a_is_seen_on_b(pair) -> None:
     assert events and all(e.get("revision") in revisions for e in events), events
 
 
+@pytest.mark.parametrize("pair", ["postgres", "sqlite"], indirect=True)
 async def test_a_killed_gateway_leaves_its_call_interrupted_and_never_run_twice(pair, upstream) -> None:
     a, b = pair
     counting, _ = upstream
