@@ -155,6 +155,9 @@ SQLITE_BUSY_TIMEOUT_SECONDS = 2.0
 # Reads of a session row that overlapped a write of this process's counts are retried this many times
 # (then the view is built from the last read, which can be off by the overlapping write until the next call).
 SESSION_READ_ATTEMPTS = 5
+# How long such a read waits for a write of that session's counts under way (past the SQLite busy
+# timeout, the write has failed and will be retried; the process's own view is used meanwhile).
+SESSION_WRITE_WAIT_SECONDS = 2.5
 # Seconds a PostgreSQL connection may take to open before the store counts the server as unreachable.
 POSTGRES_CONNECT_TIMEOUT_SECONDS = 10
 # How often a held call re-reads its approval when the database cannot push changes (SQLite shared by

@@ -26,7 +26,12 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from gateway.limits import DEFAULT_RUN_IDLE_SECONDS, MAX_CACHED_SESSIONS, SESSION_READ_ATTEMPTS
+from gateway.limits import (
+    DEFAULT_RUN_IDLE_SECONDS,
+    MAX_CACHED_SESSIONS,
+    SESSION_READ_ATTEMPTS,
+    SESSION_WRITE_WAIT_SECONDS,
+)
 from gateway.store.db import DB_ERRORS, Db
 from gateway.store.delta import Delta, Row, apply
 from gateway.store.implicit_runs import ImplicitRuns
@@ -77,7 +82,8 @@ class SqlStore:
         self._usage: dict[tuple[str, int, str], list[int]] = {}  # usage bucket increments: [calls, rejected]
         self._usage_in_flight: dict[tuple[str, int, str], list[int]] = {}
         self._dirty: dict[tuple[str, ...], tuple[str, tuple[Any, ...]]] = {}  # other rows: newest statement each
-        self._commits = 0  # session writes committed so far (a read that overlaps one is retried)
+        self._writes = 0  # writes of counts begun or ended so far (a read that overlaps one is read again)
+        self._written = threading.Condition(self._dirty_lock)  # told when a write ends
         self._flush_queued = False
         self._closing = False
         self._sessions: dict[tuple[str, str], SessionState] = {}
@@ -134,9 +140,20 @@ class SqlStore:
             return self._refreshed(principal, session_id, client, None)
 
     def _refresh(self, principal: str, session_id: str, client: str | None) -> SessionState:
+        """Read the row and combine it with this process's unwritten deltas (on the reader thread).
+
+        The combination is exact when no write of this process's counts began or ended during the
+        read and none of this session's deltas was being written when it began; otherwise it reads
+        again (after waiting for a write under way). A writer stuck on a locked database leaves the
+        view this process has, which is right for its own counts.
+        """
+        key = (principal, session_id)
+        row = None
         for _ in range(SESSION_READ_ATTEMPTS):
-            with self._dirty_lock:
-                commits = self._commits
+            with self._written:
+                if key in self._in_flight:
+                    self._written.wait(SESSION_WRITE_WAIT_SECONDS)
+                writes, settled = self._writes, key not in self._in_flight
             try:
                 row = self._read_row(self._reader, principal, session_id)
             except DB_ERRORS as exc:  # the view this process has is still right for its own counts
@@ -144,9 +161,13 @@ class SqlStore:
                 row = None
                 break
             with self._dirty_lock:
-                if self._commits == commits:
+                if not settled and key in self._sessions:
+                    return self._sessions[key]
+                if not settled or self._writes == writes:
                     return self._refreshed_locked(principal, session_id, client, row)
         with self._dirty_lock:
+            if key in self._sessions and row is not None:
+                return self._sessions[key]  # writes kept overlapping the reads: this process's view stands
             return self._refreshed_locked(principal, session_id, client, row)
 
     def _refreshed(self, principal: str, session_id: str, client: str | None,
@@ -295,9 +316,14 @@ class SqlStore:
             return self.usage.snapshot(principal)
 
     def _refresh_usage(self, principal: str) -> None:
+        """As ``_refresh``, for the principal's usage buckets."""
         for _ in range(SESSION_READ_ATTEMPTS):
-            with self._dirty_lock:
-                commits, after = self._commits, self.usage.oldest_kept()
+            with self._written:
+                if self._usage_writing(principal):
+                    self._written.wait(SESSION_WRITE_WAIT_SECONDS)
+                if self._usage_writing(principal):
+                    return  # a writer stuck on a locked database: this process's view stands
+                writes, after = self._writes, self.usage.oldest_kept()
             try:
                 rows = self._reader.execute(
                     "SELECT bucket, tool, calls, rejected FROM usage WHERE principal = ? AND bucket > ?",
@@ -306,14 +332,16 @@ class SqlStore:
                 log.warning("usage of %s not read from the database: %s", principal, exc)
                 return
             with self._dirty_lock:
-                if self._commits != commits:
-                    continue  # a write of this process's counts overlapped the read: read again
+                if self._writes != writes:
+                    continue  # a write of this process's counts began or ended during the read: read again
                 merged = [(int(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
-                for source in (self._usage_in_flight, self._usage):
-                    merged.extend((bucket, tool, counts[0], counts[1])
-                                  for (who, bucket, tool), counts in source.items() if who == principal)
+                merged.extend((bucket, tool, counts[0], counts[1])
+                              for (who, bucket, tool), counts in self._usage.items() if who == principal)
                 self.usage.replace(principal, merged)
                 return
+
+    def _usage_writing(self, principal: str) -> bool:
+        return any(key[0] == principal for key in self._usage_in_flight)
 
     def _write_behind(self, key: tuple[str, ...], statement: str, values: tuple[Any, ...]) -> None:
         """Queue one row's newest values to be written by the session worker."""
@@ -360,11 +388,22 @@ class SqlStore:
     def _flush(self) -> None:
         with self._dirty_lock:
             self._flush_queued = False
+            if not (self._pending or self._usage or self._dirty):
+                return
             sessions, self._in_flight, self._pending = self._pending, self._pending, {}
             usage, self._usage_in_flight, self._usage = self._usage, self._usage, {}
             rows, self._dirty = self._dirty, {}
-        if not (sessions or usage or rows):
-            return
+            self._writes += 1
+        try:
+            self._write(sessions, usage, rows)
+        finally:
+            with self._written:
+                self._in_flight, self._usage_in_flight = {}, {}
+                self._writes += 1
+                self._written.notify_all()
+
+    def _write(self, sessions: dict[tuple[str, str], Delta], usage: dict[tuple[str, int, str], list[int]],
+               rows: dict[tuple[str, ...], tuple[str, tuple[Any, ...]]]) -> None:
         db = self._session_writer
         try:
             db.begin()
@@ -393,10 +432,6 @@ class SqlStore:
                     self._dirty.setdefault(rkey, row)  # a newer state queued meanwhile wins
                 self._in_flight, self._usage_in_flight = {}, {}
                 self._schedule_flush()
-            return
-        with self._dirty_lock:
-            self._in_flight, self._usage_in_flight = {}, {}
-            self._commits += 1
 
 
 def _created(state: SessionState) -> tuple[Any, ...]:
