@@ -83,11 +83,20 @@ async def test_concurrent_increments_from_two_stores_lose_no_count(open_store: O
     first, second = open_store(), open_store()
     a, b = await first.session("alice", "run"), await second.session("alice", "run")
 
+    issued = 0
+
     async def hammer(store: SqlStore, state: Any, tool: str) -> None:
-        for _ in range(200):
+        nonlocal issued
+        mine = 0
+        for n in range(200):
+            issued += 1
+            mine += 1
             store.count_call(state, tool)
-            if _ % 7 == 0:
+            if n % 7 == 0:
                 await store.flushed()  # many small writes, racing the other store's
+            if n % 3 == 0:  # reads racing those writes never count a call twice, nor lose this store's
+                seen = (await store.session("alice", "run")).calls
+                assert mine <= seen <= issued
 
     await asyncio.gather(hammer(first, a, "x"), hammer(second, b, "y"))
     await asyncio.gather(first.flushed(), second.flushed())
