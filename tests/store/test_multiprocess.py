@@ -293,6 +293,31 @@ async def test_a_killed_gateway_leaves_its_call_interrupted_and_never_run_twice(
     assert counting.started["slow"] == 1  # it started once, on A, and B never ran it again
 
 
+@pytest.mark.parametrize("pair", ["postgres", "sqlite"], indirect=True)
+async def test_a_replica_starting_leaves_anothers_running_call_alone(pair, upstream) -> None:
+    a, b = pair
+    counting, _ = upstream
+    await _ready(pair)
+    call = {"arguments": {"tag": "long", "seconds": 12}, "call_id": "deploy-long"}
+    async with a.client("alice") as on_a, b.client("bob") as bob:
+        first = await on_a.post("/v1/tools/up_deploy/invoke", params={"wait": "0s"}, json=call)
+        await bob.post(f"/v1/approvals/{first.json()['approval_id']}/decision",
+                       json={"approve": True})
+        running = asyncio.create_task(on_a.post("/v1/tools/up_deploy/invoke", params={"wait": "60s"}, json=call))
+        deadline = time.monotonic() + 30
+        while counting.started["long"] == 0:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        b.stop()
+        b.start()  # recovers at start: A's claim is live (renewed every 0.4s), so it is left alone
+        await b.ready()
+        assert not running.done(), "the run ended before B was back; make it slower"
+        response = await running
+    body = response.json()
+    assert (body["is_error"], body["structured"]) == (False, {"tag": "long", "run": 1}), body
+    assert counting.started["long"] == 1
+
+
 async def test_a_thousand_held_approvals_split_across_both_each_run_once(pair, upstream) -> None:
     a, b = pair
     counting, _ = upstream
