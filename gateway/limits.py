@@ -158,6 +158,9 @@ SESSION_READ_ATTEMPTS = 5
 # How long such a read waits for a write of that session's counts under way (past the SQLite busy
 # timeout, the write has failed and will be retried; the process's own view is used meanwhile).
 SESSION_WRITE_WAIT_SECONDS = 2.5
+# A write of counts that failed at once (PostgreSQL down: connection refused) is tried again after this,
+# not in a hot loop; a SQLite write already waited for its busy timeout.
+STORE_WRITE_RETRY_SECONDS = 0.5
 # Seconds a PostgreSQL connection may take to open before the store counts the server as unreachable.
 POSTGRES_CONNECT_TIMEOUT_SECONDS = 10
 # How often a held call re-reads its approval when the database cannot push changes (SQLite shared by

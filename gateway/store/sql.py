@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,7 @@ from gateway.limits import (
     MAX_CACHED_SESSIONS,
     SESSION_READ_ATTEMPTS,
     SESSION_WRITE_WAIT_SECONDS,
+    STORE_WRITE_RETRY_SECONDS,
 )
 from gateway.store.db import DB_ERRORS, Db
 from gateway.store.delta import Delta, Row, apply
@@ -405,6 +407,7 @@ class SqlStore:
     def _write(self, sessions: dict[tuple[str, str], Delta], usage: dict[tuple[str, int, str], list[int]],
                rows: dict[tuple[str, ...], tuple[str, tuple[Any, ...]]]) -> None:
         db = self._session_writer
+        started = time.monotonic()
         try:
             db.begin()
             for key in sorted(sessions):  # one order for every process: row locks never deadlock
@@ -420,6 +423,8 @@ class SqlStore:
             except DB_ERRORS:
                 pass
             log.warning("%d session rows not saved yet: %s", len(sessions) + len(usage) + len(rows), exc)
+            if time.monotonic() - started < STORE_WRITE_RETRY_SECONDS:  # failed at once (server down): no hot loop
+                time.sleep(STORE_WRITE_RETRY_SECONDS)
             with self._dirty_lock:
                 for key, delta in sessions.items():
                     later = self._pending.get(key)
