@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gateway.errors import AuditWriteError
+from gateway.errors import AuditWriteError, StoreUnavailable
 from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
 from gateway.limits import MAX_APPROVALS_FILTER_CHARS, MAX_SESSIONS_PAGE
@@ -77,14 +77,18 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
         return JSONResponse({"sessions": [s.to_dict() for s in page], "total": total, "offset": offset,
                              "limit": limit})
 
-    async def named(request: Request) -> SessionState | None:
-        return await store.find_session(request.path_params["principal"], request.path_params["session_id"])
+    async def named(request: Request) -> SessionState | JSONResponse:
+        try:
+            found = await store.find_session(request.path_params["principal"], request.path_params["session_id"])
+        except StoreUnavailable as exc:
+            return error_response(503, exc.code, str(exc))
+        return _not_found() if found is None else found
 
     async def show(request: Request) -> JSONResponse:
         if admin(request) is None:
             return _forbidden()
         found = await named(request)
-        return _not_found() if found is None else JSONResponse(found.to_dict())
+        return found if isinstance(found, JSONResponse) else JSONResponse(found.to_dict())
 
     def audited(who: str, action: str, state: SessionState, **extra: Any) -> JSONResponse | None:
         """Write the ``session.admin`` event; a 503 response when it cannot be written."""
@@ -105,8 +109,8 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
         if isinstance(body, JSONResponse):
             return body
         found = await named(request)
-        if found is None:
-            return _not_found()
+        if isinstance(found, JSONResponse):
+            return found
         refused = audited(who, "reset", found)
         if refused is not None:
             return refused
@@ -125,8 +129,8 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
         if not isinstance(message, str):
             return error_response(400, "invalid-message", "message must be a string")
         found = await named(request)
-        if found is None:
-            return _not_found()
+        if isinstance(found, JSONResponse):
+            return found
         refused = audited(who, "end", found, message=message)
         if refused is not None:
             return refused

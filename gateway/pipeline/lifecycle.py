@@ -20,7 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import AuditWriteError, InvalidArgumentsError, UnknownToolError, UpstreamError, UpstreamNotReached
+from gateway.errors import (
+    AuditWriteError,
+    InvalidArgumentsError,
+    StoreUnavailable,
+    UnknownToolError,
+    UpstreamError,
+    UpstreamNotReached,
+)
 from gateway.limits import MAX_AUDIT_ERROR_CHARS, MAX_ID_CHARS
 from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
 from gateway.pipeline.audit import AuditLog
@@ -60,6 +67,8 @@ def _outcome(stored: dict[str, Any], call_id: str | None = None) -> CallOutcome:
         outcome.call_id, outcome.meta = call_id, {**outcome.meta, f"{META}call_id": call_id}
     return outcome
 AUDIT_FAILED = "The call could not be recorded, so it was not run."
+STORE_UNAVAILABLE = ("The gateway's database could not be read, so this run's limits could not be checked and the "
+                     "call was not run. Try again shortly.")
 AUDIT_FAILED_AFTER_RUN = "The tool ran, but the call could not be recorded, so its result is withheld."
 
 
@@ -136,8 +145,13 @@ class Gateway:
         if why is not None:
             outcome = refusal(printable(request.call_id), "invalid_input", f"The call was refused: {why}.")
             return self._finish(trace, None, None, outcome, policy_set)
-        session = trace.session = await self.store.session(request.principal.id, request.session_id,
-                                                           request.run_client)
+        try:
+            session = trace.session = await self.store.session(request.principal.id, request.session_id,
+                                                               request.run_client)
+        except StoreUnavailable as exc:  # fail closed: counts and terminations elsewhere cannot be seen
+            log.warning("call %s refused: %s", printable(request.call_id), exc)
+            return self._finish(trace, None, None, refusal(request.call_id, "store_unavailable", STORE_UNAVAILABLE),
+                                policy_set)
         if request.iteration is None:  # the client gave none: the calls the run has made (docs/runs.md)
             request.iteration = session.calls
         if session.terminated:
@@ -163,7 +177,12 @@ class Gateway:
                               policy_set: PolicySet) -> CallOutcome:
         request = trace.request
         # Read before the session's counters are taken: from here to counting the call there is no await.
-        usage = await self.store.usage_now(request.principal.id)
+        try:
+            usage = await self.store.usage_now(request.principal.id)
+        except StoreUnavailable as exc:
+            log.warning("call %s refused: %s", printable(request.call_id), exc)
+            trace.uncounted = True  # not run, and not a use of the run's budget
+            return refusal(request.call_id, "store_unavailable", STORE_UNAVAILABLE)
         call = ToolCall(
             tool=tool.info, args=request.arguments, principal=request.principal,
             session=SessionInfo(session.id, session.calls, dict(session.calls_by_tool), session.rejected,

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from gateway.errors import StoreUnavailable
 from gateway.limits import (
     DEFAULT_RUN_IDLE_SECONDS,
     MAX_CACHED_SESSIONS,
@@ -134,7 +135,7 @@ class SqlStore:
 
     async def session(self, principal: str, session_id: str, client: str | None = None) -> SessionState:
         """The principal's session of that id as the database has it now (created on first sight;
-        implicit when ``client`` is given)."""
+        implicit when ``client`` is given); ``StoreUnavailable`` if it cannot be read."""
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._read_worker, self._refresh, principal, session_id, client)
@@ -158,10 +159,8 @@ class SqlStore:
                 writes, settled = self._writes, key not in self._in_flight
             try:
                 row = self._read_row(self._reader, principal, session_id)
-            except DB_ERRORS as exc:  # the view this process has is still right for its own counts
-                log.warning("session %s not read from the database: %s", session_id, exc)
-                row = None
-                break
+            except DB_ERRORS as exc:  # fail closed: a run whose counts cannot be read is not run
+                raise StoreUnavailable(f"the sessions database is unavailable ({exc})") from exc
             with self._dirty_lock:
                 if not settled and key in self._sessions:
                     return self._sessions[key]
@@ -306,7 +305,7 @@ class SqlStore:
 
     async def usage_now(self, principal: str) -> dict[str, Totals]:
         """The principal's usage windows as the database has them now (every process's calls), plus this
-        process's not written yet; read off the event loop."""
+        process's not written yet; read off the event loop. ``StoreUnavailable`` if they cannot be read."""
         if not self.usage.windows:
             return {}
         loop = asyncio.get_running_loop()
@@ -330,9 +329,8 @@ class SqlStore:
                 rows = self._reader.execute(
                     "SELECT bucket, tool, calls, rejected FROM usage WHERE principal = ? AND bucket > ?",
                     (principal, after)).fetchall()
-            except DB_ERRORS as exc:  # this process's view stands until the next call
-                log.warning("usage of %s not read from the database: %s", principal, exc)
-                return
+            except DB_ERRORS as exc:  # fail closed, as for a session
+                raise StoreUnavailable(f"the usage database is unavailable ({exc})") from exc
             with self._dirty_lock:
                 if self._writes != writes:
                     continue  # a write of this process's counts began or ended during the read: read again

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import psycopg
 import pytest
 import yaml
 from loopback import serve_app
@@ -316,6 +317,24 @@ async def test_a_replica_starting_leaves_anothers_running_call_alone(pair, upstr
     body = response.json()
     assert (body["is_error"], body["structured"]) == (False, {"tag": "long", "run": 1}), body
     assert counting.started["long"] == 1
+
+
+async def test_a_dropped_database_connection_refuses_one_call_clearly_then_reconnects(pair, postgres_dsn) -> None:
+    a, _ = pair
+    await _ready(pair)
+    run = {"session_id": "outage"}
+    async with a.client("alice") as alice:
+        before = await alice.post("/v1/tools/up_ping/invoke", json={"arguments": {"text": "hi"}, **run})
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:  # a failover drops every connection
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                          " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        during = await alice.post("/v1/tools/up_ping/invoke", json={"arguments": {"text": "hi"}, **run})
+        after = await alice.post("/v1/tools/up_ping/invoke", json={"arguments": {"text": "hi"}, **run})
+    assert before.json()["decision"] == "allow"
+    body = during.json()
+    assert (during.status_code, body["decision"], body["is_error"]) == (200, "store_unavailable", True), body
+    assert "database could not be read" in body["content"][0]["text"]
+    assert after.json()["decision"] == "allow"
 
 
 async def test_a_thousand_held_approvals_split_across_both_each_run_once(pair, upstream) -> None:

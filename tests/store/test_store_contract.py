@@ -327,7 +327,9 @@ async def test_postgres_connections_the_server_dropped_are_reopened(postgres_dsn
         with pytest.raises(StoreUnavailable):  # the statement that finds the connection broken fails...
             await approvals.run(approvals.get, stored.id)
         assert (await approvals.run(approvals.get, stored.id)) is not None  # ...the next one reconnects
-        assert (await store.session("alice", "r")).calls == 2
+        with pytest.raises(StoreUnavailable, match="sessions database is unavailable"):  # fail closed...
+            await store.session("alice", "r")
+        assert (await store.session("alice", "r")).calls == 2  # ...then read again
     finally:
         store.close()
     fresh = PostgresStore(postgres_dsn)
