@@ -45,7 +45,6 @@ from gateway.pipeline.audit import AuditLog, Redactor
 from gateway.pipeline.principal_limits import PrincipalLimits
 from gateway.policy.model import parse_duration
 from gateway.reload import PolicyHolder
-from gateway.store.postgres import PostgresStore
 from gateway.store.sql import SqlStore
 from gateway.store.sqlite import SqliteStore
 from gateway.upstreams.base import Upstream, UpstreamTool
@@ -169,6 +168,8 @@ def build_store(config: LoadedConfig) -> SqlStore:
     idle = parse_duration(spec.runs.idle_timeout)
     windows = {name: parse_duration(d) for name, d in spec.usage_windows.items()}
     if spec.store.postgres is not None:
+        from gateway.store.postgres import PostgresStore  # loads the driver only when configured
+
         try:
             dsn = resolve_secret(spec.store.postgres.dsn, config.base)
         except ValueError as exc:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.store.base import SessionStore
-from gateway.store.postgres import PostgresStore
 from gateway.store.sqlite import SessionState, SqliteStore
 
-__all__ = ["PostgresStore", "SessionState", "SessionStore", "SqliteStore"]
+# PostgresStore lives in gateway.store.postgres, imported only when configured (it loads the driver).
+__all__ = ["SessionState", "SessionStore", "SqliteStore"]

@@ -9,22 +9,28 @@ blocking: every store runs them on its own worker threads, never on the event lo
 
 from __future__ import annotations
 
-import functools
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal, Protocol
 
-import psycopg
-import psycopg.errors
-
-__all__ = ["DB_ERRORS", "INTEGRITY_ERRORS", "Cursor", "Db", "PostgresDb", "SqliteDb"]
+__all__ = ["DB_ERRORS", "INTEGRITY_ERRORS", "Cursor", "Db", "DbError", "DbIntegrityError", "SqliteDb"]
 
 Dialect = Literal["sqlite", "postgres"]
 
+
+class DbError(Exception):
+    """A PostgreSQL failure as the stores see it (the driver's errors are mapped where they enter,
+    in gateway/store/postgres.py, so SQLite users never load the driver)."""
+
+
+class DbIntegrityError(DbError):
+    """A unique key already held."""
+
+
 # What a failed database call raises, whichever database it is.
-DB_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, psycopg.Error)
+DB_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, DbError)
 # A unique key already held (another process stored the same row first).
-INTEGRITY_ERRORS: tuple[type[Exception], ...] = (sqlite3.IntegrityError, psycopg.errors.IntegrityError)
+INTEGRITY_ERRORS: tuple[type[Exception], ...] = (sqlite3.IntegrityError, DbIntegrityError)
 
 
 class Cursor(Protocol):
@@ -111,62 +117,6 @@ class SqliteDb:
     def for_update(self, select: str) -> str:
         """SQLite locks the whole file for the transaction: the select as it is."""
         return select
-
-    def close(self) -> None:
-        """Close."""
-        self.raw.close()
-
-
-@functools.lru_cache(maxsize=512)
-def _postgres_sql(sql: str) -> str:
-    """``?`` placeholders as ``%s``, and SQLite's ``instr`` as ``strpos`` (the stores' SQL has no ``%``)."""
-    return sql.replace("?", "%s").replace("instr(", "strpos(")
-
-
-class PostgresDb:
-    """A psycopg 3 connection in autocommit mode (transactions are explicit), re-opened once it broke.
-
-    A connection the server dropped (a restart, a failover, an idle timeout) fails the statement that
-    found it broken, which callers see as a database error; the next statement opens a new one.
-    """
-
-    dialect: Dialect = "postgres"
-
-    def __init__(self, connect: Callable[[], psycopg.Connection[Any]]) -> None:
-        self._connect = connect
-        self.raw = connect()
-
-    def _live(self) -> psycopg.Connection[Any]:
-        if self.raw.closed or self.raw.broken:
-            self.raw = self._connect()
-        return self.raw
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
-        """Run one statement."""
-        return self._live().execute(_postgres_sql(sql), tuple(params))  # type: ignore[arg-type]  # built SQL
-
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        """Run one statement per row."""
-        with self._live().cursor() as cursor:
-            cursor.executemany(_postgres_sql(sql), [tuple(r) for r in rows])  # type: ignore[arg-type]
-
-    def begin(self) -> None:
-        """BEGIN (row locks are taken by the statements themselves)."""
-        self._live().execute("BEGIN")
-
-    def commit(self) -> None:
-        """COMMIT."""
-        self.raw.execute("COMMIT")
-
-    def rollback(self) -> None:
-        """ROLLBACK if a transaction is open (nothing to do on a broken connection: the server dropped it)."""
-        if not (self.raw.closed or self.raw.broken) and \
-                self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            self.raw.execute("ROLLBACK")
-
-    def for_update(self, select: str) -> str:
-        """The select, locking the rows it reads until the transaction ends."""
-        return f"{select} FOR UPDATE"
 
     def close(self) -> None:
         """Close."""

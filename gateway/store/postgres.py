@@ -12,21 +12,24 @@ compare-and-set (``WHERE state = ?``), and each change of an approval is announc
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import psycopg
+import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict
 
 from gateway.errors import StoreUnavailable
 from gateway.limits import DEFAULT_RUN_IDLE_SECONDS, POSTGRES_CONNECT_TIMEOUT_SECONDS, STORE_LISTEN_RETRY_SECONDS
-from gateway.store.db import Db, PostgresDb
+from gateway.store.db import Cursor, Db, DbError, DbIntegrityError, Dialect
 from gateway.store.migrations import Migration, migrate, statements
 from gateway.store.sql import SqlStore
 
-__all__ = ["SESSION_MIGRATIONS", "PostgresStore", "describe_dsn"]
+__all__ = ["SESSION_MIGRATIONS", "PostgresDb", "PostgresStore", "describe_dsn"]
 
 log = logging.getLogger("gateway.store")
 
@@ -83,7 +86,7 @@ class PostgresStore(SqlStore):
         try:
             super().__init__(lambda: PostgresDb(self._open), where, usage_windows=usage_windows,
                              idle_timeout=idle_timeout, write_through=write_through)
-        except psycopg.OperationalError as exc:  # not reachable at start: say which database, never the password
+        except DbError as exc:  # not reachable at start: say which database, never the password
             raise StoreUnavailable(f"cannot connect to {where}: {str(exc).strip()}") from exc
 
     def _open(self) -> psycopg.Connection[Any]:
@@ -121,3 +124,76 @@ class PostgresStore(SqlStore):
         for thread in self._listeners:
             thread.join(timeout=2 * STORE_LISTEN_RETRY_SECONDS)
         super().close()
+
+
+@functools.lru_cache(maxsize=512)
+def _postgres_sql(sql: str) -> str:
+    """``?`` placeholders as ``%s``, and SQLite's ``instr`` as ``strpos`` (the stores' SQL has no ``%``)."""
+    return sql.replace("?", "%s").replace("instr(", "strpos(")
+
+
+class PostgresDb:
+    """A psycopg 3 connection in autocommit mode (transactions are explicit), re-opened once it broke;
+    psycopg's errors come out as ``DbError`` / ``DbIntegrityError``.
+
+    A connection the server dropped (a restart, a failover, an idle timeout) fails the statement that
+    found it broken, which callers see as a database error; the next statement opens a new one.
+    """
+
+    dialect: Dialect = "postgres"
+
+    def __init__(self, connect: Callable[[], psycopg.Connection[Any]]) -> None:
+        self._connect = connect
+        with _mapped():
+            self.raw = connect()
+
+    def _live(self) -> psycopg.Connection[Any]:
+        if self.raw.closed or self.raw.broken:
+            self.raw = self._connect()
+        return self.raw
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
+        """Run one statement."""
+        with _mapped():
+            return self._live().execute(_postgres_sql(sql), tuple(params))  # type: ignore[arg-type]  # built SQL
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run one statement per row."""
+        with _mapped(), self._live().cursor() as cursor:
+            cursor.executemany(_postgres_sql(sql), [tuple(r) for r in rows])  # type: ignore[arg-type]
+
+    def begin(self) -> None:
+        """BEGIN (row locks are taken by the statements themselves)."""
+        with _mapped():
+            self._live().execute("BEGIN")
+
+    def commit(self) -> None:
+        """COMMIT."""
+        with _mapped():
+            self.raw.execute("COMMIT")
+
+    def rollback(self) -> None:
+        """ROLLBACK if a transaction is open (nothing to do on a broken connection: the server dropped it)."""
+        with _mapped():
+            if not (self.raw.closed or self.raw.broken) and \
+                    self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                self.raw.execute("ROLLBACK")
+
+    def for_update(self, select: str) -> str:
+        """The select, locking the rows it reads until the transaction ends."""
+        return f"{select} FOR UPDATE"
+
+    def close(self) -> None:
+        """Close."""
+        self.raw.close()
+
+
+@contextlib.contextmanager
+def _mapped() -> Iterator[None]:
+    """psycopg's errors as the stores' (gateway/store/db.py)."""
+    try:
+        yield
+    except psycopg.errors.IntegrityError as exc:
+        raise DbIntegrityError(str(exc)) from exc
+    except psycopg.Error as exc:
+        raise DbError(str(exc).strip() or type(exc).__name__) from exc
