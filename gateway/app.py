@@ -34,7 +34,13 @@ from gateway.frontends.mcp import McpFrontend
 from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.rest import rest_routes
 from gateway.frontends.sessions_api import session_admin_routes
-from gateway.limits import BODY_OVERHEAD_BYTES, DEFAULT_MAX_BODY_BYTES, DEFAULT_SETTLE_SECONDS, SETTLE_POLLS
+from gateway.limits import (
+    BODY_OVERHEAD_BYTES,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_SETTLE_SECONDS,
+    LEASE_RENEWALS,
+    SETTLE_POLLS,
+)
 from gateway.models import ModelProxy, ModelRoute
 from gateway.models.upstream import ModelUpstream
 from gateway.observe import CallObserver, Metrics
@@ -46,6 +52,7 @@ from gateway.pipeline.audit import AuditLog, Redactor
 from gateway.pipeline.principal_limits import PrincipalLimits
 from gateway.policy.model import parse_duration
 from gateway.reload import PolicyHolder
+from gateway.store.sql import SqlStore
 from gateway.store.sqlite import SqliteStore
 from gateway.upstreams.base import Upstream, UpstreamTool
 from gateway.upstreams.client_requests import KINDS, ClientRequestRules
@@ -55,8 +62,8 @@ from gateway.upstreams.mcp import McpUpstream
 from gateway.upstreams.registry import Source, ToolRegistry
 from gateway.upstreams.supervise import Backoff, Supervisor
 
-__all__ = ["build_app", "build_gateway", "build_model_proxy", "build_registry", "build_supervisor", "build_upstream",
-           "server_options"]
+__all__ = ["build_app", "build_gateway", "build_model_proxy", "build_registry", "build_store", "build_supervisor",
+           "build_upstream", "server_options"]
 
 log = logging.getLogger("gateway")
 
@@ -151,13 +158,17 @@ def build_gateway(config: LoadedConfig) -> Gateway:
                             manifest=config.path(spec.reload.manifest) if spec.reload.manifest else None,
                             base=config.base,
                             on_reload=audit.write if metrics is None else counting_reloads(audit.write, metrics))
-    store = SqliteStore(config.path(spec.store.sqlite), idle_timeout=parse_duration(spec.runs.idle_timeout),
-                        usage_windows={name: parse_duration(d) for name, d in spec.usage_windows.items()})
+    store = build_store(config)
     page = f"{public_url(config)}/approvals"
     notifier = WebhookNotifier.from_specs(spec.approvals.webhooks, config.base, page) \
         if spec.approvals.webhooks else None
+    lease = parse_duration(spec.store.lease)
+    def audited(event: dict[str, Any]) -> None:  # approval events carry the revision too (a mixed fleet shows)
+        audit.write({"revision": policies.current.revision, **event})
+
     approvals = ApprovalService(ApprovalStore(store), notifier, page,
-                                redact=redactor if spec.approvals.redact else None, audit=audit.write)
+                                redact=redactor if spec.approvals.redact else None, audit=audited,
+                                lease_seconds=lease, heartbeat_seconds=lease / LEASE_RENEWALS)
     if metrics is not None:
         metrics.count_open_approvals(lambda: approvals.store.list_requests("pending", 1, 0)[1])
     per_principal = spec.limits.per_principal
@@ -181,6 +192,23 @@ def build_model_proxy(config: LoadedConfig, gateway: Gateway) -> ModelProxy:
             tuple(spec.gateway_tools), spec.tool_concurrency, spec.max_turns,
             0.0 if spec.approval == "answer" else parse_duration(spec.approval_wait)))
     return ModelProxy(gateway, routes)
+
+
+def build_store(config: LoadedConfig) -> SqlStore:
+    """The store `store:` names: the SQLite file (the default) or PostgreSQL (docs/store.md)."""
+    spec = config.spec
+    idle = parse_duration(spec.runs.idle_timeout)
+    windows = {name: parse_duration(d) for name, d in spec.usage_windows.items()}
+    if spec.store.postgres is not None:
+        from gateway.store.postgres import PostgresStore  # loads the driver only when configured
+
+        try:
+            dsn = resolve_secret(spec.store.postgres.dsn, config.base)
+        except ValueError as exc:
+            raise ConfigError([Diagnostic("store-dsn", f"store.postgres.dsn: {exc}", str(config.file))]) from None
+        return PostgresStore(dsn, idle_timeout=idle, usage_windows=windows)
+    return SqliteStore(config.path(spec.store.sqlite), idle_timeout=idle, usage_windows=windows,
+                       write_through=spec.store.shared)
 
 
 def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette:
@@ -209,6 +237,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                 interrupted = 0
             if interrupted:
                 log.warning("%d approved calls were interrupted (their gateway stopped); marked as such", interrupted)
+            gateway.approvals.watch()  # decisions made through other processes wake calls held here
             tasks.append(asyncio.create_task(gateway.approvals.sweep(), name="approval-sweeper"))
         try:
             async with mcp.sessions.run():

@@ -15,6 +15,7 @@
     │   └── ApprovalConflict   it was already decided (409)
     ├── StoreUnavailable       the database stayed locked (or broke); nothing was changed (503)
     ├── ModelUpstreamError     the model proxy's model upstream failed or answered an error (502, or its 4xx)
+    ├── StoreSchemaError       the database was migrated by a newer gateway: refuse to start
     └── CallError              one tool call could not be carried out
         ├── UnknownToolError   the tool name resolves to nothing (a protocol error)
         ├── UnknownItemError   a resource or prompt that is unknown, or hidden from the caller (a protocol error)
@@ -57,6 +58,7 @@ __all__ = [
     "ItemRefusedError",
     "ModelUpstreamError",
     "PolicyLoadError",
+    "StoreSchemaError",
     "StoreUnavailable",
     "TestSuiteError",
     "UnknownItemError",
@@ -157,6 +159,13 @@ class StoreUnavailable(GatewayError):
     """The database could not be read or written in time (locked by another process, or broken)."""
 
     code = "store-unavailable"
+    status = 503
+
+
+class StoreSchemaError(GatewayError):
+    """The database's schema is newer than this gateway knows (written by a newer version): refuse to start."""
+
+    code = "store-schema"
     status = 503
 
 

@@ -169,12 +169,37 @@ LINGER_MAX_BYTES = 4 * 1024 * 1024
 # it fails with a clear "store unavailable" error. Writes run on the store's worker thread, so this
 # wait never blocks the event loop.
 SQLITE_BUSY_TIMEOUT_SECONDS = 2.0
+# Reads of a session row that overlapped a write of this process's counts are retried this many times
+# (then the view is built from the last read, which can be off by the overlapping write until the next call).
+SESSION_READ_ATTEMPTS = 5
+# How long such a read waits for a write of that session's counts under way (past the SQLite busy
+# timeout, the write has failed and will be retried; the process's own view is used meanwhile).
+SESSION_WRITE_WAIT_SECONDS = 2.5
+# A write of counts that failed at once (PostgreSQL down: connection refused) is tried again after this,
+# not in a hot loop; a SQLite write already waited for its busy timeout.
+STORE_WRITE_RETRY_SECONDS = 0.5
+# Seconds a PostgreSQL connection may take to open before the store counts the server as unreachable.
+POSTGRES_CONNECT_TIMEOUT_SECONDS = 10
+# How often a held call re-reads its approval when the database cannot push changes (SQLite shared by
+# several processes): a decision made through another process reaches the held call within this.
+APPROVAL_SHARED_POLL_SECONDS = 0.25
+# With PostgreSQL's LISTEN/NOTIFY, a held call still re-reads this often, in case a notification was
+# missed (the listening connection was re-opened).
+APPROVAL_NOTIFY_FALLBACK_SECONDS = 5.0
+# `gateway serve --workers N`: how often the parent checks its workers are alive, and how long a
+# stopping worker may take to finish its requests before it is killed.
+WORKER_POLL_SECONDS = 0.5
+WORKER_STOP_SECONDS = 30.0
+# Seconds the listening connection waits before it is re-opened after it failed.
+STORE_LISTEN_RETRY_SECONDS = 1.0
 
 # An approved call being executed is claimed by one gateway process with a lease of this many
 # seconds, renewed every APPROVAL_HEARTBEAT_SECONDS while it runs. A claim whose lease has run out
 # belongs to a process that died: only then is the call marked "interrupted" (by any process).
 APPROVAL_LEASE_SECONDS = 15.0
 APPROVAL_HEARTBEAT_SECONDS = 3.0
+# A configured lease (store.lease) is renewed this many times per lease, as the default's 15s / 3s.
+LEASE_RENEWALS = 5
 
 # How long an approved request may still be executed after its decision, when the rule's
 # `approval.valid_for` does not say (seconds). After that a retry needs a new approval.

@@ -55,6 +55,7 @@ def test_error_exports():
         "ItemRefusedError",
         "ModelUpstreamError",
         "PolicyLoadError",
+        "StoreSchemaError",
         "StoreUnavailable",
         "TestSuiteError",
         "UnknownItemError",

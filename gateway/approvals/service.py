@@ -12,9 +12,13 @@ Only a claim whose lease ran out (its process died) is marked "interrupted", so 
 on the same database never touches the first one's running calls. A run that provably never
 reached the upstream (``released``) gives the approval back for a retry.
 
-Every database access runs on the store's worker thread (``SqliteStore.run``): a locked file
+Every database access runs on the store's worker thread (the store's ``run``): a locked file
 delays the callers that need it, never the event loop, and ends in ``StoreUnavailable``, which
 callers get as a clear refusal.
+
+A decision made through another process (another worker, another replica) wakes the held call too:
+on PostgreSQL through LISTEN/NOTIFY (``watch``), on SQLite because a held call re-reads its request
+every ``APPROVAL_SHARED_POLL_SECONDS``.
 """
 
 from __future__ import annotations
@@ -43,16 +47,18 @@ from gateway.errors import ApprovalConflict, ApprovalForbidden, ApprovalNotFound
 from gateway.limits import (
     APPROVAL_HEARTBEAT_SECONDS,
     APPROVAL_LEASE_SECONDS,
+    APPROVAL_NOTIFY_FALLBACK_SECONDS,
     APPROVAL_POLL_SECONDS,
     APPROVAL_PROGRESS_SECONDS,
     APPROVAL_RESULT_RETRY_SECONDS,
+    APPROVAL_SHARED_POLL_SECONDS,
     APPROVAL_SWEEP_SECONDS,
     DEFAULT_APPROVAL_HOLD_SECONDS,
     DEFAULT_APPROVAL_VALID_SECONDS,
 )
 from gateway.pipeline.approvals import ApprovalResult, HeldCall
 from gateway.policy.call import Principal
-from gateway.store.sqlite import now_rfc3339
+from gateway.store.model import now_rfc3339
 
 __all__ = ["STORE_UNAVAILABLE", "ApprovalService", "Notifier"]
 
@@ -105,6 +111,24 @@ class ApprovalService:
         # Results of runs in this process not yet stored (the database was locked): waiters get them here.
         self._outcomes: dict[str, dict[str, Any]] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self._poll = APPROVAL_SHARED_POLL_SECONDS  # until ``watch`` finds the database pushes changes
+
+    def watch(self) -> None:
+        """Wake held calls when another process changes their request (call once, on the event loop)."""
+        loop = asyncio.get_running_loop()
+
+        def woken(approval_id: str) -> None:  # on the store's listening thread
+            loop.call_soon_threadsafe(self._woken, approval_id)
+
+        if self.store.listen(woken):
+            self._poll = APPROVAL_NOTIFY_FALLBACK_SECONDS
+
+    def _woken(self, approval_id: str) -> None:
+        if approval_id:
+            self._signal(approval_id)
+            return
+        for waiting in list(self._changed):  # (re)connected: anything may have changed
+            self._signal(waiting)
 
     async def _db(self, work: Callable[..., T], *args: Any) -> T:
         """Run one store method on the store's worker thread."""
@@ -183,6 +207,7 @@ class ApprovalService:
     async def _await(self, approval_id: str, held: HeldCall, deadline: float) -> ApprovalResult:
         announced = False
         saw_running = False  # a run of this approval was under way while we waited
+        next_progress = self._clock() + APPROVAL_PROGRESS_SECONDS
         while True:
             # Taken before reading the state, so no change from here on goes unnoticed (a change
             # signalled while the read is on the worker thread sets this very event).
@@ -218,7 +243,7 @@ class ApprovalService:
                 if approval.lease_ts is None or approval.lease_ts < now:
                     await self._interrupt(approval, now)
                     continue
-                await _wait(changed, max(0.01, min(APPROVAL_POLL_SECONDS, approval.lease_ts - now)))
+                await _wait(changed, max(0.01, min(APPROVAL_POLL_SECONDS, self._poll, approval.lease_ts - now)))
                 continue
             if state is ApprovalState.PENDING and now >= approval.expires_ts:
                 await self.expire(approval)
@@ -229,8 +254,10 @@ class ApprovalService:
             if not announced and held.request.progress is not None:
                 announced = True
                 await self._progress(held, approval)
-            limits = [approval.expires_ts - now, APPROVAL_PROGRESS_SECONDS, deadline - now]
-            if not await _wait(changed, max(0.01, min(limits))) and held.request.progress:
+            limits = [approval.expires_ts - now, next_progress - now, deadline - now, self._poll]
+            if not await _wait(changed, max(0.01, min(limits))) and held.request.progress \
+                    and self._clock() >= next_progress:
+                next_progress = self._clock() + APPROVAL_PROGRESS_SECONDS
                 await self._progress(held, approval)
 
     def _pending_message(self, approval: Approval) -> str:

@@ -1,10 +1,12 @@
-"""Approval requests in SQLite, beside the sessions; every state change is compare-and-set.
+"""Approval requests beside the sessions (SQLite or PostgreSQL); every state change is compare-and-set.
 
 The lock serialises this process's use of the connection; the ``WHERE state = ?`` guard on each
 transition is what makes "approved → executing" happen once even if two callers (or two gateway
-processes on one file) race for it. The methods block: the service calls them through
-``SqliteStore.run``, on the store's worker thread, never on the event loop. A database that stays
-locked past the busy timeout raises ``StoreUnavailable``.
+processes, or replicas on one PostgreSQL) race for it. The methods block: the service calls them
+through the store's ``run``, on its worker thread, never on the event loop. A database that stays
+locked past the busy timeout (or a server that cannot be reached) raises ``StoreUnavailable``.
+On PostgreSQL each change is announced (``NOTIFY gateway_approvals``) so held calls on every
+replica wake at once; SQLite's waiters poll.
 
 A request holds its key — (principal, tool, call id, digest), or (principal, run, tool, digest) for a
 call that came without a call id — while it is not *retired*; the unique indexes cover only those
@@ -17,19 +19,48 @@ from __future__ import annotations
 
 import functools
 import json
-import sqlite3
-from collections.abc import Callable
+import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from gateway.approvals.model import Approval, ApprovalState, Requirement, Vote, json_safe
 from gateway.errors import StoreUnavailable
 from gateway.limits import DEFAULT_APPROVAL_VALID_SECONDS
 from gateway.policy.call import Principal
-from gateway.store.sqlite import SqliteStore
+from gateway.store.db import DB_ERRORS, INTEGRITY_ERRORS, Db
+from gateway.store.migrations import Migration, migrate, statements
 
-__all__ = ["ApprovalStore", "ListFilter"]
+__all__ = ["CHANNEL", "ApprovalBackend", "ApprovalStore", "ListFilter"]
+
+# The PostgreSQL notification channel on which every change of an approval is announced (payload: its id).
+CHANNEL = "gateway_approvals"
+
+
+class ApprovalBackend(Protocol):
+    """What approvals need from the store they live in (SqliteStore, PostgresStore)."""
+
+    instance_id: str
+    where: str
+
+    @property
+    def connection(self) -> Db:
+        """The connection approval work uses (hold ``lock``)."""
+        ...
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Guards ``connection``."""
+        ...
+
+    def run(self, work: Callable[..., R], *args: Any) -> Awaitable[R]:
+        """Run blocking work on the store's worker thread."""
+        ...
+
+    def listen(self, channel: str, wake: Callable[[str], None]) -> bool:
+        """Have ``wake(payload)`` called for each notification; False if the database cannot push them."""
+        ...
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS approvals (
@@ -87,7 +118,7 @@ def _guarded(method: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(*args, **kwargs)
-        except sqlite3.Error as exc:
+        except DB_ERRORS as exc:
             raise StoreUnavailable(f"the approvals database is unavailable ({exc})") from exc
 
     return wrapper
@@ -165,42 +196,28 @@ class ListFilter:
 class ApprovalStore:
     """CRUD and guarded transitions for approval requests (blocking: call through ``run``)."""
 
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: ApprovalBackend) -> None:
         self._db = store.connection
         self._lock = store.lock
+        self._store = store
         self.run = store.run
         self.instance_id = store.instance_id
         with self._lock:
-            self._db.executescript(_SCHEMA)
-            self._migrate()
+            migrations = SQLITE_MIGRATIONS if self._db.dialect == "sqlite" else POSTGRES_MIGRATIONS
+            migrate(self._db, "approvals", migrations, store.where)
 
-    def _migrate(self) -> None:
-        """Bring a file written by an older gateway up to this schema (idempotent)."""
-        have = {row[1] for row in self._db.execute("PRAGMA table_info(approvals)")}
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            for column, kind in _ADDED_COLUMNS.items():
-                if column not in have:
-                    self._db.execute(f"ALTER TABLE approvals ADD COLUMN {column} {kind}")
-            if "session" not in have:
-                for approval_id, text in self._db.execute("SELECT id, data FROM approvals").fetchall():
-                    self._db.execute("UPDATE approvals SET session = ? WHERE id = ?",
-                                     (_load((text, None, None, 0)).session_id, approval_id))
-            if "tool" not in have:
-                for approval_id, text in self._db.execute("SELECT id, data FROM approvals").fetchall():
-                    approval = _load((text, None, None, 0))
-                    self._db.execute("UPDATE approvals SET tool = ? WHERE id = ?", (approval.tool, approval_id))
-                    self._add_audience(approval)
-            for statement in _KEY_INDEX:
-                self._db.execute(statement)
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+    def listen(self, wake: Callable[[str], None]) -> bool:
+        """Have ``wake(approval id)`` called (from a thread) whenever any process changes a request;
+        False if the database cannot push changes (then waiters poll)."""
+        return self._store.listen(CHANNEL, wake)
+
+    def _changed(self, approval_id: str) -> None:
+        """Announce a change of the request to every process (PostgreSQL; SQLite's waiters poll)."""
+        if self._db.dialect == "postgres":
+            self._db.execute("SELECT pg_notify(?, ?)", (CHANNEL, approval_id))
 
     def _add_audience(self, approval: Approval) -> None:
-        self._db.executemany("INSERT OR IGNORE INTO approval_audience (approval_id, entry) VALUES (?, ?)",
-                             [(approval.id, entry) for entry in approval.audience()])
+        _add_audience(self._db, approval)
 
     @_guarded
     def insert(self, approval: Approval) -> Approval:
@@ -209,7 +226,7 @@ class ApprovalStore:
             found = self._holder(approval)
             if found is not None:
                 return found
-            self._db.execute("BEGIN IMMEDIATE")
+            self._db.begin()
             try:
                 self._db.execute(
                     "INSERT INTO approvals (id, call_id, principal, digest, state, expires_ts, created_at, data, tool,"
@@ -218,16 +235,16 @@ class ApprovalStore:
                      approval.expires_ts, approval.created_at, _dump(approval), approval.tool,
                      approval.session_id, int(approval.by_run)))
                 self._add_audience(approval)
-                self._db.execute("COMMIT")
-            except sqlite3.IntegrityError:
-                # Another gateway process on this file stored the same key first: that request is the one.
-                self._db.execute("ROLLBACK")
+                self._db.commit()
+            except INTEGRITY_ERRORS:
+                # Another gateway process on this database stored the same key first: that request is the one.
+                self._db.rollback()
                 found = self._holder(approval)
                 if found is None:
                     raise
                 return found
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._db.rollback()
                 raise
         return approval
 
@@ -330,7 +347,10 @@ class ApprovalStore:
                 f" WHERE id = ? AND state = ? {guard}",
                 (str(approval.state), _dump(approval), int(approval.retired), approval.owner, approval.lease_ts,
                  approval.id, str(expected), *params))
-            return cursor.rowcount == 1
+            if cursor.rowcount != 1:
+                return False
+            self._changed(approval.id)
+            return True
 
     @_guarded
     def renew(self, approval_id: str, owner: str, lease_ts: float) -> bool:
@@ -349,4 +369,64 @@ class ApprovalStore:
                 "UPDATE approvals SET state = ?, data = ?, owner = NULL, lease_ts = NULL"
                 " WHERE id = ? AND state = ? AND (lease_ts IS NULL OR lease_ts < ?)",
                 (str(approval.state), _dump(approval), approval.id, str(ApprovalState.EXECUTING), now_ts))
-            return cursor.rowcount == 1
+            if cursor.rowcount != 1:
+                return False
+            self._changed(approval.id)
+            return True
+
+
+def _add_audience(db: Db, approval: Approval) -> None:
+    db.executemany("INSERT INTO approval_audience (approval_id, entry) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                   [(approval.id, entry) for entry in approval.audience()])
+
+
+def _adopt_sqlite(db: Db) -> None:
+    """SQLite version 1: today's tables, bringing a file from before versioned migrations up to them."""
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            db.execute(statement)
+    have = {row[1] for row in db.execute("PRAGMA table_info(approvals)").fetchall()}
+    for column, kind in _ADDED_COLUMNS.items():
+        if column not in have:
+            db.execute(f"ALTER TABLE approvals ADD COLUMN {column} {kind}")
+    if "session" not in have:
+        for approval_id, text in db.execute("SELECT id, data FROM approvals").fetchall():
+            db.execute("UPDATE approvals SET session = ? WHERE id = ?",
+                       (_load((text, None, None, 0)).session_id, approval_id))
+    if "tool" not in have:
+        for approval_id, text in db.execute("SELECT id, data FROM approvals").fetchall():
+            approval = _load((text, None, None, 0))
+            db.execute("UPDATE approvals SET tool = ? WHERE id = ?", (approval.tool, approval_id))
+            _add_audience(db, approval)
+    for statement in _KEY_INDEX:
+        db.execute(statement)
+
+
+SQLITE_MIGRATIONS = (Migration(1, "approval requests and their audience", _adopt_sqlite),)
+
+POSTGRES_MIGRATIONS = (Migration(1, "approval requests and their audience", statements(
+    """CREATE TABLE IF NOT EXISTS approvals (
+    id TEXT PRIMARY KEY,
+    call_id TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    state TEXT NOT NULL,
+    expires_ts DOUBLE PRECISION NOT NULL,
+    created_at TEXT NOT NULL,
+    data TEXT NOT NULL,
+    tool TEXT NOT NULL DEFAULT '',
+    retired INTEGER NOT NULL DEFAULT 0,
+    owner TEXT,
+    lease_ts DOUBLE PRECISION,
+    session TEXT NOT NULL DEFAULT '',
+    by_run INTEGER NOT NULL DEFAULT 0
+)""",
+    """CREATE TABLE IF NOT EXISTS approval_audience (
+    approval_id TEXT NOT NULL,
+    entry TEXT NOT NULL,
+    PRIMARY KEY (approval_id, entry)
+)""",
+    "CREATE INDEX IF NOT EXISTS approval_audience_entry ON approval_audience (entry, approval_id)",
+    "CREATE INDEX IF NOT EXISTS approvals_state ON approvals (state, expires_ts)",
+    *_KEY_INDEX[1:],
+)),)

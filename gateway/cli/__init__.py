@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("config", help="gateway.yaml")
     serve.add_argument("--host", help="override listen.host")
     serve.add_argument("--port", type=int, help="override listen.port")
+    serve.add_argument("--workers", type=int, default=1,
+                       help="processes sharing the socket and the store (docs/store.md)")
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     serve.add_argument("--log-format", choices=("text", "json"), help="override logging.format (default: text)")
     serve.set_defaults(func=serve_command.serve)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.diagnostics import SourceLines, render
-from gateway.errors import ConfigError, PolicyLoadError
+from gateway.errors import ConfigError, PolicyLoadError, StoreSchemaError, StoreUnavailable
 from gateway.observe.logs import use_json_logs, uvicorn_json_config
 
 __all__ = ["serve"]
@@ -37,10 +37,18 @@ def serve(args: argparse.Namespace) -> int:
             config.spec.listen.host = args.host
         if args.port is not None:
             config.spec.listen.port = args.port
-        data = [config.path(p) for p in (config.spec.store.sqlite, config.spec.audit.file) if p]
+        store = config.spec.store.sqlite if config.spec.store.postgres is None else None
+        data = [config.path(p) for p in (store, config.spec.audit.file) if p]
         if problem := unwritable(data):
             print(f"gateway: {problem}", file=sys.stderr)
             return 1
+        if args.workers < 1:
+            print("gateway: --workers must be 1 or more", file=sys.stderr)
+            return 2
+        if args.workers > 1:
+            from gateway.cli.workers import serve_workers
+
+            return serve_workers(args, config, json_logs=json_logs)
         app = build_app(config)
     except (ConfigError, PolicyLoadError) as exc:
         sources = SourceLines()
@@ -49,6 +57,9 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     except (OSError, sqlite3.Error) as exc:  # a data file that looked fine but cannot be opened after all
         print(f"gateway: cannot open the gateway's data files: {exc}", file=sys.stderr)
+        return 1
+    except (StoreSchemaError, StoreUnavailable) as exc:  # a newer schema, or PostgreSQL out of reach
+        print(f"gateway: {exc}", file=sys.stderr)
         return 1
     host, port = config.spec.listen.host, config.spec.listen.port
     listening = f"listening on http://{host}:{port} (MCP at /mcp, REST at /v1)"

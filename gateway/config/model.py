@@ -97,10 +97,25 @@ class ListenSpec(_Strict):
     port: int = Field(8080, ge=0, le=65535)
 
 
+class PostgresSpec(_Strict):
+    """The shared store for several processes or replicas (docs/store.md)."""
+
+    dsn: str | SecretRef  # libpq connection string or URL; usually {env: DATABASE_URL}
+
+
 class StoreSpec(_Strict):
-    """Where sessions (and approvals) live."""
+    """Where sessions (and approvals) live: the SQLite file, or PostgreSQL when ``postgres`` is given."""
 
     sqlite: str = "gateway.sqlite3"
+    postgres: PostgresSpec | None = None
+    # Other processes use this SQLite file too (set by `gateway serve --workers N`): each call's counts
+    # are written before it answers, so the next call on any process sees them. Always so on PostgreSQL.
+    shared: bool = False
+    # How long a process's claim on an approved call it is running lasts unless renewed: a process
+    # that died is noticed (its call marked interrupted) this long after its last renewal.
+    lease: str | int | float = "15s"
+
+    _lease = field_validator("lease")(_duration)
 
 
 class AuditSpec(_Strict):

@@ -24,7 +24,7 @@ from typing import Any
 
 from gateway.limits import MAX_RUN_CLIENT_CHARS
 from gateway.pipeline.request import id_text
-from gateway.store.sqlite import SqliteStore
+from gateway.store.base import SessionStore
 
 __all__ = ["RUN_HEADER", "RUN_META", "Run", "client_of", "explicit_run_id", "resolve_run"]
 
@@ -81,7 +81,7 @@ def client_of(client_info: Any, headers: Mapping[str, str]) -> str:
     return printable or UNKNOWN_CLIENT
 
 
-def resolve_run(store: SqliteStore, principal: str, explicit: str | None, client: str) -> Run:
+def resolve_run(store: SessionStore, principal: str, explicit: str | None, client: str) -> Run:
     """The call's run: the one the client named, else the current implicit run of (principal, client)."""
     if explicit is not None:
         return Run(explicit)

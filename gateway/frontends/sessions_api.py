@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gateway.errors import AuditWriteError
+from gateway.errors import AuditWriteError, StoreUnavailable
 from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
 from gateway.limits import MAX_APPROVALS_FILTER_CHARS, MAX_SESSIONS_PAGE
@@ -77,21 +77,26 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
         return JSONResponse({"sessions": [s.to_dict() for s in page], "total": total, "offset": offset,
                              "limit": limit})
 
-    def named(request: Request) -> SessionState | None:
-        return store.find_session(request.path_params["principal"], request.path_params["session_id"])
+    async def named(request: Request) -> SessionState | JSONResponse:
+        try:
+            found = await store.find_session(request.path_params["principal"], request.path_params["session_id"])
+        except StoreUnavailable as exc:
+            return error_response(503, exc.code, str(exc))
+        return _not_found() if found is None else found
 
     async def show(request: Request) -> JSONResponse:
         if admin(request) is None:
             return _forbidden()
-        found = named(request)
-        return _not_found() if found is None else JSONResponse(found.to_dict())
+        found = await named(request)
+        return found if isinstance(found, JSONResponse) else JSONResponse(found.to_dict())
 
     def audited(who: str, action: str, state: SessionState, **extra: Any) -> JSONResponse | None:
         """Write the ``session.admin`` event; a 503 response when it cannot be written."""
         try:
             gateway.audit.write({"event": "session.admin", "time": now_rfc3339(), "action": action, "admin": who,
                                  "principal": {"id": state.principal}, "session": state.id,
-                                 "implicit": state.implicit, "before": state.to_dict(), **extra})
+                                 "implicit": state.implicit, "before": state.to_dict(),
+                                 "revision": gateway.policies.current.revision, **extra})
         except AuditWriteError:
             return error_response(503, "audit-failed", "The change could not be recorded, so it was not made.")
         return None
@@ -103,13 +108,14 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
         body = await read_json_object(request)  # an empty object: reset takes no options
         if isinstance(body, JSONResponse):
             return body
-        found = named(request)
-        if found is None:
-            return _not_found()
+        found = await named(request)
+        if isinstance(found, JSONResponse):
+            return found
         refused = audited(who, "reset", found)
         if refused is not None:
             return refused
         store.reset(found)
+        await store.settle()
         return JSONResponse(found.to_dict())
 
     async def end(request: Request) -> JSONResponse:
@@ -122,13 +128,14 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
         message = body.get("message") or ENDED_BY_ADMIN
         if not isinstance(message, str):
             return error_response(400, "invalid-message", "message must be a string")
-        found = named(request)
-        if found is None:
-            return _not_found()
+        found = await named(request)
+        if isinstance(found, JSONResponse):
+            return found
         refused = audited(who, "end", found, message=message)
         if refused is not None:
             return refused
         store.end(found, message)
+        await store.settle()
         return JSONResponse(found.to_dict())
 
     one = "/v1/admin/sessions/{principal}/{session_id}"

@@ -156,16 +156,16 @@ class ModelProxy:
         expanded = self.splices.expand(caller.principal.id, caller.run.id, messages)
         return _Conversation(caller, route, upstream_body, expanded, client, gateway, model)
 
-    def _terminated(self, conversation: _Conversation) -> str | None:
+    async def _terminated(self, conversation: _Conversation) -> str | None:
         """The run's terminate message, when the run was terminated (then the model is not asked)."""
         caller = conversation.caller
-        session = self.gateway.store.session(caller.principal.id, caller.run.id, caller.run.client)
+        session = await self.gateway.store.session(caller.principal.id, caller.run.id, caller.run.client)
         return (session.terminate_message or "This run was terminated.") if session.terminated else None
 
     async def complete(self, body: Json, caller: Caller) -> Json:
         """A whole chat completion for the agent."""
         conversation = self._start(body, caller)
-        ended = self._terminated(conversation)
+        ended = await self._terminated(conversation)
         if ended is not None:
             return _completion(conversation, _text_message(ended), "stop", None)
         usage: Json | None = None
@@ -191,7 +191,7 @@ class ModelProxy:
             if isinstance(body.get("stream_options"), dict) else False
         head: Json = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
                       "created": int(time.time()), "model": conversation.requested_model}
-        ended = self._terminated(conversation)
+        ended = await self._terminated(conversation)
         if ended is not None:
             for event in _closing(head, conversation, _text_message(ended), "stop", None, include_usage):
                 yield event

@@ -20,7 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import AuditWriteError, InvalidArgumentsError, UnknownToolError, UpstreamError, UpstreamNotReached
+from gateway.errors import (
+    AuditWriteError,
+    InvalidArgumentsError,
+    StoreUnavailable,
+    UnknownToolError,
+    UpstreamError,
+    UpstreamNotReached,
+)
 from gateway.limits import MAX_AUDIT_ERROR_CHARS, MAX_ID_CHARS
 from gateway.observe.observer import CallObserver
 from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
@@ -32,7 +39,8 @@ from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall, Usag
 from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet, env_revision
 from gateway.reload import PolicyHolder
-from gateway.store.sqlite import SessionState, SqliteStore, now_rfc3339
+from gateway.store.base import SessionStore
+from gateway.store.model import SessionState, now_rfc3339
 from gateway.upstreams.client_requests import calling_client
 from gateway.upstreams.registry import ExposedTool, ToolRegistry
 from gateway.values import Profile, printable, problem
@@ -62,6 +70,8 @@ def _outcome(stored: dict[str, Any], call_id: str | None = None) -> CallOutcome:
         outcome.call_id, outcome.meta = call_id, {**outcome.meta, f"{META}call_id": call_id}
     return outcome
 AUDIT_FAILED = "The call could not be recorded, so it was not run."
+STORE_UNAVAILABLE = ("The gateway's database could not be read, so this run's limits could not be checked and the "
+                     "call was not run. Try again shortly.")
 AUDIT_FAILED_AFTER_RUN = "The tool ran, but the call could not be recorded, so its result is withheld."
 
 
@@ -86,7 +96,7 @@ class _Trace:
 class Gateway:
     """Runs calls through policies to upstreams; one instance per process."""
 
-    def __init__(self, policies: PolicyHolder, registry: ToolRegistry, store: SqliteStore, audit: AuditLog,
+    def __init__(self, policies: PolicyHolder, registry: ToolRegistry, store: SessionStore, audit: AuditLog,
                  *, env: dict[str, Any] | None = None, call_timeout: float = 30.0,
                  max_argument_bytes: int = 1_000_000, approvals: ApprovalGate | None = None,
                  limits: PrincipalLimits | None = None, observer: CallObserver | None = None) -> None:
@@ -138,6 +148,7 @@ class Gateway:
             return await self._admitted(trace, policy_set)
         finally:
             self.limits.release(request.principal.id)
+            await self.store.settle()  # with other processes on the store: its counts written before it answers
 
     async def _admitted(self, trace: _Trace, policy_set: PolicySet) -> CallOutcome:
         request = trace.request
@@ -145,7 +156,13 @@ class Gateway:
         if why is not None:
             outcome = refusal(printable(request.call_id), "invalid_input", f"The call was refused: {why}.")
             return self._finish(trace, None, None, outcome, policy_set)
-        session = trace.session = self.store.session(request.principal.id, request.session_id, request.run_client)
+        try:
+            session = trace.session = await self.store.session(request.principal.id, request.session_id,
+                                                               request.run_client)
+        except StoreUnavailable as exc:  # fail closed: counts and terminations elsewhere cannot be seen
+            log.warning("call %s refused: %s", printable(request.call_id), exc)
+            return self._finish(trace, None, None, refusal(request.call_id, "store_unavailable", STORE_UNAVAILABLE),
+                                policy_set)
         if request.iteration is None:  # the client gave none: the calls the run has made (docs/runs.md)
             request.iteration = session.calls
         if session.terminated:
@@ -170,6 +187,13 @@ class Gateway:
     async def _decide_and_run(self, trace: _Trace, tool: ExposedTool, session: SessionState,
                               policy_set: PolicySet) -> CallOutcome:
         request = trace.request
+        # Read before the session's counters are taken: from here to counting the call there is no await.
+        try:
+            usage = await self.store.usage_now(request.principal.id)
+        except StoreUnavailable as exc:
+            log.warning("call %s refused: %s", printable(request.call_id), exc)
+            trace.uncounted = True  # not run, and not a use of the run's budget
+            return refusal(request.call_id, "store_unavailable", STORE_UNAVAILABLE)
         call = ToolCall(
             tool=tool.info, args=request.arguments, principal=request.principal,
             session=SessionInfo(session.id, session.calls, dict(session.calls_by_tool), session.rejected,
@@ -177,7 +201,7 @@ class Gateway:
             call=CallInfo(request.call_id, session.calls if request.iteration is None else request.iteration,
                           now_rfc3339()), env=self.env,
             usage={name: UsageInfo(t.calls, t.calls_by_tool, t.rejected)
-                   for name, t in self.store.usage.snapshot(request.principal.id).items()},
+                   for name, t in usage.items()},
         )
         trace.decided = call
         decision = self._decide(trace, policy_set, call)

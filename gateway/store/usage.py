@@ -42,7 +42,7 @@ class Totals:
                     mine.pop(tool, None)
 
 
-# A bucket changed: (principal, minute, tool, calls, rejected) for the store to write behind.
+# A bucket changed: (principal, minute, tool, calls added, rejected added) for the store to add to its row.
 Changed = Callable[[str, int, str, int, int], None]
 # The buckets of a principal newer than a minute, from the database: (minute, tool, calls, rejected) rows.
 Loader = Callable[[str, int], Iterable[tuple[int, str, int, int]]]
@@ -75,20 +75,29 @@ class UsageCounter:
     def _of(self, principal: str, now: int) -> _Principal:
         found = self._principals.get(principal)
         if found is None:
-            found = _Principal(self.windows)
-            for minute, tool, calls, rejected in self._load(principal, now - self.longest):
-                bucket = found.buckets.setdefault(minute, Totals())
-                one = Totals(calls, {tool: calls} if calls else {}, rejected, {tool: rejected} if rejected else {})
-                bucket.add(one)
-            for minute in sorted(found.buckets):
-                for name in self.windows:
-                    found.inside[name].append(minute)
-                    found.totals[name].add(found.buckets[minute])
-            if len(self._principals) >= MAX_CACHED_SESSIONS:
-                self._principals.pop(next(iter(self._principals)))
-            self._principals[principal] = found
+            found = self.replace(principal, self._load(principal, now - self.longest))
         self._expire(found, now)
         return found
+
+    def replace(self, principal: str, rows: Iterable[tuple[int, str, int, int]]) -> _Principal:
+        """Start the principal's totals afresh from bucket rows (minute, tool, calls, rejected): what the
+        database holds, with every process's counts, plus this process's not yet written."""
+        found = _Principal(self.windows)
+        for minute, tool, calls, rejected in rows:
+            bucket = found.buckets.setdefault(minute, Totals())
+            bucket.add(Totals(calls, {tool: calls} if calls else {}, rejected, {tool: rejected} if rejected else {}))
+        for minute in sorted(found.buckets):
+            for name in self.windows:
+                found.inside[name].append(minute)
+                found.totals[name].add(found.buckets[minute])
+        if principal not in self._principals and len(self._principals) >= MAX_CACHED_SESSIONS:
+            self._principals.pop(next(iter(self._principals)))
+        self._principals[principal] = found
+        return found
+
+    def oldest_kept(self) -> int:
+        """The newest minute no window holds any more: rows after it are the ones that count."""
+        return self._minute() - self.longest
 
     def _expire(self, state: _Principal, now: int) -> None:
         """Take out of each window's total the buckets that have left it."""
@@ -113,7 +122,7 @@ class UsageCounter:
         bucket.add(one)
         for total in state.totals.values():
             total.add(one)
-        self._changed(principal, now, tool, bucket.calls_by_tool.get(tool, 0), bucket.rejected_by_tool.get(tool, 0))
+        self._changed(principal, now, tool, calls, rejected)
 
     def count_call(self, principal: str, tool: str) -> None:
         """Count one call of ``tool`` now."""

@@ -1,0 +1,36 @@
+"""What a store keeps about an agent run (a session), whichever database holds it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["SessionState", "now_rfc3339"]
+
+
+def now_rfc3339() -> str:
+    """The current UTC time as RFC 3339, as CEL's timestamp() reads it."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(slots=True)
+class SessionState:
+    """One agent session's counters."""
+
+    id: str
+    started_at: str
+    calls: int = 0
+    calls_by_tool: dict[str, int] = field(default_factory=dict)
+    rejected: int = 0
+    terminated: bool = False
+    terminate_message: str | None = None
+    principal: str = ""  # whose session it is (sessions are keyed by principal and id)
+    implicit: bool = False  # the gateway made this run up for a client that named none
+    client: str | None = None  # for an implicit run: the client it was made for
+
+    def to_dict(self) -> dict[str, Any]:
+        """The session as the admin API shows it."""
+        return {"principal": self.principal, "id": self.id, "implicit": self.implicit, "client": self.client,
+                "started_at": self.started_at, "calls": self.calls, "calls_by_tool": dict(self.calls_by_tool),
+                "rejected": self.rejected, "terminated": self.terminated, "terminate_message": self.terminate_message}
