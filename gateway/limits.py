@@ -332,6 +332,9 @@ UPSTREAM_TASK_POLL_SECONDS = 0.5
 # How long cancelling an upstream task may take before the gateway stops waiting for the acknowledgement.
 UPSTREAM_TASK_CANCEL_SECONDS = 5.0
 
+# How long one tasks/get poll of a 2026-07-28 upstream task may take (the call's own deadline bounds the whole wait).
+UPSTREAM_TASK_GET_SECONDS = 30.0
+
 # A gateway task is kept this long after it is created unless the client asks for less (milliseconds); its
 # result can be fetched until then. Clients may ask for up to MAX_TASK_TTL_MS.
 DEFAULT_TASK_TTL_MS = 600_000

@@ -90,6 +90,13 @@ class McpClientChannel:
         return await self._ctx.session.send_request(
             request, result, metadata=ServerMessageMetadata(related_request_id=self._ctx.request_id))
 
+    def log_level(self) -> types.LoggingLevel | None:
+        """The least severe level the client asked log messages for (None: it asked for none)."""
+        for level in get_args(types.LoggingLevel):
+            if level in self._log_levels:
+                return level  # type: ignore[no-any-return]
+        return None
+
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         """Relay a log message on the call's stream when its level is one the client asked for."""
         if params.level not in self._log_levels:

@@ -1,9 +1,11 @@
 """What an MCP upstream asks of its client (sampling, elicitation, roots) and the log messages it sends,
 relayed to the one client whose call it is running.
 
-One upstream connection serves every caller, and a handshake-era upstream's request names no call it
-belongs to (the "related request" only picks an HTTP stream on the server's side). So a request is
-attributed to a caller only when exactly one call is in flight on that upstream: with none, or with
+One upstream connection serves every caller. When the SDK runs a callback in the context of the call it
+belongs to, the caller is known exactly: at 2026-07-28 the client answers the server's ``InputRequiredResult``
+rounds inside ``call_tool`` itself, and over streamable HTTP what arrives on a call's own response stream is
+handled in that call's context. Otherwise (a handshake-era request over stdio names no call it belongs to) a
+request is attributed to a caller only when exactly one call is in flight on that upstream: with none, or with
 several, it is refused (a log message is not relayed), never guessed. The caller's frontend gives a
 ``ClientChannel``: what its client declared, and the way to ask it.
 """
@@ -51,10 +53,16 @@ class ClientChannel(Protocol):
         """Relay a log message, if the client asked for messages at its level."""
         ...
 
+    def log_level(self) -> types.LoggingLevel | None:
+        """The least severe level the client asked log messages for (None: none)."""
+        ...
+
 
 # The client of the call the current task is running, set by the pipeline around an upstream call.
 _calling: contextvars.ContextVar[ClientChannel | None] = contextvars.ContextVar("gateway_calling_client",
                                                                                 default=None)
+# The upstream call the current context is running (set by ``ClientRequestRouter.running``).
+_running: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("gateway_running_call", default=None)
 
 
 @contextlib.contextmanager
@@ -101,9 +109,11 @@ class ClientRequestRouter:
         key = next(self._ids)
         call = _Call(_calling.get())
         self._calls[key] = call
+        token = _running.set(call)
         try:
             yield
         finally:
+            _running.reset(token)
             del self._calls[key]
             call.ended.set()  # whatever its client is still being asked is withdrawn
 
@@ -129,8 +139,18 @@ class ClientRequestRouter:
     async def _roots(self, ctx: ClientRequestContext) -> Any:
         return await self._forward("roots", None)
 
+    def log_level(self) -> types.LoggingLevel | None:
+        """The log level the current task's client asked for, to send upstream with its call (2026-07-28)."""
+        channel = _calling.get()
+        return channel.log_level() if channel is not None else None
+
     def _owner(self) -> tuple[_Call | None, str]:
-        """The one call in flight, or why there is none to attribute a request to."""
+        """The call a callback belongs to, or why there is none to attribute a request to."""
+        here = _running.get()
+        if here is not None and any(call is here for call in self._calls.values()):
+            return here, ""  # run in the call's own context: exact
+        if here is not None and here.ended.is_set():
+            return None, "its call has ended"
         if not self._calls:
             return None, "no call is in flight on this upstream"
         if len(self._calls) > 1:

@@ -13,7 +13,7 @@ import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 import mcp_types as types
@@ -28,9 +28,9 @@ from gateway.upstreams.client_requests import ClientRequestRouter, ClientRequest
 from gateway.upstreams.environment import child_environment
 from gateway.upstreams.items import expose_links
 from gateway.upstreams.keepalive import DrainOnClose
-from gateway.upstreams.mcp_eras import connect, follow_tool_changes
+from gateway.upstreams.mcp_eras import connect, follow_tool_changes, is_modern
 from gateway.upstreams.mcp_resources import McpItems
-from gateway.upstreams.mcp_tasks import call_as_task, needs_task
+from gateway.upstreams.mcp_tasks import TasksExtension, call_as_task, execution_at, needs_task
 
 __all__ = ["McpUpstream"]
 
@@ -111,7 +111,7 @@ class McpUpstream:
                     transport = functools.partial(streamable_http_client, self._url, http_client=http,
                                                   max_sse_event_size=self.max_response_bytes)
                 client = await connect(stack, transport, self.protocol, self.name, self._on_message,
-                                       **self._router.client_options())
+                                       extensions=[TasksExtension()], **self._router.client_options())
                 self._client = client
                 self._tools = await self._fetch_tools(client)
                 await self.items.fetch(client)
@@ -184,8 +184,8 @@ class McpUpstream:
                 if self._task_only(tool):  # a task-only tool: the gateway drives the upstream task (mcp_tasks.py)
                     result = await asyncio.wait_for(call_as_task(client.session, tool, arguments, timeout), timeout)
                 else:
-                    result = await asyncio.wait_for(
-                        client.call_tool(tool, arguments, progress_callback=_relay(progress)), timeout)
+                    result = await asyncio.wait_for(client.call_tool(
+                        tool, arguments, progress_callback=_relay(progress), meta=self._call_meta(client)), timeout)
         except TimeoutError:
             raise UpstreamError(f"{self.name}: {tool} timed out after {timeout}s") from None
         except MCPError as exc:
@@ -205,6 +205,11 @@ class McpUpstream:
         content = expose_links(self.name, content)  # resource URIs as clients read them through the gateway
         return ToolResult(content, result.structured_content, bool(result.is_error))
 
+    def _call_meta(self, client: Client) -> types.RequestParamsMeta | None:
+        """At 2026-07-28, the caller's log level (a server sends log messages only for requests that ask)."""
+        level = self._router.log_level() if is_modern(client) else None
+        return cast(types.RequestParamsMeta, {types.LOG_LEVEL_META_KEY: level}) if level is not None else None
+
     def _task_only(self, tool: str) -> bool:
         return any(t.name == tool and needs_task(t.execution) for t in self._tools)
 
@@ -220,7 +225,7 @@ class McpUpstream:
 
     async def _fetch_tools(self, client: Client) -> list[UpstreamTool]:
         listed = await client.list_tools(cache_mode="refresh")
-        return [_tool(t) for t in listed.tools]
+        return [_tool(t, execution_at(client, _execution(t))) for t in listed.tools]
 
     async def _on_message(self, message: Any) -> None:
         self.items.on_message(message)
@@ -288,7 +293,11 @@ class _CappedStream(httpx2.AsyncByteStream):
         await self._inner.aclose()
 
 
-def _tool(tool: types.Tool) -> UpstreamTool:
+def _execution(tool: types.Tool) -> dict[str, Any] | None:
+    return tool.execution.model_dump(mode="json", by_alias=True, exclude_none=True) if tool.execution else None
+
+
+def _tool(tool: types.Tool, execution: dict[str, Any] | None) -> UpstreamTool:
     annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else {}
     return UpstreamTool(
         name=tool.name,
@@ -298,7 +307,7 @@ def _tool(tool: types.Tool) -> UpstreamTool:
         annotations=annotations,
         output_schema=dict(tool.output_schema) if tool.output_schema else None,
         icons=tuple(icon.model_dump(mode="json", by_alias=True, exclude_none=True) for icon in tool.icons or ()),
-        execution=tool.execution.model_dump(mode="json", by_alias=True, exclude_none=True) if tool.execution else None,
+        execution=execution,
         meta=dict(tool.meta) if tool.meta else None,
     )
 

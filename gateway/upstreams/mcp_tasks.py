@@ -9,6 +9,12 @@ or times out cancels the upstream task.
 The SDK's client validates ``tools/call`` results as ``CallToolResult`` and has no tasks API, so these requests
 go through the session's raw channel, as the SDK's own ``subscriptions/listen`` driver does. An upstream that
 answers in the 2026-07-28 tasks extension's shape (``resultType: "task"``) is polled with ``tasks/get``.
+
+At 2026-07-28 a tool has no ``execution``: task support is the tasks extension, which a server declares in
+``server/discover`` for all its tools. The gateway declares it back (``TasksExtension``) to such an upstream, so
+any ``tools/call`` may answer ``resultType: "task"``, which the SDK's client hands to the extension's claim: the
+task is polled to its end like above, and the call returns its result. Its tools are listed with ``taskSupport:
+"optional"`` (``execution_at``), which is what the gateway offers for them: a call with or without a task.
 """
 
 from __future__ import annotations
@@ -16,17 +22,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import mcp_types as types
-from mcp import ClientSession, MCPError
+from mcp import Client, ClientSession, MCPError
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.shared.dispatcher import CallOptions
+from pydantic import ConfigDict, Field
 
-from gateway.limits import UPSTREAM_TASK_CANCEL_SECONDS, UPSTREAM_TASK_POLL_SECONDS, UPSTREAM_TASK_TTL_MS
+from gateway.limits import (
+    UPSTREAM_TASK_CANCEL_SECONDS,
+    UPSTREAM_TASK_GET_SECONDS,
+    UPSTREAM_TASK_POLL_SECONDS,
+    UPSTREAM_TASK_TTL_MS,
+)
+from gateway.upstreams.mcp_eras import is_modern
 
-__all__ = ["call_as_task", "needs_task"]
+__all__ = ["TASKS_EXTENSION", "TasksExtension", "call_as_task", "execution_at", "needs_task"]
 
 log = logging.getLogger("gateway.upstreams.mcp")
+
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 
 
 def needs_task(execution: dict[str, Any] | None) -> bool:
@@ -97,3 +115,39 @@ async def _cancel(session: ClientSession, task_id: str) -> None:
         await asyncio.shield(sent)
     except asyncio.CancelledError:
         log.info("upstream task cancel sent in the background")
+
+
+def execution_at(client: Client, execution: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A tool's ``execution`` as the gateway lists it: at 2026-07-28, from the server's tasks extension."""
+    if execution is not None or not is_modern(client):
+        return execution
+    extensions = client.server_capabilities.extensions or {}
+    return {"taskSupport": "optional"} if TASKS_EXTENSION in extensions else None
+
+
+class _CreatedTask(types.Result):
+    """The tasks extension's answer to a ``tools/call`` that became a task (only what polling needs)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    result_type: Literal["task"] = Field(alias="resultType")
+    task_id: str = Field(alias="taskId")
+
+
+async def _finish(created: _CreatedTask, ctx: ClaimContext) -> types.CallToolResult:
+    """Poll the upstream's task to its end; cancel it when the call is cancelled or fails meanwhile."""
+    try:
+        result = await _poll(ctx.session, created.task_id, UPSTREAM_TASK_GET_SECONDS)
+    except BaseException:
+        await _cancel(ctx.session, created.task_id)
+        raise
+    result.pop("_meta", None)  # io.modelcontextprotocol/related-task: the upstream's id stays here
+    return types.CallToolResult.model_validate(result, by_name=False)
+
+
+class TasksExtension(ClientExtension):
+    """The 2026-07-28 tasks extension, declared to upstreams: a task answer is polled to its result."""
+
+    identifier = TASKS_EXTENSION
+
+    def claims(self) -> Sequence[ResultClaim[Any]]:
+        return (ResultClaim(result_type="task", model=_CreatedTask, resolve=_finish),)
