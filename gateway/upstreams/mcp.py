@@ -115,7 +115,7 @@ class McpUpstream:
                 self._client = client
                 self._tools = await self._fetch_tools(client)
                 await self.items.fetch(client)
-                await follow_tool_changes(stack, client, self.name, self._refresh)
+                await follow_tool_changes(stack, client, self.name, self._refresh, self.items.refresh)
                 ready.set_result(None)
                 await self._stop.wait()
         except BaseException as exc:  # an ExceptionGroup from the SDK's task groups, or a launch failure

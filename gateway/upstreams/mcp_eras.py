@@ -4,17 +4,22 @@
 
 - ``auto`` (the default): the ``initialize`` handshake when the server offers it, else 2026-07-28
   (a server that refuses the handshake is connected again with the SDK's ``server/discover``
-  probe). The handshake era comes first because the gateway relays what only that era carries
-  from an upstream: a tool's ``execution`` (task support) and tasks, requests to the client
-  (sampling, elicitation, roots) and log levels. A server that speaks both loses nothing by it.
+  probe). The handshake era comes first because a server that speaks both eras can give more through
+  it, and the gateway cannot tell in advance: a tool's ``execution`` (task support; at 2026-07-28
+  only a server-wide tasks extension), and questions a tool asks its client with the SDK's usual
+  ``ctx.elicit`` / ``session.create_message`` (a standalone request, which the 2026-07-28 era forbids:
+  only tools that return ``InputRequiredResult`` can ask there).
 - ``newest``: 2026-07-28 when the server answers ``server/discover``, else the handshake (the SDK's
-  ``mode="auto"``).
+  ``mode="auto"``). What 2026-07-28 carries is relayed: task support from the server's tasks extension
+  (``mcp_tasks.py``), the server's ``InputRequiredResult`` questions (the SDK's client answers them
+  through the gateway's callbacks inside the call, so they reach exactly that call's client), and the
+  caller's log level sent with each call.
 - ``legacy`` or ``2026-07-28``: that era only.
 
-A handshake-era server sends ``notifications/tools/list_changed`` on its session; a 2026-07-28 server sends change
+A handshake-era server sends ``notifications/*/list_changed`` on its session; a 2026-07-28 server sends change
 notifications only on ``subscriptions/listen`` streams, so on such a connection the gateway keeps
-one open (``follow_tool_changes``), re-opening it if it drops (there is no replay: a re-opened
-stream is followed by a fresh tools/list).
+one open (``follow_tool_changes``: tools, resources and prompts, as the server announces them), re-opening
+it if it drops (there is no replay: a re-opened stream is followed by fresh lists).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import anyio
 import mcp_types as types
 from mcp import Client, MCPError
 from mcp.client.session import MessageHandlerFnT
-from mcp.client.subscriptions import SubscriptionLost
+from mcp.client.subscriptions import SubscriptionLost, ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.limits import UPSTREAM_LISTEN_RETRY_SECONDS
@@ -81,22 +86,35 @@ def is_modern(client: Client) -> bool:
 
 
 async def follow_tool_changes(stack: contextlib.AsyncExitStack, client: Client, name: str,
-                              on_change: Callable[[], Awaitable[None]]) -> None:
-    """On a 2026-07-28 connection whose server announces tool-list changes, listen for them until ``stack`` closes."""
-    tools = client.server_capabilities.tools
-    if not is_modern(client) or tools is None or not tools.list_changed:
+                              on_change: Callable[[], Awaitable[None]],
+                              on_items: Callable[[], Awaitable[None]] | None = None) -> None:
+    """On a 2026-07-28 connection whose server announces list changes, listen for them until ``stack`` closes.
+
+    Tool-list changes call ``on_change``; resource and prompt list changes reach the client's message handler
+    as the SDK tees every listen event to it. After a stream is re-opened both lists are read again
+    (``on_items`` for resources and prompts).
+    """
+    caps = client.server_capabilities
+    kinds = {"tools_list_changed": bool(caps.tools and caps.tools.list_changed),
+             "resources_list_changed": bool(caps.resources and caps.resources.list_changed),
+             "prompts_list_changed": bool(caps.prompts and caps.prompts.list_changed)}
+    if not is_modern(client) or not any(kinds.values()):
         return  # handshake era: list_changed arrives on the session itself
     group = await stack.enter_async_context(anyio.create_task_group())
     stack.callback(group.cancel_scope.cancel)  # runs before the group is left: the listen loop never ends alone
-    group.start_soon(_listen, client, name, on_change)
+    group.start_soon(_listen, client, name, kinds, on_change, on_items)
 
 
-async def _listen(client: Client, name: str, on_change: Callable[[], Awaitable[None]]) -> None:
+async def _listen(client: Client, name: str, kinds: dict[str, bool], on_change: Callable[[], Awaitable[None]],
+                  on_items: Callable[[], Awaitable[None]] | None) -> None:
     while True:
         try:
-            async with client.listen(tools_list_changed=True) as subscription:
-                async for _ in subscription:
-                    await on_change()
+            async with client.listen(tools_list_changed=kinds["tools_list_changed"],
+                                     resources_list_changed=kinds["resources_list_changed"],
+                                     prompts_list_changed=kinds["prompts_list_changed"]) as subscription:
+                async for event in subscription:
+                    if isinstance(event, ToolsListChanged):
+                        await on_change()
             log.info("upstream %s closed its listen stream; listening again", name)
         except SubscriptionLost as exc:
             log.info("upstream %s: listen stream lost (%s); listening again", name, exc)
@@ -107,4 +125,6 @@ async def _listen(client: Client, name: str, on_change: Callable[[], Awaitable[N
                         name, exc)
             return
         await anyio.sleep(UPSTREAM_LISTEN_RETRY_SECONDS)
-        await on_change()  # changes while not listening were not sent: read the list again
+        await on_change()  # changes while not listening were not sent: read the lists again
+        if on_items is not None:
+            await on_items()

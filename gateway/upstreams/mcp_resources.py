@@ -99,13 +99,14 @@ class McpItems:
                 callback(message.params.uri)
             return True
         if isinstance(message, (types.ResourceListChangedNotification, types.PromptListChangedNotification)):
-            task = asyncio.create_task(self._refresh())
+            task = asyncio.create_task(self.refresh())
             self._background.add(task)
             task.add_done_callback(self._background.discard)
             return True
         return False
 
-    async def _refresh(self) -> None:
+    async def refresh(self) -> None:
+        """List the upstream's resources and prompts again (a failure is logged; the old lists stay)."""
         try:
             await self.fetch(await self._session())
         except Exception as exc:
