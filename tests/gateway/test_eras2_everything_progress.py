@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 from mcp import Client, StdioServerParameters
-from thirdparty import server_everything
-
 from test_everything_server import ALLOW_ALL, _unused
+from thirdparty import server_everything
 
 STEPS = {"duration": 1, "steps": 3}
 
