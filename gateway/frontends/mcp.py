@@ -27,7 +27,7 @@ from gateway.frontends.identity import identity_of
 from gateway.frontends.mcp_client_channel import LogLevels, McpClientChannel
 from gateway.frontends.mcp_input import InputRound, input_round
 from gateway.frontends.mcp_listen import SessionViews, ToolListeners
-from gateway.frontends.mcp_resources import McpItemHandlers
+from gateway.frontends.mcp_resources import McpItemHandlers, item_views
 from gateway.frontends.mcp_round_trips import InputRequired, RoundTrips
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.frontends.mcp_tasks import McpTasks, listed_execution, offers_tasks, with_tasks
@@ -72,7 +72,8 @@ class McpFrontend:
                  task_timeout: float = DEFAULT_TASK_TIMEOUT_SECONDS) -> None:
         self.gateway = gateway
         # 2026-07-28 clients hear of tool-list changes on subscriptions/listen streams, each filtered per principal.
-        self.listeners = ToolListeners(gateway.visible_tools)
+        item_gate = ItemGate(gateway, ItemCatalog(gateway.registry))
+        self.listeners = ToolListeners(gateway.visible_tools, visible_items=item_views(item_gate))
         self._views = SessionViews(gateway.visible_tools)  # handshake-era sessions: told only of their own list
         self.server = _GatewayServer("agent-policy-gateway", version="0.1.0",
                                      on_list_tools=self._list_tools, on_call_tool=self._call_tool,
@@ -89,7 +90,10 @@ class McpFrontend:
         # connection's standalone stream after its request ended.
         self._peers: OrderedDict[str, Any] = OrderedDict()
         gateway.registry.on_change(self._tools_changed)
-        McpItemHandlers(ItemGate(gateway, ItemCatalog(gateway.registry)), self._peers).register(self.server)
+        McpItemHandlers(item_gate, self._peers).register(self.server)
+        # Listen streams that asked for resource or prompt list changes: after an upstream's change or a reload.
+        item_gate.catalog.on_change(self.listeners.items_changed)
+        gateway.policies.swap_listeners.append(self.listeners.items_changed)
         gateway.registry.on_change(self.listeners.changed)
         # A reload can show or hide tools: both eras are told (listen streams only when their list changed).
         gateway.policies.swap_listeners.extend([self._tools_changed, self.listeners.changed])

@@ -9,7 +9,12 @@ tool only alice may use appeared), and a change that does not touch its list sen
 
 Streams are capped per principal and in all (``limits.py``); one more gets a JSON-RPC error before
 the acknowledgment. Events are level triggers ("refetch"), so each stream holds at most one
-pending event: a stream whose client reads slowly gets one notification, not a backlog.
+pending event of each kind: a stream whose client reads slowly gets one notification, not a backlog.
+
+Resource and prompt list changes (``resourcesListChanged``, ``promptsListChanged``) follow the same rule, when
+the frontend gives the items a principal sees (``visible_items``): a stream asking for them hears
+``notifications/resources/list_changed`` or ``notifications/prompts/list_changed`` only when the resources
+(templates included) or prompts *its principal* sees changed.
 """
 
 from __future__ import annotations
@@ -25,7 +30,14 @@ import anyio
 import mcp_types as types
 from mcp import MCPError
 from mcp.server import ServerRequestContext
-from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY, ToolsListChanged, event_to_notification
+from mcp.shared.subscriptions import (
+    SUBSCRIPTION_ID_META_KEY,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ServerEvent,
+    ToolsListChanged,
+    event_to_notification,
+)
 
 from gateway.frontends.identity import identity_of
 from gateway.limits import MAX_CACHED_SESSIONS, MAX_LISTEN_STREAMS, MAX_LISTEN_STREAMS_PER_PRINCIPAL
@@ -38,6 +50,10 @@ log = logging.getLogger("gateway.frontends.mcp_listen")
 # What a principal's tool list is, for telling whether it changed: the exposed tools it sees, by
 # identity (the registry keeps a tool's object while its definition is unchanged).
 View = tuple[Any, ...]
+# The resources or prompts a principal sees ("resources" | "prompts" → their definitions, as JSON text).
+ItemViews = Callable[[Principal, str], tuple[str, ...]]
+_EVENTS: dict[str, ServerEvent] = {"tools": ToolsListChanged(), "resources": ResourcesListChanged(),
+                                   "prompts": PromptsListChanged()}
 
 
 @dataclass(eq=False)
@@ -46,6 +62,8 @@ class _Stream:
     view: View
     tools: bool  # the client asked for tool-list changes
     wake: anyio.Event = field(default_factory=anyio.Event)
+    items: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "resources" / "prompts" asked for: last seen
+    pending: set[str] = field(default_factory=set)  # the kinds of change to tell of at the next wake
 
 
 def _principal_key(principal: Principal) -> str:
@@ -60,8 +78,10 @@ class ToolListeners:
     """The ``subscriptions/listen`` handler, and the fan-out of tool-list changes to its streams."""
 
     def __init__(self, visible: Callable[[Principal], Sequence[Any]], *, max_streams: int = MAX_LISTEN_STREAMS,
-                 max_per_principal: int = MAX_LISTEN_STREAMS_PER_PRINCIPAL) -> None:
+                 max_per_principal: int = MAX_LISTEN_STREAMS_PER_PRINCIPAL,
+                 visible_items: ItemViews | None = None) -> None:
         self._visible = visible
+        self._visible_items = visible_items
         self.max_streams = max_streams
         self.max_per_principal = max_per_principal
         self._streams: set[_Stream] = set()
@@ -83,7 +103,29 @@ class ToolListeners:
                     views[key] = ()
             if not _same(views[key], stream.view):
                 stream.view = views[key]
+                stream.pending.add("tools")
                 stream.wake.set()
+
+    def items_changed(self) -> None:
+        """Resources or prompts changed (at an upstream, or by a reload): wake each stream whose principal's changed."""
+        views: dict[tuple[str, str], tuple[str, ...]] = {}
+        for stream in [s for s in self._streams if s.items]:
+            for kind, seen in stream.items.items():
+                key = (_principal_key(stream.principal), kind)
+                if key not in views:
+                    views[key] = self._items(stream.principal, kind)
+                if views[key] != seen:
+                    stream.items[kind] = views[key]
+                    stream.pending.add(kind)
+                    stream.wake.set()
+
+    def _items(self, principal: Principal, kind: str) -> tuple[str, ...]:
+        assert self._visible_items is not None
+        try:
+            return self._visible_items(principal, kind)
+        except Exception:  # a policy that cannot be evaluated: tell the client to look again
+            log.exception("%s list for %s could not be computed", kind, principal.id)
+            return ()
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any],
                        params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
@@ -100,10 +142,19 @@ class ToolListeners:
                            " Close one first.")
         if len(self._streams) >= self.max_streams:
             raise MCPError(types.INVALID_REQUEST, "The gateway has too many listen streams open; try again later.")
-        # Only tool-list changes are delivered; any other kind asked for is left out of the acknowledgment.
-        honored = types.SubscriptionFilter(tools_list_changed=True if params.notifications.tools_list_changed else None)
+        # List changes are delivered (resources and prompts when the frontend serves them); any other kind asked
+        # for (resource subscriptions) is left out of the acknowledgment.
+        asked = params.notifications
+        items = self._visible_items is not None
+        honored = types.SubscriptionFilter(
+            tools_list_changed=True if asked.tools_list_changed else None,
+            resources_list_changed=True if asked.resources_list_changed and items else None,
+            prompts_list_changed=True if asked.prompts_list_changed and items else None)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
         stream = _Stream(principal, tuple(self._visible(principal)), bool(honored.tools_list_changed))
+        for kind, wanted in (("resources", honored.resources_list_changed), ("prompts", honored.prompts_list_changed)):
+            if wanted:
+                stream.items[kind] = self._items(principal, kind)
         self._streams.add(stream)
         try:
             await ctx.session.send_notification(types.SubscriptionsAcknowledgedNotification(
@@ -112,8 +163,11 @@ class ToolListeners:
             while True:
                 await stream.wake.wait()
                 stream.wake = anyio.Event()
-                await ctx.session.send_notification(event_to_notification(ToolsListChanged(), meta),
-                                                    related_request_id=subscription_id)
+                kinds, stream.pending = stream.pending, set()
+                for kind in ("tools", "resources", "prompts"):
+                    if kind in kinds:
+                        await ctx.session.send_notification(event_to_notification(_EVENTS[kind], meta),
+                                                            related_request_id=subscription_id)
         finally:  # the client went away: the SDK cancels this handler
             self._streams.discard(stream)
 

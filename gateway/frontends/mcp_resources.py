@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections import OrderedDict
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 import mcp_types as types
@@ -25,7 +26,7 @@ from gateway.limits import MAX_CACHED_SESSIONS
 from gateway.pipeline.items import ItemGate, ItemRequest
 from gateway.policy.call import Principal
 
-__all__ = ["REFUSED", "McpItemHandlers"]
+__all__ = ["REFUSED", "McpItemHandlers", "item_views"]
 
 log = logging.getLogger("gateway.frontends.mcp")
 
@@ -128,6 +129,16 @@ class McpItemHandlers:
             sessions = self._subscribed.get(uri)
             if sessions is not None and sessions.get(session_id) is session:
                 del sessions[session_id]
+
+
+def item_views(gate: ItemGate) -> Callable[[Principal, str], tuple[str, ...]]:
+    """What a principal sees of the resources (templates included) or prompts, for telling whether it changed."""
+    def view(principal: Principal, kind: str) -> tuple[str, ...]:
+        catalog = gate.catalog
+        items = catalog.resources() + catalog.templates() if kind == "resources" else catalog.prompts()
+        return tuple(json.dumps(i.definition, sort_keys=True, default=str) for i in gate.visible(principal, items))
+
+    return view
 
 
 async def _list_changed(session: Any) -> None:
