@@ -24,7 +24,7 @@ import pytest
 import pytest_asyncio
 from loopback import serve_app
 from mcp import MCPError
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from pydantic import BaseModel
 
@@ -89,6 +89,12 @@ def _server() -> MCPServer:
         return f"{who} heard: {reply.text}"
 
     @server.tool()
+    async def ask_on_session(who: str, ctx: Context) -> str:
+        """The handshake era's way: a standalone elicitation/create on the call's own stream."""
+        answer = await ctx.elicit(f"a question for {who}", Reply)
+        return f"{who} heard: {answer.data.text}" if answer.action == "accept" else f"{who}: {answer.action}"
+
+    @server.tool()
     def report(topic: str) -> str:
         """Runs only as a task (the middleware answers)."""
         raise AssertionError("report runs through _Tasks")
@@ -129,6 +135,23 @@ async def test_questions_reach_the_client_of_the_call_that_asked_with_calls_in_f
             as a, connect_mcp(gateway, "bob", mode=mode, elicitation_callback=_answering("bob", asked["bob"])) as b:
         results = await asyncio.gather(a.client.call_tool("m_ask", {"who": "alice"}),
                                        b.client.call_tool("m_ask", {"who": "bob"}))
+    texts = [r.content[0].text for r in results]  # type: ignore[union-attr]
+    assert texts == ["alice heard: alice's answer", "bob heard: bob's answer"]
+    assert asked == {"alice": ["a question for alice"], "bob": ["a question for bob"]}
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_handshake_upstream_over_http_asks_the_client_of_its_call_with_calls_in_flight_together(
+        mode: str, modern_upstream: str, start_gateway: Any, configs: Any, connect_mcp: Any) -> None:
+    """Over streamable HTTP a request on a call's own response stream is handled in that call's context."""
+    gateway = await start_gateway(configs.base({"name": "m", "mcp": {"url": modern_upstream, "protocol": "legacy"}}),
+                                  {"p.yaml": OPEN})
+    assert _upstream(gateway, "m").protocol_version == "2025-11-25"
+    asked: dict[str, list[str]] = {"alice": [], "bob": []}
+    async with connect_mcp(gateway, "alice", mode=mode, elicitation_callback=_answering("alice", asked["alice"])) \
+            as a, connect_mcp(gateway, "bob", mode=mode, elicitation_callback=_answering("bob", asked["bob"])) as b:
+        results = await asyncio.gather(a.client.call_tool("m_ask_on_session", {"who": "alice"}),
+                                       b.client.call_tool("m_ask_on_session", {"who": "bob"}))
     texts = [r.content[0].text for r in results]  # type: ignore[union-attr]
     assert texts == ["alice heard: alice's answer", "bob heard: bob's answer"]
     assert asked == {"alice": ["a question for alice"], "bob": ["a question for bob"]}
