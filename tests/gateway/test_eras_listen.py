@@ -142,13 +142,14 @@ async def test_listen_streams_are_capped_per_principal(shared_gateway, connect_m
         pass
 
 
-async def test_only_tool_list_changes_are_acknowledged(shared_gateway, connect_mcp):
+async def test_list_changes_are_acknowledged_and_resource_subscriptions_are_not(shared_gateway, connect_mcp):
+    # resources and prompts: test_eras2_listen_items.py
     async with connect_mcp(shared_gateway, "alice", mode=MODERN) as conn, conn.client.listen(
             tools_list_changed=True, prompts_list_changed=True, resources_list_changed=True,
             resource_subscriptions=["file:///x"]) as sub:
         assert sub.honored.tools_list_changed is True
         assert (sub.honored.prompts_list_changed, sub.honored.resources_list_changed,
-                sub.honored.resource_subscriptions) == (None, None, None)
+                sub.honored.resource_subscriptions) == (True, True, None)
 
 
 async def test_a_handshake_session_is_told_only_of_changes_to_its_own_list(start_gateway, configs, connect_mcp, until):
