@@ -102,6 +102,9 @@ class ClientRequestRouter:
         self.rules = rules
         self._calls: dict[int, _Call] = {}
         self._ids = itertools.count()
+        # At 2026-07-28 a server asks only inside a request (InputRequiredResult), so a request outside any
+        # call's context is a resources/read's or prompts/get's, never a call's: set per connection.
+        self.inside_calls_only = False
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -159,6 +162,8 @@ class ClientRequestRouter:
 
     async def _forward(self, kind: ClientRequestKind, params: Any) -> BaseModel | types.ErrorData:
         method = _METHODS[kind]
+        if self.inside_calls_only and _running.get() is None:
+            return self._refuse(method, "only a tool call's questions are relayed")
         call, why = self._owner()
         if call is None:
             return self._refuse(method, why)

@@ -113,6 +113,7 @@ class McpUpstream:
                 client = await connect(stack, transport, self.protocol, self.name, self._on_message,
                                        extensions=[TasksExtension()], **self._router.client_options())
                 self._client = client
+                self._router.inside_calls_only = is_modern(client)
                 self._tools = await self._fetch_tools(client)
                 await self.items.fetch(client)
                 await follow_tool_changes(stack, client, self.name, self._refresh, self.items.refresh)

@@ -13,6 +13,7 @@ The upstream is the SDK's server over streamable HTTP on loopback, served here, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import warnings
 from collections.abc import AsyncIterator
@@ -98,6 +99,15 @@ def _server() -> MCPServer:
     def report(topic: str) -> str:
         """Runs only as a task (the middleware answers)."""
         raise AssertionError("report runs through _Tasks")
+
+    @server.prompt()
+    def quiz(ctx: Context) -> Any:
+        """Asks its client a question (InputRequiredResult) before it answers."""
+        if not ctx.input_responses:
+            return types.InputRequiredResult(input_requests={"q": types.ElicitRequest(
+                params=types.ElicitRequestFormParams(message="the quiz's question", requested_schema={
+                    "type": "object", "properties": {"text": {"type": "string"}}}))})
+        return "quizzed"
 
     _Tasks(server)
     return server
@@ -224,3 +234,36 @@ async def test_a_task_of_a_2026_upstream_is_run_to_its_result(
     if mode == "legacy":  # the extension, mapped to what a handshake client reads: any call may be a task
         assert listed["m_report"].execution is not None
         assert listed["m_report"].execution.task_support == "optional"
+
+
+async def test_a_prompts_question_never_goes_to_the_client_of_a_tool_call_in_flight(
+        modern_upstream: str, start_gateway: Any, configs: Any, connect_mcp: Any) -> None:
+    """At 2026-07-28 a question outside a tool call's context is a prompt's or a read's: not relayed to a caller."""
+    gateway = await start_gateway(configs.base({"name": "m", "mcp": {"url": modern_upstream, "protocol": "newest"}}),
+                                  {"p.yaml": OPEN})
+    bob_done = asyncio.Event()
+    asked: list[str] = []
+
+    async def alice_answers(ctx: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(bob_done.wait(), 10)  # her call stays in flight while bob gets the prompt
+        return types.ElicitResult(action="accept", content={"text": "alice's answer"})
+
+    async def bob_gets(conn: Any) -> Any:
+        try:
+            return await conn.client.get_prompt("m_quiz")
+        except Exception as exc:  # refused: the gateway relays the upstream's failure
+            return exc
+        finally:
+            bob_done.set()
+
+    async with connect_mcp(gateway, "alice", elicitation_callback=alice_answers) as alice, \
+            connect_mcp(gateway, "bob") as bob:
+        call = asyncio.ensure_future(alice.client.call_tool("m_ask", {"who": "alice"}))
+        while not asked:
+            await asyncio.sleep(0.02)
+        await bob_gets(bob)
+        result = await call
+    assert asked == ["a question for alice"]  # the quiz's question was not put to alice
+    assert result.content[0].text == "alice heard: alice's answer"  # type: ignore[union-attr]
