@@ -26,6 +26,7 @@ from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
 from gateway.frontends.mcp_client_channel import LogLevels, McpClientChannel
 from gateway.frontends.mcp_input import InputRound, input_round
+from gateway.frontends.mcp_input_schema import CallerScope, input_schema_lookup
 from gateway.frontends.mcp_listen import SessionViews, ToolListeners
 from gateway.frontends.mcp_resources import McpItemHandlers
 from gateway.frontends.mcp_round_trips import InputRequired, RoundTrips
@@ -76,13 +77,15 @@ class McpFrontend:
         self._views = SessionViews(gateway.visible_tools)  # handshake-era sessions: told only of their own list
         self.server = _GatewayServer("agent-policy-gateway", version="0.1.0",
                                      on_list_tools=self._list_tools, on_call_tool=self._call_tool,
-                                     on_subscriptions_listen=self.listeners)
+                                     on_subscriptions_listen=self.listeners,
+                                     # 2026-07-28 header check: one registry lookup, not the whole tools/list
+                                     get_tool_input_schema=input_schema_lookup(gateway))
         # logging/setLevel: what each handshake-era session wants of the upstreams' log messages.
         self.log_levels = LogLevels()
         self.server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self.log_levels.set_level)
         self.round_trips = RoundTrips()  # upstreams' questions to 2026-07-28 clients, asked through InputRequiredResult
         self.sessions = CappedSessions(self.server, max_sessions_per_principal)
-        self.endpoint = SessionCap(StreamableHTTPASGIApp(self.sessions), self.sessions)
+        self.endpoint = CallerScope(SessionCap(StreamableHTTPASGIApp(self.sessions), self.sessions))
         self.tasks = McpTasks(self, timeout=task_timeout)  # tools/call as a task, tasks/* (mcp_tasks.py)
         # MCP session id → its latest request's ServerSession. The SDK builds a ServerSession per
         # request, so a weak reference dies with the request; a kept one can still notify over the
