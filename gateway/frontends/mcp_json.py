@@ -30,6 +30,8 @@ from contextvars import ContextVar
 from typing import Any
 
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["JsonTransport", "QuietCalls", "answers_in_json", "quiet_client"]
@@ -37,6 +39,7 @@ __all__ = ["JsonTransport", "QuietCalls", "answers_in_json", "quiet_client"]
 _JSON_KEY = "gateway.mcp_json"
 _json: ContextVar[bool] = ContextVar("gateway_mcp_json", default=False)
 _SESSION_HEADER = MCP_SESSION_ID_HEADER.lower().encode()
+_VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode()
 
 
 class JsonTransport(StreamableHTTPServerTransport):
@@ -91,10 +94,12 @@ class QuietCalls:
 
 
 def _session_id(scope: Scope) -> str | None:
-    for name, value in scope["headers"]:
-        if name.lower() == _SESSION_HEADER:
-            return str(value.decode("latin-1"))
-    return None
+    """The handshake-era session a request names; None for none, or for a request in a later era."""
+    headers = {name.lower(): value.decode("latin-1") for name, value in scope["headers"]}
+    version = headers.get(_VERSION_HEADER)
+    if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None  # the SDK serves it statelessly, whatever session id it carries
+    return headers.get(_SESSION_HEADER)
 
 
 def _replay(first: Message, receive: Receive) -> Receive:
