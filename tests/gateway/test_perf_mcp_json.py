@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from raw_mcp import INITIALIZE, MCP_HEADERS, RawMcp, message_of
 
 SSE = "text/event-stream"
@@ -71,3 +73,31 @@ async def test_a_client_that_can_be_asked_streams_its_calls(shared_gateway, keys
         async with _session(shared_gateway, keys["alice"], capabilities) as session:
             await _echo(session, "first")
             assert _kind(await _echo(session, "second")) == SSE, capabilities
+
+
+async def _sdk_kinds(gateway: Any, key: str, **options: Any) -> list[str]:
+    """The SDK client (handshake era) calling up_echo three times: the content types of the calls' answers."""
+    kinds: list[str] = []
+
+    async def on_response(response: httpx2.Response) -> None:
+        await response.aread()
+        if b'"tools/call"' in response.request.content:
+            kinds.append(_kind(response))
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(30),
+                              event_hooks={"response": [on_response]})
+    async with http, Client(streamable_http_client(gateway.mcp_url, http_client=http), mode="legacy",
+                            **options) as client:
+        for text in ("one", "two", "three"):
+            result = await client.call_tool("up_echo", {"text": text})
+            assert not result.is_error and result.content[0].text == text  # type: ignore[union-attr]
+    return kinds
+
+
+async def test_the_sdk_client_gets_json_unless_it_can_be_asked(shared_gateway, keys):
+    assert await _sdk_kinds(shared_gateway, keys["alice"]) == [SSE, JSON, JSON]
+
+    async def elicit(context: Any, params: Any) -> Any:
+        raise AssertionError("nothing is asked here")
+
+    assert await _sdk_kinds(shared_gateway, keys["alice"], elicitation_callback=elicit) == [SSE, SSE, SSE]
