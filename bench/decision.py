@@ -46,7 +46,7 @@ from gateway.policy.cel import get_engine
 
 ENGINES = ("cel-expr-python", "cel-python")
 RULE_COUNTS = (10, 100, 1_000)
-MATCHING_COUNTS = (1, 5)
+MATCHING_COUNTS = (1, 2, 5)
 FILES_PER_SET = {10: 2, 100: 4, 1_000: 10}
 
 # Issue 12's targets for the default engine among 1,000 rules: p50 in µs by matching rules
@@ -104,6 +104,10 @@ _REWRITE = {"id": "tag-reference", "tools": [TOOL], "action": "rewrite",
 _SANCTIONS = {"id": "sanctioned-destination", "tools": [TOOL, "payments_payout_*"],
               "when": 'args.destination.country in ["KP", "IR", "SY", "CU"]', "action": "reject",
               "messageExpression": '"Transfers to " + args.destination.country + " are not allowed"'}
+# A regular expression over every string argument (bench/gateway.py's policy has the same): matches() costs.
+_SECRETS = {"id": "no-secrets-in-any-argument", "tools": ["payments_*"], "action": "reject",
+            "when": 'args.exists(k, type(args[k]) == string && args[k].matches("(?i)password|AKIA[0-9A-Z]{16}"))',
+            "message": "Do not send secrets to tools."}
 _BUDGET = {"id": "call-budget", "tools": ["payments_*", "github_repo_delete"],
            "when": "session.calls >= 200 || session.rejected >= 10", "action": "terminate",
            "message": "The tool-call budget for this run is spent."}
@@ -111,6 +115,10 @@ _BUDGET = {"id": "call-budget", "tools": ["payments_*", "github_repo_delete"],
 # matching rules → ([(file key, rule)], {rule id: expected outcome}, expected verdict)
 MATCHING: dict[int, tuple[list[tuple[str, dict[str, Any]]], dict[str, Outcome], str]] = {
     1: ([("payments", _APPROVE)], {"payments/large-transfer-needs-approval": Outcome.FIRED}, "approve"),
+    2: ([("payments", _APPROVE), ("guards", _SECRETS)],
+        {"payments/large-transfer-needs-approval": Outcome.FIRED,
+         "guards/no-secrets-in-any-argument": Outcome.NOT_FIRED},
+        "approve"),
     5: ([("payments", _ALLOW), ("payments", _APPROVE), ("payments", _REWRITE), ("payments", _SANCTIONS),
          ("guards", _BUDGET)],
         {"payments/allow-finance": Outcome.FIRED, "payments/large-transfer-needs-approval": Outcome.FIRED,

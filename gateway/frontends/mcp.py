@@ -26,6 +26,8 @@ from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
 from gateway.frontends.mcp_client_channel import LogLevels, McpClientChannel
 from gateway.frontends.mcp_input import InputRound, input_round
+from gateway.frontends.mcp_input_schema import CallerScope, input_schema_lookup
+from gateway.frontends.mcp_json import QuietCalls, answers_in_json, quiet_client
 from gateway.frontends.mcp_listen import SessionViews, ToolListeners
 from gateway.frontends.mcp_resources import McpItemHandlers, item_views
 from gateway.frontends.mcp_round_trips import InputRequired, RoundTrips
@@ -77,13 +79,16 @@ class McpFrontend:
         self._views = SessionViews(gateway.visible_tools)  # handshake-era sessions: told only of their own list
         self.server = _GatewayServer("agent-policy-gateway", version="0.1.0",
                                      on_list_tools=self._list_tools, on_call_tool=self._call_tool,
-                                     on_subscriptions_listen=self.listeners)
+                                     on_subscriptions_listen=self.listeners,
+                                     # 2026-07-28 header check: one registry lookup, not the whole tools/list
+                                     get_tool_input_schema=input_schema_lookup(gateway))
         # logging/setLevel: what each handshake-era session wants of the upstreams' log messages.
         self.log_levels = LogLevels()
         self.server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self.log_levels.set_level)
         self.round_trips = RoundTrips()  # upstreams' questions to 2026-07-28 clients, asked through InputRequiredResult
         self.sessions = CappedSessions(self.server, max_sessions_per_principal)
-        self.endpoint = SessionCap(StreamableHTTPASGIApp(self.sessions), self.sessions)
+        self.endpoint = CallerScope(QuietCalls(SessionCap(StreamableHTTPASGIApp(self.sessions), self.sessions),
+                                               self._quiet_session))
         self.tasks = McpTasks(self, timeout=task_timeout)  # tools/call as a task, tasks/* (mcp_tasks.py)
         # MCP session id → its latest request's ServerSession. The SDK builds a ServerSession per
         # request, so a weak reference dies with the request; a kept one can still notify over the
@@ -125,7 +130,7 @@ class McpFrontend:
         run = self.gateway.call if asking is None else _asking(asking, self.gateway)
         try:
             outcome = await self.round_trips.call(run, request, ctx, params,
-                                                  self.log_levels.allowed(ctx, dict(params.meta or {})))
+                                                  self._log_levels(ctx, dict(params.meta or {})))
         except InputRequired as asked:
             return asked.result
         except MCPError:  # a protocol error for the client (an invalid requestState)
@@ -148,7 +153,7 @@ class McpFrontend:
         run = resolve_run(self.gateway.store, identity.principal.id, explicit_run_id(headers, meta),
                           client_of(_client_info(ctx, meta), headers))
         keep_alive, relay = _progress(ctx, meta)
-        log_levels = self.log_levels.allowed(ctx, meta)
+        log_levels = self._log_levels(ctx, meta)
         request = CallRequest(
             tool=params.name,
             arguments=dict(params.arguments or {}),
@@ -183,6 +188,15 @@ class McpFrontend:
             "content": outcome.content, "structuredContent": structured, "isError": is_error,
             "_meta": outcome.meta,
         })
+
+    def _log_levels(self, ctx: ServerRequestContext[Any, Any], meta: dict[str, Any]) -> frozenset[str]:
+        """The log levels this call relays to its client: none when it is answered as one JSON body."""
+        return frozenset() if answers_in_json(_http(ctx).scope) else self.log_levels.allowed(ctx, meta)
+
+    def _quiet_session(self, session_id: str) -> bool:
+        """Whether nothing but results can go on this handshake-era session's tools/call streams (mcp_json.py)."""
+        session = self._peers.get(session_id)
+        return session is not None and quiet_client(session) and not self.log_levels.set_for(session_id)
 
     def _remember(self, ctx: ServerRequestContext[Any, Any]) -> None:
         """Keep the caller's session so it can be told when the tool list changes."""

@@ -42,6 +42,10 @@ class LogLevels:
                 self._by_session.popitem(last=False)
         return types.EmptyResult()
 
+    def set_for(self, session_id: str) -> bool:
+        """Whether this handshake-era session set a log level."""
+        return session_id in self._by_session
+
     def allowed(self, ctx: ServerRequestContext[Any, Any], meta: dict[str, Any]) -> frozenset[str]:
         """The levels this request's client may be sent."""
         version = ctx.session.protocol_version

@@ -22,6 +22,8 @@ from mcp_types import INVALID_REQUEST
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.frontends.mcp_json import JsonTransport
+
 __all__ = ["CappedSessions", "SessionCap"]
 
 
@@ -43,7 +45,10 @@ class CappedSessions(StreamableHTTPSessionManager):
         # (the SDK answers this None with 503; ``SessionCap`` answers the usual case first, with 429).
         if self.full(requestor):
             return None
-        return super()._admit_session(requestor)
+        transport = super()._admit_session(requestor)
+        if transport is not None:
+            transport.__class__ = JsonTransport  # JSON or SSE chosen per request (mcp_json.py)
+        return transport
 
 
 class SessionCap:

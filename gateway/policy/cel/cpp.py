@@ -16,6 +16,7 @@ from cel_expr_python.ext import ext_strings
 from gateway.errors import CelCompileError, CelEvaluationError
 from gateway.policy.cel.base import VARIABLES, ExprType
 from gateway.policy.cel.functions import FUNCTIONS
+from gateway.policy.cel.regex import HIDDEN, matches, rename_matches, restore_name
 
 __all__ = ["CppEngine"]
 
@@ -37,6 +38,12 @@ def _declarations() -> list[Any]:
             f"gateway_{name}", _KINDS[result], [_KINDS[p] for p in params], impl=impl
         )
         decls.append(cel.FunctionDecl(name, [overload]))
+    # matches() under another name, over cached patterns (regex.py): both forms, as the standard library's
+    decls.append(cel.FunctionDecl(HIDDEN, [
+        cel.Overload(f"gateway_{HIDDEN}", cel.Type.BOOL, [cel.Type.STRING, cel.Type.STRING], impl=matches),
+        cel.Overload(f"gateway_{HIDDEN}_string", cel.Type.BOOL, [cel.Type.STRING, cel.Type.STRING], is_member=True,
+                     impl=matches),
+    ]))
     return decls
 
 
@@ -50,14 +57,14 @@ class _Program:
         try:
             value = self._expr.eval(activation)
         except Exception as exc:  # the binding raises for values it cannot convert
-            raise CelEvaluationError(_STATUS.sub("", str(exc)).strip('"')) from exc
+            raise CelEvaluationError(restore_name(_STATUS.sub("", str(exc)).strip('"'))) from exc
         plain = value.plain_value()
         kind = type(plain)
         if kind is bool:  # most expressions are conditions: the one check they need
             return plain
         # an error's plain value is its message; asking for the type costs, so only then
         if kind is str and value.type() == _ERROR:
-            raise CelEvaluationError(_STATUS.sub("", plain))
+            raise CelEvaluationError(restore_name(_STATUS.sub("", plain)))
         # bytes come back as bytearray; everything else is already plain
         return bytes(plain) if kind is bytearray else plain
 
@@ -75,10 +82,13 @@ class CppEngine:
         )
 
     def compile(self, source: str, expected: ExprType) -> _Program:
+        renamed = rename_matches(source)
+        if renamed is None:  # not a name the author may use: as undeclared as on the other engine
+            raise CelCompileError(f"undeclared reference to '{HIDDEN}'", kind="cel-undeclared")
         try:
-            expr = self._env.compile(source)
+            expr = self._env.compile(renamed)
         except Exception as exc:
-            raise _compile_error(str(exc)) from None
+            raise _compile_error(restore_name(str(exc))) from None
         want = _EXPECTED.get(expected)
         got = expr.return_type()
         if want is not None and got != want and got != cel.Type.DYN:

@@ -7,14 +7,12 @@ type, ints overflow, conversions and the strings extension fail as evaluation er
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, cast
 
-import re2  # google-re2, the engine behind CEL's matches() everywhere
 from celpy.celtypes import DoubleType, DurationType, IntType, TimestampType, UintType
 from celpy.evaluation import CELEvalError, Result
 
@@ -29,6 +27,7 @@ from gateway.policy.cel.pure_values import (
     to_cel,
     to_plain,
 )
+from gateway.policy.cel.regex import matches
 from gateway.policy.cel.strings import INT64_MAX, INT64_MIN, UINT64_MAX
 
 __all__ = [
@@ -143,15 +142,6 @@ def _from_seconds(seconds: int) -> datetime:
         raise ValueError("timestamp overflow") from None
 
 
-@functools.lru_cache(maxsize=256)
-def _regex(pattern: str) -> Any:
-    try:
-        return re2.compile(pattern)
-    except re2.error as exc:
-        reason = exc.args[0].decode(errors="replace") if isinstance(exc.args[0], bytes) else exc
-        raise ValueError(f"invalid regular expression: {reason}") from None
-
-
 def _duration_part(micros_per_unit: int, modulo: int = 0) -> Callable[[Any], int]:
     def part(value: Any) -> int:
         micros = to_plain(value) // timedelta(microseconds=1)
@@ -201,7 +191,7 @@ def _declare_all() -> None:
         _declare("size", "gm", (sized,), "int", len)
     for name, test in (("contains", operator.contains), ("startsWith", str.startswith), ("endsWith", str.endswith)):
         _declare(name, "m", ("string", "string"), "bool", test)
-    _declare("matches", "gm", ("string", "string"), "bool", lambda s, p: _regex(str(p)).search(s) is not None)
+    _declare("matches", "gm", ("string", "string"), "bool", lambda s, p: matches(s, str(p)))
     conversions: dict[str, dict[str, Callable[[Any], Any]]] = {
         "int": {"int": int, "uint": _int64, "double": _to_int, "string": strings.parse_int,
                 "timestamp": strings.timestamp_seconds},
