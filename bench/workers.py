@@ -45,6 +45,8 @@ sys.path.append(str(BENCH_DIR.parent / "tests"))  # the throwaway PostgreSQL clu
 from _servers import (  # noqa: E402
     Process,
     Processes,
+    _children,  # per-process CPU from /proc, for the PostgreSQL server
+    _proc_cpu,
     describe,
     exit_on_sigterm,
     loadavg,
@@ -107,7 +109,7 @@ class Row:
     calls_per_s: float
     p50_ms: float
     p99_ms: float
-    cpu_ms_per_call: dict[str, float]  # client / gateway (all its processes) / upstream
+    cpu_ms_per_call: dict[str, float]  # client / gateway (all its processes) / upstream / PostgreSQL server
 
 
 def start_gateway(processes: Processes, config: Path, name: str, workers: int) -> Process:
@@ -139,6 +141,29 @@ def gateway_config(directory: Path, upstream_url: str, digest: str, store: dict[
     return path
 
 
+@dataclass
+class Postmaster:
+    """The PostgreSQL server (postmaster and its backends), metered like the other processes."""
+
+    pid: int
+    name: str = "postgres"
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> Postmaster | None:
+        """The cluster's postmaster, found by the port on its command line (Linux /proc), or None."""
+        wanted = f"-p\0{cluster.port}\0".encode()
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and wanted in (entry / "cmdline").read_bytes():
+                    return cls(int(entry.name))
+        return None
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU of the server and its live backends (each gateway connection is one)."""
+        own = _proc_cpu(self.pid)
+        return None if own is None else own + sum(_proc_cpu(pid) or 0.0 for pid in _children(self.pid))
+
+
 @contextlib.contextmanager
 def maybe_cluster(wanted: bool) -> Iterator[Cluster | None]:
     """A throwaway PostgreSQL cluster when ``wanted``."""
@@ -168,7 +193,7 @@ def summarize(c: Config, attempted: int) -> Row:
     """The row for one configuration (CPU per call counts every call attempted)."""
     ordered = sorted(c.samples) or [float("nan")]
     cpu = {"client": c.target.cpu.get("client", 0.0), "gateway": c.target.cpu.get(c.process.name, 0.0),
-           "upstream": c.target.cpu.get("http upstream", 0.0)}
+           "upstream": c.target.cpu.get("http upstream", 0.0), "postgres": c.target.cpu.get("postgres", 0.0)}
     return Row(c.backend, c.workers, len(c.samples), c.target.errors, c.target.first_errors,
                round(len(c.samples) / c.wall, 1) if c.wall else 0.0,
                round(percentile(ordered, 0.5) * 1e3, 2), round(percentile(ordered, 0.99) * 1e3, 2),
@@ -205,7 +230,8 @@ async def run(directory: Path, processes: Processes, cluster: Cluster | None, ba
                 call = hop.rest_gateway_call(http, f"{process.url}/v1/tools/{hop.REST_TOOL}/invoke")
                 target = hop.Target("rest", name, call, proxy=process.name, upstream=upstream.name)
                 configs.append(Config(backend, workers, process, target, []))
-        meter = hop.CpuMeter([upstream, *(c.process for c in configs)])
+        postmaster = Postmaster.of(cluster) if cluster is not None else None
+        meter = hop.CpuMeter([upstream, *(c.process for c in configs), *([postmaster] if postmaster else [])])
         await measure(configs, meter, per_round, rounds, concurrency)
     return [summarize(c, per_round * rounds) for c in configs]
 
@@ -218,11 +244,12 @@ def print_report(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]], envi
     print("(client, upstream and gateway share these cores: see the CPU columns)")
     print()
     print(f"{'backend':<9} {'processes':>9} {'calls':>6} {'calls/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6}"
-          "   CPU ms/call: client / gateway / upstream")
+          "   CPU ms/call: client / gateway / upstream / PostgreSQL")
     for r in rows:
         cpu = r.cpu_ms_per_call
         print(f"{r.backend:<9} {r.workers:>9} {r.calls:>6} {r.calls_per_s:>8,.0f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f}"
-              f" {r.errors:>6}   {cpu['client']:.2f} / {cpu['gateway']:.2f} / {cpu['upstream']:.2f}")
+              f" {r.errors:>6}   {cpu['client']:.2f} / {cpu['gateway']:.2f} / {cpu['upstream']:.2f}"
+              f" / {cpu['postgres']:.2f}")
     print()
     for x in ratio_rows:
         print(f"{x['backend']}: {x['workers']} workers = {x['throughput_ratio']:.2f}x the calls/s of one process")

@@ -190,7 +190,8 @@ def build_model_proxy(config: LoadedConfig, gateway: Gateway) -> ModelProxy:
         routes.append(ModelRoute(
             spec.name, ModelUpstream(spec.base_url, key, parse_duration(spec.timeout)), spec.model,
             tuple(spec.gateway_tools), spec.tool_concurrency, spec.max_turns,
-            0.0 if spec.approval == "answer" else parse_duration(spec.approval_wait)))
+            0.0 if spec.approval == "answer" else parse_duration(spec.approval_wait),
+            None if spec.client_tools is None else tuple(spec.client_tools)))
     return ModelProxy(gateway, routes)
 
 

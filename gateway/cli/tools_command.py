@@ -120,10 +120,16 @@ def _arguments(tool: CatalogTool) -> str:
 
 def catalog_for_check(args: argparse.Namespace, config: Any) -> tuple[Catalog | None, list[Diagnostic]]:
     """The catalog `gateway check` checks against: the ``--tools`` snapshot, else the config's live
-    upstreams (unless ``--no-upstreams``, or the config has none); None: no catalog checks."""
+    upstreams (unless ``--no-upstreams``, or the config has none), plus the agent-run tools its
+    ``models[].client_tools`` declare; None: no catalog checks."""
+    declared = [p for m in config.spec.models for p in m.client_tools or ()] if config is not None else []
     if args.tools:
-        return load_snapshot(args.tools)
-    if config is None or args.no_upstreams or not config.spec.upstreams:
+        catalog, problems = load_snapshot(args.tools)
+    elif config is None or args.no_upstreams:
         return None, []
-    return live_catalog(config)
+    elif not config.spec.upstreams:  # a model proxy for agent-run tools only: they are the catalog
+        catalog, problems = (Catalog.of(()), []) if declared else (None, [])
+    else:
+        catalog, problems = live_catalog(config)
+    return (catalog.with_client_tools(declared) if catalog is not None else None), problems
 

@@ -409,6 +409,9 @@ class ModelSpec(_Strict):
     timeout: str | int | float = limits.MODEL_TIMEOUT_SECONDS
     # Tools the gateway fronts (exposed names, globs) offered to the model and run by the gateway itself.
     gateway_tools: list[str] = Field(default_factory=list)
+    # Tools the agent runs itself (names, globs): `gateway check` knows them (tool.upstream "client"),
+    # and when given, a request offering the model any other agent tool is refused (400).
+    client_tools: list[str] | None = None
     tool_concurrency: int = Field(limits.MODEL_TOOL_CONCURRENCY, ge=1)
     max_turns: int = Field(limits.MODEL_MAX_TURNS, ge=1)  # model requests per agent request
     # hold: wait up to approval_wait for the decision; answer: say at once that the call awaits approval
@@ -418,6 +421,7 @@ class ModelSpec(_Strict):
     _durations = field_validator("timeout", "approval_wait")(_duration)
     _name = field_validator("name")(_glob)
     _tools = field_validator("gateway_tools")(_globs)
+    _client_tools = field_validator("client_tools")(lambda v: v if v is None else _globs(v))
 
 
 class MetricsSpec(_Strict):

@@ -9,16 +9,18 @@ approved call: a retry bound to the same approval gets the same arguments (exact
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gateway.pipeline.request import CallOutcome
+from gateway.policy.catalog import CLIENT_UPSTREAM
+from gateway.policy.cel.globbing import glob_match
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool
 from gateway.upstreams.registry import ExposedTool, expose
 
-__all__ = ["CLIENT", "ClientUpstream", "admitted_args", "client_tools", "function_tool"]
+__all__ = ["CLIENT", "ClientUpstream", "admitted_args", "client_tools", "function_tool", "undeclared_tools"]
 
-CLIENT = "client"  # tool.upstream for a tool the agent runs itself
+CLIENT = CLIENT_UPSTREAM  # tool.upstream for a tool the agent runs itself
 _ADMITTED = "gateway/admitted_arguments"
 
 
@@ -72,6 +74,13 @@ def client_tools(tools: Any) -> dict[str, ExposedTool] | str:
                             parameters if isinstance(parameters, dict) else {"type": "object"})
         found[name] = expose(name, _UPSTREAM, spec)
     return found
+
+
+def undeclared_tools(tools: Iterable[str], declared: Sequence[str] | None) -> list[str]:
+    """The agent tools no ``declared`` glob (``models[].client_tools``) matches; none when nothing is declared."""
+    if declared is None:
+        return []
+    return [name for name in tools if not any(glob_match(name, g) for g in declared)]
 
 
 def function_tool(tool: ExposedTool) -> dict[str, Any]:

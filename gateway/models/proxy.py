@@ -22,7 +22,7 @@ from typing import Any
 from gateway.errors import UnknownToolError
 from gateway.frontends.runs import Run
 from gateway.limits import MODEL_SPLICES_KEPT
-from gateway.models.client_tools import admitted_args, client_tools, function_tool
+from gateway.models.client_tools import admitted_args, client_tools, function_tool, undeclared_tools
 from gateway.models.splices import Splices
 from gateway.models.upstream import ModelUpstream
 from gateway.pipeline import CallRequest, Gateway
@@ -57,6 +57,7 @@ class ModelRoute:
     tool_concurrency: int = 4
     max_turns: int = 8
     approval_wait: float = 300.0  # 0: answer "awaits approval" at once
+    client_tools: tuple[str, ...] | None = None  # the agent tools the model may be offered (globs); None: any
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,10 @@ class ModelProxy:
         client = client_tools(body.get("tools"))
         if isinstance(client, str):
             raise RequestProblem(client)
+        undeclared = undeclared_tools(client, route.client_tools)
+        if undeclared:
+            raise RequestProblem(f"the agent's tools {', '.join(map(repr, undeclared))} are not among this model's"
+                                 " client_tools in the gateway's configuration")
         gateway = {t.name: t for t in self.gateway.visible_tools(caller.principal)
                    if t.name not in client and any(glob_match(t.name, g) for g in route.gateway_tools)}
         upstream_body = {**body, "model": route.model or model}

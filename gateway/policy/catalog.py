@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.policy.cel.functions import glob
+from gateway.policy.cel.globbing import glob_problem
 
-__all__ = ["CATALOG_VERSION", "Catalog", "CatalogTool"]
+__all__ = ["CATALOG_VERSION", "CLIENT_UPSTREAM", "Catalog", "CatalogTool"]
 
 # The version of the JSON snapshot's shape; a snapshot of another version is refused, not guessed at.
 CATALOG_VERSION = 1
+CLIENT_UPSTREAM = "client"  # tool.upstream of a tool the agent runs itself (the model proxy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +43,29 @@ class Catalog:
     """Every exposed tool, by name."""
 
     tools: Mapping[str, CatalogTool]
+    # Tools the agent runs itself, declared as globs (`models[].client_tools`): a rule naming a tool
+    # these match is about a real tool, though no schema is known for it.
+    client_globs: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, tools: Iterable[CatalogTool]) -> Catalog:
         """A catalog of these tools."""
         return cls({t.name: t for t in tools})
+
+    def with_client_tools(self, patterns: Iterable[str]) -> Catalog:
+        """This catalog plus the agent-run tools declared by ``patterns`` (names, globs), as upstream
+        ``client`` with any arguments; a gateway tool of the same name keeps its entry."""
+        tools, globs = dict(self.tools), list(self.client_globs)
+        for pattern in patterns:
+            if glob_problem(pattern) is None and any(c in pattern for c in "*?["):
+                globs.append(pattern)
+            else:
+                tools.setdefault(pattern, CatalogTool(pattern, CLIENT_UPSTREAM))
+        return Catalog(tools, tuple(dict.fromkeys(globs)))
+
+    def declares(self, pattern: str) -> bool:
+        """Whether ``pattern`` (a rule's ``tools:`` entry) names an agent-run tool declared by a glob."""
+        return any(pattern == g or glob(pattern, g) for g in self.client_globs)
 
     def matching(self, patterns: Sequence[str] | None) -> list[CatalogTool]:
         """The tools a rule's ``tools:`` list covers (None: every tool), in name order."""

@@ -158,7 +158,8 @@ class _FileCheck:
         """Report patterns that match no tool; the tools the rule covers."""
         if rule.tools is None:
             return catalog.matching(None)
-        dead = [p for p in rule.tools if glob_problem(p) is None and not catalog.matching([p])]
+        dead = [p for p in rule.tools if glob_problem(p) is None and not catalog.matching([p])
+                and not catalog.declares(p)]
         names = sorted(catalog.tools)
         for index, pattern in enumerate(rule.tools):
             if pattern not in dead:
