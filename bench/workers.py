@@ -249,7 +249,7 @@ def print_report(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]], envi
         cpu = r.cpu_ms_per_call
         print(f"{r.backend:<9} {r.workers:>9} {r.calls:>6} {r.calls_per_s:>8,.0f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f}"
               f" {r.errors:>6}   {cpu['client']:.2f} / {cpu['gateway']:.2f} / {cpu['upstream']:.2f}"
-              f" / {cpu['postgres']:.2f}")
+              f" / {cpu['postgres']:.2f}" if r.backend == "postgres" else " / —")
     print()
     for x in ratio_rows:
         print(f"{x['backend']}: {x['workers']} workers = {x['throughput_ratio']:.2f}x the calls/s of one process")

@@ -19,6 +19,7 @@ __all__ = ["CATALOG_VERSION", "CLIENT_UPSTREAM", "Catalog", "CatalogTool"]
 # The version of the JSON snapshot's shape; a snapshot of another version is refused, not guessed at.
 CATALOG_VERSION = 1
 CLIENT_UPSTREAM = "client"  # tool.upstream of a tool the agent runs itself (the model proxy)
+_ANY_ARGUMENTS = {"type": "object", "additionalProperties": True}  # a declared agent tool: its schema is the agent's
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,7 @@ class Catalog:
             if glob_problem(pattern) is None and any(c in pattern for c in "*?["):
                 globs.append(pattern)
             else:
-                tools.setdefault(pattern, CatalogTool(pattern, CLIENT_UPSTREAM))
+                tools.setdefault(pattern, CatalogTool(pattern, CLIENT_UPSTREAM, input_schema=_ANY_ARGUMENTS))
         return Catalog(tools, tuple(dict.fromkeys(globs)))
 
     def declares(self, pattern: str) -> bool:
