@@ -32,11 +32,12 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import httpx2
 import yaml
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -78,6 +79,7 @@ QUICK = (100, 2)
 CONCURRENCY = 32  # calls in flight, as in bench/gateway.py's concurrent mode
 BACKENDS = ("sqlite", "postgres")
 PROCESS_COUNTS = (1, 2)
+CLIENT_KEEPALIVE_S = 2.0  # below uvicorn's 5 s keep-alive timeout, so the client never reuses a closing connection
 
 
 @dataclass
@@ -90,6 +92,7 @@ class Config:
     target: Any  # bench/gateway.py's Target
     samples: list[float]
     wall: float = 0.0
+    worker_cpu_s: list[float] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -110,6 +113,7 @@ class Row:
     p50_ms: float
     p99_ms: float
     cpu_ms_per_call: dict[str, float]  # client / gateway (all its processes) / upstream / PostgreSQL server
+    worker_cpu_s: list[float]  # with workers: each worker's CPU seconds over the whole run (is the load shared?)
 
 
 def start_gateway(processes: Processes, config: Path, name: str, workers: int) -> Process:
@@ -139,6 +143,18 @@ def gateway_config(directory: Path, upstream_url: str, digest: str, store: dict[
         document["store"] = store
         path.write_text(yaml.safe_dump(document, sort_keys=False, width=200))
     return path
+
+
+def http_client(concurrency: int, headers: dict[str, str]) -> httpx2.AsyncClient:
+    """bench/gateway.py's client, dropping idle connections before the server would (uvicorn: after 5 s).
+
+    A configuration's connections sit idle while the others are measured; reusing one the server is
+    closing at that moment fails the call (a ReadError) for a reason that is not the gateway's.
+    """
+    size = concurrency + 4
+    return httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(hop.CALL_TIMEOUT_S),
+                              limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size,
+                                                   keepalive_expiry=CLIENT_KEEPALIVE_S))
 
 
 @dataclass
@@ -184,6 +200,10 @@ async def measure(configs: Sequence[Config], meter: Any, per_round: int, rounds:
     for r in range(rounds):
         # Alternate the order too, so that no configuration always follows the same one.
         for c in configs if r % 2 == 0 else reversed(configs):
+            # Untimed: reopen the connections the client let expire while the others were measured.
+            spent = dict(c.target.cpu)
+            await hop.measure_concurrent(c.target, concurrency, concurrency, meter, "warm")
+            c.target.cpu = spent
             got, wall = await hop.measure_concurrent(c.target, per_round, concurrency, meter, f"r{r}")
             c.samples.extend(got)
             c.wall += wall
@@ -197,7 +217,7 @@ def summarize(c: Config, attempted: int) -> Row:
     return Row(c.backend, c.workers, len(c.samples), c.target.errors, c.target.first_errors,
                round(len(c.samples) / c.wall, 1) if c.wall else 0.0,
                round(percentile(ordered, 0.5) * 1e3, 2), round(percentile(ordered, 0.99) * 1e3, 2),
-               {k: round(v * 1e3 / attempted, 3) for k, v in cpu.items()})
+               {k: round(v * 1e3 / attempted, 3) for k, v in cpu.items()}, c.worker_cpu_s)
 
 
 def ratios(rows: Sequence[Row]) -> list[dict[str, Any]]:
@@ -226,13 +246,17 @@ async def run(directory: Path, processes: Processes, cluster: Cluster | None, ba
                 store = {"postgres": {"dsn": cluster.new_database()}} if backend == "postgres" and cluster else None
                 config = gateway_config(directory / name.replace(" ", "-"), upstream.url, digest, store)
                 process = start_gateway(processes, config, f"gateway {name}", workers)
-                http = await stack.enter_async_context(hop.http_client(concurrency, auth))
+                http = await stack.enter_async_context(http_client(concurrency, auth))
                 call = hop.rest_gateway_call(http, f"{process.url}/v1/tools/{hop.REST_TOOL}/invoke")
                 target = hop.Target("rest", name, call, proxy=process.name, upstream=upstream.name)
                 configs.append(Config(backend, workers, process, target, []))
         postmaster = Postmaster.of(cluster) if cluster is not None else None
         meter = hop.CpuMeter([upstream, *(c.process for c in configs), *([postmaster] if postmaster else [])])
         await measure(configs, meter, per_round, rounds, concurrency)
+        for c in configs:
+            if c.workers > 1:  # the parent only waits; the multiprocessing resource tracker is idle
+                busy = (_proc_cpu(pid) or 0.0 for pid in _children(c.process.popen.pid))
+                c.worker_cpu_s = sorted((round(x, 1) for x in busy if x >= 0.5), reverse=True)
     return [summarize(c, per_round * rounds) for c in configs]
 
 
@@ -247,9 +271,12 @@ def print_report(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]], envi
           "   CPU ms/call: client / gateway / upstream / PostgreSQL")
     for r in rows:
         cpu = r.cpu_ms_per_call
+        database = f"{cpu['postgres']:.2f}" if r.backend == "postgres" else "—"
         print(f"{r.backend:<9} {r.workers:>9} {r.calls:>6} {r.calls_per_s:>8,.0f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f}"
-              f" {r.errors:>6}   {cpu['client']:.2f} / {cpu['gateway']:.2f} / {cpu['upstream']:.2f}"
-              f" / {cpu['postgres']:.2f}" if r.backend == "postgres" else " / —")
+              f" {r.errors:>6}   {cpu['client']:.2f} / {cpu['gateway']:.2f} / {cpu['upstream']:.2f} / {database}")
+    for r in rows:
+        if r.worker_cpu_s:
+            print(f"{r.backend} x{r.workers}: CPU seconds per worker {' / '.join(map(str, r.worker_cpu_s))}")
     print()
     for x in ratio_rows:
         print(f"{x['backend']}: {x['workers']} workers = {x['throughput_ratio']:.2f}x the calls/s of one process")
