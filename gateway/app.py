@@ -218,7 +218,8 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     gateway = gateway or build_gateway(config)
     auth = Authenticator(config.spec.auth, config.base)
     mcp = McpFrontend(gateway, max_sessions_per_principal=config.spec.limits.max_sessions_per_principal,
-                      task_timeout=parse_duration(config.spec.limits.task_timeout))
+                      task_timeout=parse_duration(config.spec.limits.task_timeout),
+                      fast_path=config.spec.mcp.fast_path)
     interval = parse_duration(config.spec.reload_interval)
     supervisor = build_supervisor(config, gateway.registry)
     models = build_model_proxy(config, gateway)
@@ -285,6 +286,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
         router.redirect_slashes = False
     app.state.gateway = gateway
     app.state.supervisor = supervisor
+    app.state.mcp = mcp
     return app
 
 

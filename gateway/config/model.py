@@ -440,6 +440,13 @@ class TracingSpec(_Strict):
     service_name: str | None = None  # default: OTEL_SERVICE_NAME, else agent-policy-gateway
 
 
+class McpFrontendSpec(_Strict):
+    """The MCP endpoint at /mcp."""
+
+    # Qualifying tools/calls answered without the MCP SDK's server machinery (docs/gateway.md "Lean tools/call path")
+    fast_path: bool = True
+
+
 class LoggingSpec(_Strict):
     """The gateway's own log lines (not the audit log): text, or one JSON object a line."""
 
@@ -472,5 +479,6 @@ class GatewayConfig(_Strict):
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     tracing: TracingSpec = Field(default_factory=TracingSpec)
     logging: LoggingSpec = Field(default_factory=LoggingSpec)
+    mcp: McpFrontendSpec = Field(default_factory=McpFrontendSpec)
 
     _interval = field_validator("reload_interval")(_duration)

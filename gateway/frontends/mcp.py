@@ -11,7 +11,7 @@ import functools
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import jsonschema
@@ -21,10 +21,12 @@ from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from starlette.requests import Request
+from starlette.types import Scope
 
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
 from gateway.frontends.mcp_client_channel import LogLevels, McpClientChannel
+from gateway.frontends.mcp_fast import LeanCalls
 from gateway.frontends.mcp_input import InputRound, input_round
 from gateway.frontends.mcp_input_schema import CallerScope, input_schema_lookup
 from gateway.frontends.mcp_json import QuietCalls, answers_in_json, quiet_client
@@ -45,6 +47,7 @@ from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.items import ItemGate
 from gateway.pipeline.request import CallOutcome, Progress, call_id_of, gave_call_id, iteration_of
 from gateway.upstreams.base import ToolProgress
+from gateway.upstreams.client_requests import ClientChannel
 from gateway.upstreams.items import ItemCatalog
 
 __all__ = ["CALL_ID_META", "McpFrontend"]
@@ -71,7 +74,7 @@ class McpFrontend:
 
     def __init__(self, gateway: Gateway, *,
                  max_sessions_per_principal: int = DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
-                 task_timeout: float = DEFAULT_TASK_TIMEOUT_SECONDS) -> None:
+                 task_timeout: float = DEFAULT_TASK_TIMEOUT_SECONDS, fast_path: bool = True) -> None:
         self.gateway = gateway
         # 2026-07-28 clients hear of tool-list changes on subscriptions/listen streams, each filtered per principal.
         item_gate = ItemGate(gateway, ItemCatalog(gateway.registry))
@@ -87,8 +90,10 @@ class McpFrontend:
         self.server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self.log_levels.set_level)
         self.round_trips = RoundTrips()  # upstreams' questions to 2026-07-28 clients, asked through InputRequiredResult
         self.sessions = CappedSessions(self.server, max_sessions_per_principal)
-        self.endpoint = CallerScope(QuietCalls(SessionCap(StreamableHTTPASGIApp(self.sessions), self.sessions),
-                                               self._quiet_session))
+        sdk_path = QuietCalls(SessionCap(StreamableHTTPASGIApp(self.sessions), self.sessions), self._quiet_session)
+        # Qualifying tools/calls answered without the SDK's server machinery (mcp_fast.py); off: all go to the SDK.
+        self.lean = LeanCalls(sdk_path, self) if fast_path else None
+        self.endpoint = CallerScope(self.lean or sdk_path)
         self.tasks = McpTasks(self, timeout=task_timeout)  # tools/call as a task, tasks/* (mcp_tasks.py)
         # MCP session id → its latest request's ServerSession. The SDK builds a ServerSession per
         # request, so a weak reference dies with the request; a kept one can still notify over the
@@ -128,9 +133,14 @@ class McpFrontend:
         # (mcp_round_trips.py) both come back as input-required results; the latter carry a requestState.
         asking = input_round(ctx, params)
         run = self.gateway.call if asking is None else _asking(asking, self.gateway)
+        return await self.answer(request, self.round_trips.call(run, request, ctx, params,
+                                                                self._log_levels(ctx, dict(params.meta or {}))))
+
+    async def answer(self, request: CallRequest,
+                     running: Awaitable[CallOutcome]) -> types.CallToolResult | types.InputRequiredResult:
+        """The MCP result of a running call; a protocol error (``MCPError``) is raised for the client."""
         try:
-            outcome = await self.round_trips.call(run, request, ctx, params,
-                                                  self._log_levels(ctx, dict(params.meta or {})))
+            outcome = await running
         except InputRequired as asked:
             return asked.result
         except MCPError:  # a protocol error for the client (an invalid requestState)
@@ -141,20 +151,29 @@ class McpFrontend:
             log.exception("call %s to %s failed inside the gateway", request.call_id, request.tool)
             return types.CallToolResult(content=[types.TextContent(type="text", text="The gateway failed.")],
                                         is_error=True)
-        return self.tool_result(params.name, outcome)
+        return self.tool_result(request.tool, outcome)
 
     def call_request(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> CallRequest:
         """The pipeline's request for an MCP tools/call."""
         http = _http(ctx)
-        identity = identity_of(http.scope)
         self._remember(ctx)
-        headers = http.headers
         meta = dict(params.meta or {})
-        run = resolve_run(self.gateway.store, identity.principal.id, explicit_run_id(headers, meta),
-                          client_of(_client_info(ctx, meta), headers))
         keep_alive, relay = _progress(ctx, meta)
-        log_levels = self._log_levels(ctx, meta)
-        request = CallRequest(
+        return self.build_call_request(http.scope, http.headers, params, meta,
+                                       client_params=ctx.session.client_params,
+                                       client=McpClientChannel(ctx, self._log_levels(ctx, meta)),
+                                       progress=keep_alive, upstream_progress=relay, elicit=_elicitation(ctx))
+
+    def build_call_request(self, scope: Scope, headers: Mapping[str, str], params: types.CallToolRequestParams,
+                           meta: dict[str, Any], *, client_params: types.InitializeRequestParams | None,
+                           client: ClientChannel | None,
+                           progress: Progress | None = None, upstream_progress: ToolProgress | None = None,
+                           elicit: Any = None) -> CallRequest:
+        """The pipeline's request for a tools/call, from the SDK path (``call_request``) or the lean one."""
+        identity = identity_of(scope)
+        run = resolve_run(self.gateway.store, identity.principal.id, explicit_run_id(headers, meta),
+                          client_of(client_info_of(client_params, meta), headers))
+        return CallRequest(
             tool=params.name,
             arguments=dict(params.arguments or {}),
             principal=identity.principal,
@@ -163,14 +182,13 @@ class McpFrontend:
             call_id=call_id_of(meta.get(CALL_ID_META)),
             call_id_given=gave_call_id(meta.get(CALL_ID_META)),
             iteration=iteration_of(meta.get(ITERATION_META)),
-            progress=keep_alive,
-            upstream_progress=relay,
+            progress=progress,
+            upstream_progress=upstream_progress,
             frontend="mcp",
-            elicit=_elicitation(ctx),
-            client=McpClientChannel(ctx, log_levels),
+            elicit=elicit,
+            client=client,
             traceparent=client_traceparent(meta.get("traceparent"), headers.get("traceparent")),
         )
-        return request
 
     def tool_result(self, name: str, outcome: CallOutcome) -> types.CallToolResult:
         """The MCP result of a call's outcome."""
@@ -203,9 +221,17 @@ class McpFrontend:
         session_id = _http(ctx).headers.get("mcp-session-id")
         if not session_id:  # no handshake-era session: nothing to send list_changed on
             return
-        self._peers[session_id] = ctx.session
+        self.remember_session(session_id, ctx.session, _http(ctx).scope)
+
+    def peer(self, session_id: str) -> Any:
+        """The handshake-era session last seen with this id (its ServerSession), or None."""
+        return self._peers.get(session_id)
+
+    def remember_session(self, session_id: str, session: Any, scope: Scope) -> None:
+        """Keep ``session`` as the one to tell of tool-list changes, for the caller in ``scope``."""
+        self._peers[session_id] = session
         self._peers.move_to_end(session_id)
-        self._views.remember(session_id, identity_of(_http(ctx).scope).principal)
+        self._views.remember(session_id, identity_of(scope).principal)
         while len(self._peers) > MAX_CACHED_SESSIONS:
             self._peers.popitem(last=False)
 
@@ -243,11 +269,10 @@ def _http(ctx: ServerRequestContext[Any, Any]) -> Request:
 
 
 
-def _client_info(ctx: ServerRequestContext[Any, Any], meta: dict[str, Any]) -> Any:
+def client_info_of(client_params: types.InitializeRequestParams | None, meta: dict[str, Any]) -> Any:
     """The client's clientInfo: from the MCP session's initialize, or this request's 2026-07-28 ``_meta``."""
-    params = ctx.session.client_params
-    if params is not None:
-        return params.client_info
+    if client_params is not None:
+        return client_params.client_info
     return meta.get(CLIENT_INFO_META)
 
 

@@ -34,7 +34,7 @@ from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["JsonTransport", "QuietCalls", "answers_in_json", "quiet_client"]
+__all__ = ["JsonTransport", "QuietCalls", "answers_in_json", "quiet_call_message", "quiet_client"]
 
 _JSON_KEY = "gateway.mcp_json"
 _json: ContextVar[bool] = ContextVar("gateway_mcp_json", default=False)
@@ -118,6 +118,11 @@ def _quiet_call(body: bytes) -> bool:
         message = json.loads(body)
     except (ValueError, RecursionError):
         return False
+    return quiet_call_message(message)
+
+
+def quiet_call_message(message: Any) -> bool:
+    """Whether a decoded JSON-RPC message is a single tools/call without a task or a progress token."""
     if not isinstance(message, dict) or message.get("method") != "tools/call" or "id" not in message:
         return False
     params = message.get("params")
