@@ -15,7 +15,7 @@ bench-only virtualenv, see bench/_peers.py). It prints each row's ratio to direc
 each proxy and the upstream spent per call, and PASS / MISS against issue 12's targets.
 
     python bench/gateway.py [--quick] [--json] [--protocol mcp|rest] [--era legacy|2026-07-28] [--peers]
-                            [--calls N] [--concurrency C] [--keep DIR] [--profile FILE]
+                            [--calls N] [--concurrency C] [--keep DIR] [--profile FILE] [--fast-path on|off]
 
 Run it from the repository root with the project's virtualenv active. See bench/README.md.
 """
@@ -291,7 +291,7 @@ def summarize(target: Target, mode: str, samples: list[float], workers: int, wal
 
 async def run(directory: Path, processes: Processes, warmup: int, calls: int, concurrent_calls: int,
               workers: int, protocols: Sequence[str] = ("mcp", "rest"), profile: Path | None = None,
-              eras: Sequence[str] = ERAS, peers: bool = False) -> list[Row]:
+              eras: Sequence[str] = ERAS, peers: bool = False, fast_path: bool = True) -> list[Row]:
     """Start everything, measure every mode, return the rows."""
     mcp_upstream = start_upstream(processes, "mcp", directory)
     http_upstream = start_upstream(processes, "http", directory)
@@ -310,6 +310,8 @@ async def run(directory: Path, processes: Processes, warmup: int, calls: int, co
         api_keys=[{"principal": {"id": "bench-agent", "groups": ["developers"]}, "sha256": digest}],
         env={"max_calls_per_session": 100_000_000},
     )
+    if not fast_path:  # the SDK's server path for every tools/call (gateway/frontends/mcp_fast.py off)
+        config.write_text(config.read_text() + "mcp:\n  fast_path: false\n")
     gateway = start_gateway(processes, config, profile=profile)
     peer_processes: dict[tuple[str, str], Process] = {}
     if peers and "mcp" in protocols:
@@ -456,7 +458,7 @@ def print_report(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]], goal
                  breakdown: Sequence[dict[str, Any]], environment: dict[str, Any]) -> None:
     """The human-readable report."""
     print(f"{environment['cpus']} CPUs, Python {environment['python']}, work dir on {environment['filesystem']};"
-          f" gateway log level {environment['gateway_log_level']};"
+          f" gateway log level {environment['gateway_log_level']}; lean tools/call path {environment['fast_path']};"
           f" load average {environment['loadavg_before']} before, {environment['loadavg_after']} after")
     print("(a shared machine: compare the ratios within this run, not absolute figures across runs)")
     print()
@@ -503,6 +505,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--era", choices=("both", *ERAS), default="both", help="MCP protocol era(s) to measure")
     parser.add_argument("--peers", action="store_true",
                         help="also measure a FastMCP proxy and mcp-proxy (installs them into bench/.venv-peers)")
+    parser.add_argument("--fast-path", choices=("on", "off"), default="on",
+                        help="the gateway's lean tools/call path (config mcp.fast_path); compare off and on")
     args = parser.parse_args(argv)
     warmup, calls, concurrent_calls = QUICK if args.quick else FULL
     if args.calls:
@@ -516,12 +520,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         with work_directory(args.keep, "bench-gateway-") as directory:
             environment: dict[str, Any] = {
                 "python": sys.version.split()[0], "cpus": os.cpu_count(), "filesystem": filesystem_of(directory),
-                "gateway_log_level": "warning", "loadavg_before": loadavg()}
+                "gateway_log_level": "warning", "fast_path": args.fast_path, "loadavg_before": loadavg()}
             try:
                 protocols = ("mcp", "rest") if args.protocol == "both" else (args.protocol,)
                 eras = ERAS if args.era == "both" else (args.era,)
                 rows = asyncio.run(run(directory, processes, warmup, calls, concurrent_calls, workers, protocols,
-                                       args.profile, eras, args.peers))
+                                       args.profile, eras, args.peers, args.fast_path == "on"))
             finally:
                 processes.stop_all()
             breakdown = audit_breakdown(directory / "audit.jsonl", rows)

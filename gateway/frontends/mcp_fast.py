@@ -43,15 +43,11 @@ import anyio
 import mcp_types as types
 import pydantic_core
 
-# The SDK's modern entry's own pieces: its Mcp-Param-* check, its JSON and SSE writers, and its deferral window
-# (a handler that runs this long without a result is answered on an SSE stream, with pings).
-from mcp.server._streamable_http_modern import (
-    _SSE_HEADERS,
-    _SSE_PING_INTERVAL,
-    _mcp_param_rejection,
-    _sse_event,
-    _write,
-)
+# The SDK's modern entry's own pieces: its Mcp-Param-* check, its JSON and SSE writers, and (read per call, as
+# the SDK reads it) its deferral window: a handler that runs that long without a result is answered on an SSE
+# stream, with pings.
+from mcp.server import _streamable_http_modern as sdk_modern
+from mcp.server._streamable_http_modern import _SSE_HEADERS, _mcp_param_rejection, _sse_event, _write
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, AuthorizationContext, authorization_context
 from mcp.server.connection import Connection
 from mcp.server.runner import ServerRunner, modern_error_data
@@ -143,6 +139,9 @@ class LeanCalls:
         self._running: dict[str, dict[types.RequestId, _Call]] = {}  # handshake-era calls in flight, per session
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "DELETE" and self._running:
+            await self._pass_delete(scope, receive, send)
+            return
         if scope["type"] != "http" or scope["method"] != "POST" or not _sdk_spans_off():
             await self.app(scope, receive, send)
             return
@@ -258,6 +257,14 @@ class LeanCalls:
             call.cancelled = True
             call.task.cancel()
 
+    async def _pass_delete(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A DELETE goes to the SDK; when it ended a session, that session's lean calls end as its handlers do."""
+        await self.app(scope, receive, send)
+        session_id = Request(scope).headers.get(MCP_SESSION_ID_HEADER)
+        for call in list(self._running.get(session_id or "", {}).values()):
+            if call.transport is not None and call.transport.is_terminated and call.task is not None:
+                call.task.cancel()
+
     # --- 2026-07-28 ----------------------------------------------------------------------------------------
 
     async def _modern_call(self, scope: Scope, request: Request, body: bytes) -> _Call | None:
@@ -302,7 +309,7 @@ class LeanCalls:
         try:
             streaming = False
             while True:
-                done, _ = await asyncio.wait({task, gone}, timeout=_SSE_PING_INTERVAL,
+                done, _ = await asyncio.wait({task, gone}, timeout=sdk_modern._SSE_PING_INTERVAL,
                                              return_when=asyncio.FIRST_COMPLETED)
                 if task in done:
                     message = task.result()

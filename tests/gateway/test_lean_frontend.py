@@ -22,6 +22,7 @@ import pytest_asyncio
 from conftest import KEYS, MAIN_POLICY, base_config, http_upstream, mcp_upstream, run_gateway, write_gateway
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.server import _streamable_http_modern as sdk_modern
 from mcp.shared.exceptions import MCPDeprecationWarning
 from raw_mcp import INITIALIZE, MCP_HEADERS, message_of
 
@@ -158,10 +159,13 @@ def call_body(name: str, arguments: Any, meta: dict[str, Any] | None = None, rpc
     return json.dumps({"jsonrpc": "2.0", "id": rpc_id, "method": "tools/call", "params": params}).encode()
 
 
+PER_CALL = ("gateway/call_id", "call_id", "taskId", "createdAt", "lastUpdatedAt")
+
+
 def normalised(value: Any) -> Any:
     """The JSON with the fields that are per call (call ids, a run's id) blanked."""
     if isinstance(value, dict):
-        return {k: "<per call>" if k in ("gateway/call_id", "call_id", "taskId", "createdAt", "lastUpdatedAt") else normalised(v) for k, v in value.items()}
+        return {k: "<per call>" if k in PER_CALL else normalised(v) for k, v in value.items()}
     if isinstance(value, list):
         return [normalised(v) for v in value]
     return value
@@ -316,3 +320,43 @@ async def test_the_same_2026_07_28_requests_get_the_same_answers(pair):
     assert on["param header disagrees"][0] == 400
     assert on["param header disagrees"][2]["error"]["code"] == types.HEADER_MISMATCH
     assert on["wrong Mcp-Name"][0] == 400 and on["malformed JSON"][0] == 400 and on["bad Accept"][0] == 406
+
+
+async def test_a_slow_2026_07_28_call_is_streamed_as_the_sdk_streams_it(pair, monkeypatch):
+    # The SDK's deferral window, shortened (both paths read it per call): past it, an event stream with pings.
+    monkeypatch.setattr(sdk_modern, "_SSE_PING_INTERVAL", 0.3)
+    got: dict[str, tuple[int, str, Any, str]] = {}
+    for name, gateway in pair.items():
+        before = taken(pair["on"])
+        auth = {"Authorization": f"Bearer {KEYS['alice']}"}
+        async with httpx2.AsyncClient(base_url=gateway.url, headers=auth, timeout=httpx2.Timeout(30)) as http:
+            response = await http.post("/mcp", content=call_body("up_slow", {"seconds": 1}, ENVELOPE),
+                                       headers=modern_headers("up_slow"))
+        status, kind, body = answer(response)
+        got[name] = (status, kind, body, response.text.split("\r\n")[0])
+        assert taken(pair["on"]) == before + (name == "on")
+    assert got["on"] == got["off"]
+    assert got["on"][:2] == (200, "text/event-stream") and got["on"][3] == ": ping"
+    assert got["on"][2]["result"]["content"][0]["text"]
+
+
+async def test_a_session_deleted_during_a_lean_call_ends_it_as_the_sdk_does(pair, tmp_path, until):
+    answers = {}
+    for name, gateway in pair.items():
+        marker = tmp_path / f"deleted-{name}"
+
+        async def says(word: str, marker: Any = marker) -> bool:
+            return marker.exists() and marker.read_text() == word
+
+        async with legacy_session(gateway) as (http, session):
+            before = taken(pair["on"])
+            call = asyncio.ensure_future(http.post("/mcp", content=call_body("up_linger", {"marker": str(marker)}),
+                                                   headers={"Mcp-Session-Id": session}))
+            assert await until(lambda: says("started"), timeout=20)
+            assert taken(pair["on"]) == before + (name == "on")
+            deleted = await http.delete("/mcp", headers={"Mcp-Session-Id": session})
+            assert deleted.status_code == 200
+            answers[name] = answer(await call)
+            assert await until(lambda: says("cancelled"), timeout=5)
+    assert answers["on"] == answers["off"]
+    assert answers["on"][0] == 500
