@@ -167,8 +167,12 @@ class LeanCalls:
             await self._serve_modern(call, scope, receive, send)
             return
         assert session_id is not None
+        transport = self._quiet_transport(scope, session_id)
+        if transport is None and not self._running.get(session_id):
+            await self.app(scope, replay, send)  # not a session whose calls can be answered here: no need to parse
+            return
         message = _decode(body, pydantic_core.from_json)
-        call = self._handshake_call(scope, request, session_id, message)
+        call = None if transport is None else self._handshake_call(request, session_id, transport, message)
         if call is None:
             if self._running.get(session_id) and isinstance(message, dict) and "id" not in message:
                 await self._pass_notification(message, session_id, scope, replay, send)
@@ -188,18 +192,22 @@ class LeanCalls:
 
     # --- the handshake era ---------------------------------------------------------------------------------
 
-    def _handshake_call(self, scope: Scope, request: Request, session_id: str, message: Any) -> _Call | None:
-        """The call when the SDK's transport would take it and answer it as JSON (``QuietCalls``), else None."""
+    def _quiet_transport(self, scope: Scope, session_id: str) -> StreamableHTTPServerTransport | None:
+        """The session's transport when it is open, the caller's, and its calls are answered as JSON; else None."""
         sessions = self.frontend.sessions
         transport = sessions._server_instances.get(session_id)
-        if transport is None or transport.is_terminated or not quiet_call_message(message):
+        if transport is None or transport.is_terminated:
             return None
         if transport.idle_scope is not None and transport.idle_scope.cancel_called:
             return None  # the SDK answers that it ended
         if _requestor(scope) != sessions._session_owners.get(session_id):
             return None  # the SDK answers "Session not found"
-        if not self.frontend._quiet_session(session_id) or not _json_post(request) or not check_accept_headers(
-                request)[0]:
+        return transport if self.frontend._quiet_session(session_id) else None
+
+    def _handshake_call(self, request: Request, session_id: str, transport: StreamableHTTPServerTransport,
+                        message: Any) -> _Call | None:
+        """The call when the SDK's transport would take it and answer it as JSON (``QuietCalls``), else None."""
+        if not quiet_call_message(message) or not _json_post(request) or not check_accept_headers(request)[0]:
             return None
         peer = self.frontend.peer(session_id)
         version = getattr(peer, "protocol_version", None)
@@ -214,7 +222,7 @@ class LeanCalls:
         params = _typed_params(version, envelope.params)
         if params is None:
             return None
-        return _Call(scope, request, envelope.id, params, dict(params.meta or {}), version,
+        return _Call(request.scope, request, envelope.id, params, dict(params.meta or {}), version,
                      client_params=peer.client_params, session_id=session_id, peer=peer, transport=transport)
 
     async def _serve_handshake(self, call: _Call, scope: Scope, receive: Receive, send: Send) -> None:
