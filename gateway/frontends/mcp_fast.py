@@ -19,12 +19,16 @@ emit anything before its result:
   token), and the session open, owned by the caller's principal, not idled out;
 - 2026-07-28 (``MCP-Protocol-Version: 2026-07-28``, stateless): a single tools/call without a task, a
   progress token, a log level, ``inputResponses`` or ``requestState``, from a client whose ``_meta``
-  capabilities declare none of elicitation, sampling and roots, and a principal that could open a session.
+  capabilities declare none of elicitation, sampling and roots nor the tasks extension, and a principal that
+  could open a session.
 
-And the SDK's own OpenTelemetry span must be a no-op (no process-wide tracer provider), since it is not made
-here. The SDK's behaviour around the call is kept: a handshake-era call holds its session's idle countdown
-and is cancelled by the client's ``notifications/cancelled`` (answered "Request cancelled" as the SDK
-does); a 2026-07-28 call is cancelled when the client disconnects, and one that runs past the SDK's
+The SDK server's middleware must be what this path accounts for: the tasks middleware (which passes such calls
+on) and the SDK's own OpenTelemetry span, a no-op without a process-wide tracer provider (with one, or with
+any other middleware, every call goes to the SDK).
+
+The SDK's behaviour around the call is kept: a handshake-era call holds its session's idle countdown and is
+cancelled by the client's ``notifications/cancelled`` (answered "Request cancelled" as the SDK does) or by the
+session's DELETE; a 2026-07-28 call is cancelled when the client disconnects, and one that runs past the SDK's
 deferral window is answered on an SSE stream with keep-alive pings, as the SDK would.
 """
 
@@ -47,6 +51,7 @@ import pydantic_core
 # the SDK reads it) its deferral window: a handler that runs that long without a result is answered on an SSE
 # stream, with pings.
 from mcp.server import _streamable_http_modern as sdk_modern
+from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server._streamable_http_modern import _SSE_HEADERS, _mcp_param_rejection, _sse_event, _write
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, AuthorizationContext, authorization_context
 from mcp.server.connection import Connection
@@ -73,6 +78,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.frontends.mcp_json import _replay, quiet_call_message
+from gateway.frontends.mcp_tasks import TASKS_EXTENSION
 from gateway.upstreams.client_requests import ClientRequestKind
 
 if TYPE_CHECKING:
@@ -142,7 +148,7 @@ class LeanCalls:
         if scope["type"] == "http" and scope["method"] == "DELETE" and self._running:
             await self._pass_delete(scope, receive, send)
             return
-        if scope["type"] != "http" or scope["method"] != "POST" or not _sdk_spans_off():
+        if scope["type"] != "http" or scope["method"] != "POST" or not self._known_middleware():
             await self.app(scope, receive, send)
             return
         request = Request(scope)
@@ -181,6 +187,13 @@ class LeanCalls:
             return
         self.taken += 1
         await self._serve_handshake(call, scope, receive, send)
+
+    def _known_middleware(self) -> bool:
+        """Whether the SDK server's middleware is what this path accounts for: the SDK's OpenTelemetry span, off
+        (no process-wide tracer provider), and the tasks middleware, which passes the calls qualifying here on."""
+        tasks = self.frontend.tasks._middleware
+        return all(m == tasks or (isinstance(m, OpenTelemetryMiddleware) and _sdk_spans_off())
+                   for m in self.frontend.server.middleware)
 
     def _small(self, request: Request, body: bytes) -> bool:
         """Whether the SDK's body limit lets the request through (else it answers 413 itself)."""
@@ -303,6 +316,9 @@ class LeanCalls:
         capabilities = verdict.client_capabilities
         if not isinstance(capabilities, dict) or any(k in capabilities for k in _ASKING):
             return None
+        extensions = capabilities.get("extensions")
+        if extensions is not None and (not isinstance(extensions, dict) or TASKS_EXTENSION in extensions):
+            return None  # a task-aware client: the tasks middleware may answer with a task (mcp_tasks.py)
         if await _mcp_param_rejection(self.frontend.server, request, envelope, verdict, None) is not None:
             return None
         typed = _typed_params(verdict.protocol_version, params)

@@ -30,6 +30,7 @@ MODERN = "2026-07-28"
 ENVELOPE = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {},
             "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"}}
 ROUTED = {"type": "object", "properties": {"q": {"type": "string", "x-mcp-header": "Query"}}}
+TASKS = "io.modelcontextprotocol/tasks"  # the 2026-07-28 tasks extension
 TOOLS = [{"name": "search", "method": "GET", "path": "/search", "input_schema": ROUTED}]
 
 
@@ -290,6 +291,9 @@ MODERN_CASES: dict[str, tuple[bytes, dict[str, str], bool]] = {
     "request state": (b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "up_echo",'
                       b' "arguments": {"text": "x"}, "requestState": "made-up", "_meta": '
                       + json.dumps(ENVELOPE).encode() + b"}}", modern_headers("up_echo"), False),
+    "task-aware client": (call_body("up_echo", {"text": "x"}, {
+        **ENVELOPE, "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}}}),
+        modern_headers("up_echo"), False),
     "asking client": (call_body("up_echo", {"text": "x"}, {
         **ENVELOPE, "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}), modern_headers("up_echo"),
         False),
