@@ -233,7 +233,7 @@ def start_upstream(processes: Processes, kind: str, directory: Path) -> Process:
 
 
 def start_gateway(processes: Processes, config: Path, log_level: str = "warning",
-                  profile: Path | None = None) -> Process:
+                  profile: Path | None = None, name: str = "gateway") -> Process:
     """``gateway serve CONFIG`` on the config's port; ``warning`` keeps uvicorn's access log out of the timings.
 
     With ``profile``, the gateway runs under cProfile and writes its stats there when stopped.
@@ -241,7 +241,7 @@ def start_gateway(processes: Processes, config: Path, log_level: str = "warning"
     port = yaml.safe_load(config.read_text())["listen"]["port"]
     run = ["-c", _PROFILED_GATEWAY, str(profile.resolve())] if profile else ["-m", "gateway"]
     argv = [sys.executable, *run, "serve", str(config), "--log-level", log_level]
-    return processes.spawn("gateway", argv, config.parent / "gateway.log", f"http://127.0.0.1:{port}")
+    return processes.spawn(name, argv, config.parent / "gateway.log", f"http://127.0.0.1:{port}")
 
 
 # `python -m gateway` under cProfile timed by CPU, not wall clock: on a busy machine the wall

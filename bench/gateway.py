@@ -15,7 +15,7 @@ bench-only virtualenv, see bench/_peers.py). It prints each row's ratio to direc
 each proxy and the upstream spent per call, and PASS / MISS against issue 12's targets.
 
     python bench/gateway.py [--quick] [--json] [--protocol mcp|rest] [--era legacy|2026-07-28] [--peers]
-                            [--calls N] [--concurrency C] [--keep DIR] [--profile FILE] [--fast-path on|off]
+                            [--calls N] [--concurrency C] [--keep DIR] [--profile FILE] [--fast-path on|off|both]
 
 Run it from the repository root with the project's virtualenv active. See bench/README.md.
 """
@@ -291,13 +291,12 @@ def summarize(target: Target, mode: str, samples: list[float], workers: int, wal
 
 async def run(directory: Path, processes: Processes, warmup: int, calls: int, concurrent_calls: int,
               workers: int, protocols: Sequence[str] = ("mcp", "rest"), profile: Path | None = None,
-              eras: Sequence[str] = ERAS, peers: bool = False, fast_path: bool = True) -> list[Row]:
+              eras: Sequence[str] = ERAS, peers: bool = False, fast_path: str = "on") -> list[Row]:
     """Start everything, measure every mode, return the rows."""
     mcp_upstream = start_upstream(processes, "mcp", directory)
     http_upstream = start_upstream(processes, "http", directory)
     key, digest = new_api_key()
-    config = write_gateway_config(
-        directory,
+    gateway_config: dict[str, Any] = dict(
         upstreams=[
             {"name": "tools", "mcp": {"url": f"{mcp_upstream.url}/mcp"}},
             {"name": "api", "http": {"base_url": http_upstream.url, "tools": [
@@ -310,9 +309,17 @@ async def run(directory: Path, processes: Processes, warmup: int, calls: int, co
         api_keys=[{"principal": {"id": "bench-agent", "groups": ["developers"]}, "sha256": digest}],
         env={"max_calls_per_session": 100_000_000},
     )
-    if not fast_path:  # the SDK's server path for every tools/call (gateway/frontends/mcp_fast.py off)
-        config.write_text(config.read_text() + "mcp:\n  fast_path: false\n")
+    config = write_gateway_config(directory, **gateway_config)
+    if fast_path == "off":  # the SDK's server path for every tools/call (gateway/frontends/mcp_fast.py off)
+        _sdk_path_only(config)
     gateway = start_gateway(processes, config, profile=profile)
+    # --fast-path both: a second gateway, the SDK path only, measured in the same rounds as "gateway-sdk-path"
+    sdk_gateway: Process | None = None
+    if fast_path == "both" and "mcp" in protocols:
+        (directory / "sdk-path").mkdir()
+        sdk_config = write_gateway_config(directory / "sdk-path", **gateway_config)
+        _sdk_path_only(sdk_config)
+        sdk_gateway = start_gateway(processes, sdk_config, name="gateway-sdk-path")
     peer_processes: dict[tuple[str, str], Process] = {}
     if peers and "mcp" in protocols:
         upstream_url = f"{mcp_upstream.url}/mcp"
@@ -320,7 +327,8 @@ async def run(directory: Path, processes: Processes, warmup: int, calls: int, co
             peer_processes[("fastmcp-proxy", era)] = start_fastmcp_proxy(processes, upstream_url, directory, era)
         if "legacy" in eras:  # mcp-proxy's server (MCP SDK 1.x) speaks only the handshake era
             peer_processes[("mcp-proxy", "legacy")] = start_mcp_proxy(processes, upstream_url, directory)
-    meter = CpuMeter([gateway, mcp_upstream, http_upstream, *peer_processes.values()])
+    meter = CpuMeter([gateway, mcp_upstream, http_upstream, *peer_processes.values(),
+                      *([sdk_gateway] if sdk_gateway else [])])
     auth = {"Authorization": f"Bearer {key}"}
     rows: list[Row] = []
 
@@ -336,6 +344,9 @@ async def run(directory: Path, processes: Processes, warmup: int, calls: int, co
                                 era),
                          Target("mcp", "gateway", mcp_call(await mcp_client(f"{gateway.url}/mcp", era, auth), MCP_TOOL),
                                 era, gateway.name)]
+                if sdk_gateway is not None:
+                    suite.append(Target("mcp", sdk_gateway.name, mcp_call(
+                        await mcp_client(f"{sdk_gateway.url}/mcp", era, auth), MCP_TOOL), era, sdk_gateway.name))
                 for (peer, peer_era), process in peer_processes.items():
                     if peer_era == era:
                         suite.append(Target("mcp", peer, mcp_call(await mcp_client(f"{process.url}/mcp", era), "echo"),
@@ -358,6 +369,11 @@ async def run(directory: Path, processes: Processes, warmup: int, calls: int, co
                 got, wall = await measure_concurrent(t, concurrent_calls, workers, meter, f"conc.{ERA_TAG[t.era]}")
                 rows.append(summarize(t, "concurrent", got, workers, wall, concurrent_calls))
     return rows
+
+
+def _sdk_path_only(config: Path) -> None:
+    """The gateway config with the lean tools/call path off (``mcp.fast_path: false``)."""
+    config.write_text(config.read_text() + "mcp:\n  fast_path: false\n")
 
 
 def median(values: list[float]) -> float:
@@ -505,8 +521,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--era", choices=("both", *ERAS), default="both", help="MCP protocol era(s) to measure")
     parser.add_argument("--peers", action="store_true",
                         help="also measure a FastMCP proxy and mcp-proxy (installs them into bench/.venv-peers)")
-    parser.add_argument("--fast-path", choices=("on", "off"), default="on",
-                        help="the gateway's lean tools/call path (config mcp.fast_path); compare off and on")
+    parser.add_argument("--fast-path", choices=("on", "off", "both"), default="on",
+                        help="the gateway's lean tools/call path (config mcp.fast_path); both: a second gateway"
+                             " with it off, measured in the same rounds (row gateway-sdk-path)")
     args = parser.parse_args(argv)
     warmup, calls, concurrent_calls = QUICK if args.quick else FULL
     if args.calls:
@@ -525,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 protocols = ("mcp", "rest") if args.protocol == "both" else (args.protocol,)
                 eras = ERAS if args.era == "both" else (args.era,)
                 rows = asyncio.run(run(directory, processes, warmup, calls, concurrent_calls, workers, protocols,
-                                       args.profile, eras, args.peers, args.fast_path == "on"))
+                                       args.profile, eras, args.peers, args.fast_path))
             finally:
                 processes.stop_all()
             breakdown = audit_breakdown(directory / "audit.jsonl", rows)
