@@ -41,7 +41,8 @@ async def pair(tmp_path_factory: pytest.TempPathFactory, http_api: Any) -> Async
     async with contextlib.AsyncExitStack() as stack:
         for name, overrides in (("on", {}), ("off", {"mcp": {"fast_path": False}})):
             root = tmp_path_factory.mktemp(f"lean-{name}")
-            config = base_config(mcp_upstream("up"), http_upstream("api", http_api.url, TOOLS),
+            config = base_config(mcp_upstream("up", env={"UPSTREAM_TRACE_TOOL": "1"}),
+                                 http_upstream("api", http_api.url, TOOLS),
                                  limits={"call_timeout": 60}, **overrides)
             running[name] = await stack.enter_async_context(
                 run_gateway(write_gateway(root, config, {"main.yaml": MAIN_POLICY})))
@@ -88,7 +89,24 @@ async def test_qualifying_calls_of_the_sdk_client_take_the_lean_path(pair, mode)
     assert failed.is_error
     event = gateway.audit_event(f"lean-{mode}-1")  # the call id the client gave reached the pipeline
     assert event["verdict"] == "allow" and event["principal"]["id"] == "alice"
+    first = gateway.audit_event(f"lean-{mode}-0")
+    assert event["frontend"] == "mcp" and event["session"] == first["session"]  # one run for the client
+    assert event["iteration"] == first["iteration"] + 1  # which counts its calls
     assert pair["off"].app.state.mcp.lean is None
+
+
+@pytest.mark.parametrize("mode", ["legacy", MODERN])
+async def test_a_lean_call_passes_the_client_s_trace_context_on(pair, mode):
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    traceparent = f"00-{trace_id}-00f067aa0ba902b7-01"
+    gateway = pair["on"]
+    async with sdk_client(gateway, mode) as client:
+        await client.list_tools()
+        before = taken(gateway)
+        result = await client.call_tool("up_trace_context", {}, meta={"traceparent": traceparent})
+        assert taken(gateway) == before + 1
+    seen = result.structured_content or json.loads(text(result))
+    assert seen["traceparent"].split("-")[1] == trace_id
 
 
 @pytest.mark.parametrize("mode", ["legacy", MODERN])
