@@ -382,3 +382,25 @@ async def test_a_session_deleted_during_a_lean_call_ends_it_as_the_sdk_does(pair
             assert await until(lambda: says("cancelled"), timeout=5)
     assert answers["on"] == answers["off"]
     assert answers["on"][0] == 500
+
+
+async def test_a_server_middleware_the_lean_path_does_not_know_sends_every_call_to_the_sdk(pair):
+    gateway = pair["on"]
+    seen: list[str] = []
+
+    async def watching(ctx: Any, call_next: Any) -> Any:  # a middleware only the SDK path would run
+        seen.append(ctx.method)
+        return await call_next(ctx)
+
+    middleware = gateway.app.state.mcp.server.middleware
+    middleware.append(watching)
+    try:
+        for mode in ("legacy", MODERN):
+            async with sdk_client(gateway, mode) as client:
+                await client.list_tools()
+                before = taken(gateway)
+                assert text(await client.call_tool("up_echo", {"text": "watched"})) == "watched"
+                assert taken(gateway) == before, mode
+    finally:
+        middleware.remove(watching)
+    assert seen.count("tools/call") == 2
