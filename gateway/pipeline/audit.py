@@ -146,6 +146,7 @@ class AuditLog:
         self._stdout = stream if stream is not None else (sys.stdout if stdout else None)
         self._lock = threading.Lock()
         self._fd: int | None = None
+        self._held: tuple[int, int] = (0, 0)  # (inode, device) of the file ``_fd`` is open on
         self._failing = False
         self.on_failure: Callable[[], None] | None = None  # told of each failed write (metrics)
         if path is not None:
@@ -175,31 +176,36 @@ class AuditLog:
 
     def _append(self, line: bytes) -> None:
         try:
-            fd, before = self._open()
+            fd = self._open()
         except OSError:
             self._close()  # start from the path again next time
             raise
+        written = 0
         try:
             view = memoryview(line)
             while view:  # a regular file takes it in one go; a short write is finished, not left half
-                view = view[os.write(fd, view):]
+                count = os.write(fd, view)
+                written += count
+                view = view[count:]
             if self.fsync:
                 os.fsync(fd)
         except OSError:
-            self._cut_back(fd, before)
+            self._cut_back(fd, written)
             raise
 
-    def _open(self) -> tuple[int, os.stat_result]:
-        """The descriptor of the file now at ``path`` (reopened after a rotation) and its state."""
+    def _open(self) -> int:
+        """The descriptor of the file now at ``path`` (reopened after a rotation).
+
+        One ``stat`` of the path per event: the held descriptor's identity was taken when it was opened.
+        """
         assert self.path is not None
         if self._fd is not None:
-            held = os.fstat(self._fd)
             try:
                 now = os.stat(self.path)
             except FileNotFoundError:  # deleted, or renamed away and not yet recreated
                 now = None
-            if now is not None and (now.st_ino, now.st_dev) == (held.st_ino, held.st_dev):
-                return self._fd, held
+            if now is not None and (now.st_ino, now.st_dev) == self._held:
+                return self._fd
             self._close()
         try:
             fd = os.open(self.path, os.O_RDWR | _OPEN_FLAGS, AUDIT_FILE_MODE)
@@ -215,16 +221,19 @@ class AuditLog:
         except OSError:
             os.close(fd)
             raise
-        self._fd = fd
-        return fd, info
+        self._fd, self._held = fd, (info.st_ino, info.st_dev)
+        return fd
 
-    def _cut_back(self, fd: int, before: os.stat_result) -> None:
-        """Remove what a failed write left, so the next event starts on a line of its own."""
-        if not stat.S_ISREG(before.st_mode):
-            return  # a device or pipe (/dev/full, /dev/stdout) has nothing to cut
+    def _cut_back(self, fd: int, written: int) -> None:
+        """Remove the ``written`` bytes a failed event left at the end, so the next one starts on a line of its own."""
+        if not written:
+            return  # nothing of this event reached the file
         try:
-            if os.fstat(fd).st_size > before.st_size:  # never grow it (the file may have been truncated since)
-                os.ftruncate(fd, before.st_size)
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return  # a device or pipe (/dev/full, /dev/stdout) has nothing to cut
+            if info.st_size >= written:  # never grow it (the file may have been truncated since)
+                os.ftruncate(fd, info.st_size - written)
         except OSError:
             self._close()  # reopening looks for a partial last line and cuts it then
 
