@@ -27,6 +27,7 @@ from typing import Any, TextIO
 from gateway.errors import AuditWriteError
 from gateway.limits import AUDIT_FILE_MODE, AUDIT_MAX_EVENT_BYTES, AUDIT_MAX_VALUE_BYTES, REDACTED
 from gateway.pipeline.audit_encode import encode_event
+from gateway.pipeline.audit_group import GroupCommit
 
 __all__ = ["AuditLog", "Redactor"]
 
@@ -137,7 +138,8 @@ class AuditLog:
 
     def __init__(self, path: Path | None, stdout: bool = False, redactor: Redactor | None = None,
                  stream: TextIO | None = None, *, fsync: bool = False,
-                 max_value_bytes: int = AUDIT_MAX_VALUE_BYTES, max_event_bytes: int = AUDIT_MAX_EVENT_BYTES) -> None:
+                 max_value_bytes: int = AUDIT_MAX_VALUE_BYTES, max_event_bytes: int = AUDIT_MAX_EVENT_BYTES,
+                 group_commit: bool = True) -> None:
         self.path = path
         self.redactor = redactor or Redactor((), ())
         self.fsync = fsync
@@ -149,6 +151,9 @@ class AuditLog:
         self._held: tuple[int, int] = (0, 0)  # (inode, device) of the file ``_fd`` is open on
         self._failing = False
         self.on_failure: Callable[[], None] | None = None  # told of each failed write (metrics)
+        # Group commit of durable writes: only where there is an fsync to share (a file alone, fsync on).
+        shared = group_commit and fsync and path is not None and self._stdout is None
+        self.group = GroupCommit(self) if shared else None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             _ignore_file_size_signal()
@@ -164,15 +169,73 @@ class AuditLog:
                     self._stdout.write(line.decode("utf-8"))
                     self._stdout.flush()
             except (OSError, ValueError) as exc:
-                if not self._failing:
-                    log.error("the audit log cannot be written, calls are refused until it can: %s", exc)
-                self._failing = True
-                if self.on_failure is not None:
-                    self.on_failure()
-                raise AuditWriteError(f"audit log write failed: {exc}") from exc
-            if self._failing:
-                log.warning("the audit log is writable again")
-                self._failing = False
+                raise self._failed(exc) from exc
+            self._written()
+
+    async def write_durable(self, event: dict[str, Any]) -> None:
+        """Write one event and return once it is as durable as configured (an intent, before its tool runs).
+
+        With ``fsync`` on a file alone, concurrent callers' events are written and flushed together
+        (gateway/pipeline/audit_group.py); otherwise this is ``write``. ``AuditWriteError`` if it cannot be.
+        """
+        if self.group is None:
+            self.write(event)
+            return
+        await self.group.commit(encode_event(event, self.max_value_bytes, self.max_event_bytes))
+
+    def append_batch(self, lines: list[bytes]) -> list[AuditWriteError | None]:
+        """Append lines and make them durable with one ``fsync``: for each line None, or why it is not in the file.
+
+        A line that cannot be written is cut back and fails alone; if the ``fsync`` fails, every line
+        written by this batch is cut back and fails, since none is known to be durable.
+        """
+        outcomes: list[AuditWriteError | None] = []
+        with self._lock:
+            try:
+                fd = self._open()
+            except OSError as exc:
+                self._close()
+                error = self._failed(exc)
+                return [error] * len(lines)
+            written = 0
+            for line in lines:
+                done = 0
+                try:
+                    view = memoryview(line)
+                    while view:
+                        count = os.write(fd, view)
+                        done += count
+                        view = view[count:]
+                except OSError as exc:
+                    self._cut_back(fd, done)
+                    outcomes.append(self._failed(exc))
+                    continue
+                written += done
+                outcomes.append(None)
+            if written:
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    self._cut_back(fd, written)
+                    error = self._failed(exc)
+                    return [error] * len(lines)
+            if all(outcome is None for outcome in outcomes):
+                self._written()
+        return outcomes
+
+    def _failed(self, exc: Exception) -> AuditWriteError:
+        """Note a failed write (hold ``_lock``): logged once until writes work again, counted each time."""
+        if not self._failing:
+            log.error("the audit log cannot be written, calls are refused until it can: %s", exc)
+        self._failing = True
+        if self.on_failure is not None:
+            self.on_failure()
+        return AuditWriteError(f"audit log write failed: {exc}")
+
+    def _written(self) -> None:
+        if self._failing:
+            log.warning("the audit log is writable again")
+            self._failing = False
 
     def _append(self, line: bytes) -> None:
         try:
@@ -244,7 +307,9 @@ class AuditLog:
                 os.close(fd)
 
     def close(self) -> None:
-        """Close the file."""
+        """Close the file (after the durable writes under way)."""
+        if self.group is not None:
+            self.group.close()
         with self._lock:
             self._close()
 

@@ -19,7 +19,8 @@ from gateway.store.sqlite import SqliteStore
 def stored_calls(path: Path, principal: str, session_id: str) -> int | None:
     """The session's calls as another connection reads them from the file."""
     with sqlite3.connect(path) as db:
-        row = db.execute("SELECT calls FROM sessions WHERE principal = ? AND id = ?", (principal, session_id)).fetchone()
+        row = db.execute("SELECT calls FROM sessions WHERE principal = ? AND id = ?",
+                         (principal, session_id)).fetchone()
     return None if row is None else int(row[0])
 
 
