@@ -220,6 +220,7 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._slots = asyncio.Semaphore(max_connections)  # one per request in flight: connections <= this
         self.requests = 0  # requests this transport carried itself (not the fallback's)
+        self._closed = False
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         url = request.url
@@ -277,13 +278,20 @@ class LeanTransport(httpx2.AsyncBaseTransport):
     def release(self, connection: _Connection) -> None:
         """A response is closed: keep its connection for the next request when it can carry one."""
         self._slots.release()
-        if connection.complete and connection.keep_alive and not connection.closed and not connection.chunks:
+        if (connection.complete and connection.keep_alive and not connection.closed and not connection.chunks
+                and not self._closed):
             connection.idle_since = time.monotonic()
             self._idle.setdefault(connection.origin, []).append(connection)
         else:
             connection.close()
 
+    @property
+    def idle(self) -> int:
+        """Connections kept for reuse now."""
+        return sum(len(idle) for idle in self._idle.values())
+
     async def aclose(self) -> None:
+        self._closed = True  # responses still being read close their connections when they end
         for idle in self._idle.values():
             for connection in idle:
                 connection.close()

@@ -146,6 +146,7 @@ async def test_sequential_calls_reuse_one_connection(serve: Serve) -> None:
             assert isinstance(result.structured, dict)
             ports.add(result.structured["port"])
         assert len(ports) == 1
+        assert isinstance(upstream.transport, LeanTransport) and upstream.transport.idle == 1
     finally:
         await upstream.close()
 
@@ -290,3 +291,14 @@ async def test_a_proxy_in_the_environment_leaves_requests_to_httpx(monkeypatch: 
         assert upstream.transport is None  # httpx2's own transports, which honour the proxy
     finally:
         await upstream.close()
+
+
+async def test_a_response_still_open_when_the_upstream_closes_does_not_keep_its_connection(serve: Serve) -> None:
+    base = await serve(app())
+    transport = LeanTransport(httpx2.AsyncHTTPTransport(), max_connections=4, keepalive_expiry=5.0)
+    client = httpx2.AsyncClient(transport=transport)
+    async with client.stream("GET", f"{base}/chunked") as response:
+        await client.aclose()  # the upstream is stopped (a reload) while this answer is read
+        assert (await response.aread()).startswith(b"part 0;")
+    assert transport.requests == 1
+    assert transport.idle == 0  # closed, not pooled by a transport that is gone
