@@ -218,6 +218,7 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         self._fallback = fallback
         self._expiry = keepalive_expiry
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._max = max_connections
         self._slots = asyncio.Semaphore(max_connections)  # one per request in flight: connections <= this
         self.requests = 0  # requests this transport carried itself (not the fallback's)
         self._closed = False
@@ -279,7 +280,7 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         """A response is closed: keep its connection for the next request when it can carry one."""
         self._slots.release()
         if (connection.complete and connection.keep_alive and not connection.closed and not connection.chunks
-                and not self._closed):
+                and not self._closed and self.idle < self._max):  # idle ones too stay within the limit
             connection.idle_since = time.monotonic()
             self._idle.setdefault(connection.origin, []).append(connection)
         else:
