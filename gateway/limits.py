@@ -178,6 +178,10 @@ SESSION_WRITE_WAIT_SECONDS = 2.5
 # A write of counts that failed at once (PostgreSQL down: connection refused) is tried again after this,
 # not in a hot loop; a SQLite write already waited for its busy timeout.
 STORE_WRITE_RETRY_SECONDS = 0.5
+# Counts written behind (one process on the store, no write-through) are gathered this long before a write,
+# so one transaction carries the whole call (session, usage, implicit run) and its neighbours', not one
+# transaction per change (issue 12). Bounds what a crash can lose of counts not yet written.
+STORE_WRITE_COALESCE_SECONDS = 0.01
 # Seconds a PostgreSQL connection may take to open before the store counts the server as unreachable.
 POSTGRES_CONNECT_TIMEOUT_SECONDS = 10
 # How often a held call re-reads its approval when the database cannot push changes (SQLite shared by

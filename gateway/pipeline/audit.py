@@ -27,6 +27,7 @@ from typing import Any, TextIO
 from gateway.errors import AuditWriteError
 from gateway.limits import AUDIT_FILE_MODE, AUDIT_MAX_EVENT_BYTES, AUDIT_MAX_VALUE_BYTES, REDACTED
 from gateway.pipeline.audit_encode import encode_event
+from gateway.pipeline.audit_group import GroupCommit
 
 __all__ = ["AuditLog", "Redactor"]
 
@@ -137,7 +138,8 @@ class AuditLog:
 
     def __init__(self, path: Path | None, stdout: bool = False, redactor: Redactor | None = None,
                  stream: TextIO | None = None, *, fsync: bool = False,
-                 max_value_bytes: int = AUDIT_MAX_VALUE_BYTES, max_event_bytes: int = AUDIT_MAX_EVENT_BYTES) -> None:
+                 max_value_bytes: int = AUDIT_MAX_VALUE_BYTES, max_event_bytes: int = AUDIT_MAX_EVENT_BYTES,
+                 group_commit: bool = True) -> None:
         self.path = path
         self.redactor = redactor or Redactor((), ())
         self.fsync = fsync
@@ -146,8 +148,12 @@ class AuditLog:
         self._stdout = stream if stream is not None else (sys.stdout if stdout else None)
         self._lock = threading.Lock()
         self._fd: int | None = None
+        self._held: tuple[int, int] = (0, 0)  # (inode, device) of the file ``_fd`` is open on
         self._failing = False
         self.on_failure: Callable[[], None] | None = None  # told of each failed write (metrics)
+        # Group commit of durable writes: only where there is an fsync to share (a file alone, fsync on).
+        shared = group_commit and fsync and path is not None and self._stdout is None
+        self.group = GroupCommit(self) if shared else None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             _ignore_file_size_signal()
@@ -163,43 +169,106 @@ class AuditLog:
                     self._stdout.write(line.decode("utf-8"))
                     self._stdout.flush()
             except (OSError, ValueError) as exc:
-                if not self._failing:
-                    log.error("the audit log cannot be written, calls are refused until it can: %s", exc)
-                self._failing = True
-                if self.on_failure is not None:
-                    self.on_failure()
-                raise AuditWriteError(f"audit log write failed: {exc}") from exc
-            if self._failing:
-                log.warning("the audit log is writable again")
-                self._failing = False
+                raise self._failed(exc) from exc
+            self._written()
+
+    async def write_durable(self, event: dict[str, Any]) -> None:
+        """Write one event and return once it is as durable as configured (an intent, before its tool runs).
+
+        With ``fsync`` on a file alone, concurrent callers' events are written and flushed together
+        (gateway/pipeline/audit_group.py); otherwise this is ``write``. ``AuditWriteError`` if it cannot be.
+        """
+        if self.group is None:
+            self.write(event)
+            return
+        await self.group.commit(encode_event(event, self.max_value_bytes, self.max_event_bytes))
+
+    def append_batch(self, lines: list[bytes]) -> list[AuditWriteError | None]:
+        """Append lines and make them durable with one ``fsync``: for each line None, or why it is not in the file.
+
+        A line that cannot be written is cut back and fails alone; if the ``fsync`` fails, every line
+        written by this batch is cut back and fails, since none is known to be durable.
+        """
+        outcomes: list[AuditWriteError | None] = []
+        with self._lock:
+            try:
+                fd = self._open()
+            except OSError as exc:
+                self._close()
+                error = self._failed(exc)
+                return [error] * len(lines)
+            written = 0
+            for line in lines:
+                done = 0
+                try:
+                    view = memoryview(line)
+                    while view:
+                        count = os.write(fd, view)
+                        done += count
+                        view = view[count:]
+                except OSError as exc:
+                    self._cut_back(fd, done)
+                    outcomes.append(self._failed(exc))
+                    continue
+                written += done
+                outcomes.append(None)
+            if written:
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    self._cut_back(fd, written)
+                    error = self._failed(exc)
+                    return [error] * len(lines)
+            if all(outcome is None for outcome in outcomes):
+                self._written()
+        return outcomes
+
+    def _failed(self, exc: Exception) -> AuditWriteError:
+        """Note a failed write (hold ``_lock``): logged once until writes work again, counted each time."""
+        if not self._failing:
+            log.error("the audit log cannot be written, calls are refused until it can: %s", exc)
+        self._failing = True
+        if self.on_failure is not None:
+            self.on_failure()
+        return AuditWriteError(f"audit log write failed: {exc}")
+
+    def _written(self) -> None:
+        if self._failing:
+            log.warning("the audit log is writable again")
+            self._failing = False
 
     def _append(self, line: bytes) -> None:
         try:
-            fd, before = self._open()
+            fd = self._open()
         except OSError:
             self._close()  # start from the path again next time
             raise
+        written = 0
         try:
             view = memoryview(line)
             while view:  # a regular file takes it in one go; a short write is finished, not left half
-                view = view[os.write(fd, view):]
+                count = os.write(fd, view)
+                written += count
+                view = view[count:]
             if self.fsync:
                 os.fsync(fd)
         except OSError:
-            self._cut_back(fd, before)
+            self._cut_back(fd, written)
             raise
 
-    def _open(self) -> tuple[int, os.stat_result]:
-        """The descriptor of the file now at ``path`` (reopened after a rotation) and its state."""
+    def _open(self) -> int:
+        """The descriptor of the file now at ``path`` (reopened after a rotation).
+
+        One ``stat`` of the path per event: the held descriptor's identity was taken when it was opened.
+        """
         assert self.path is not None
         if self._fd is not None:
-            held = os.fstat(self._fd)
             try:
                 now = os.stat(self.path)
             except FileNotFoundError:  # deleted, or renamed away and not yet recreated
                 now = None
-            if now is not None and (now.st_ino, now.st_dev) == (held.st_ino, held.st_dev):
-                return self._fd, held
+            if now is not None and (now.st_ino, now.st_dev) == self._held:
+                return self._fd
             self._close()
         try:
             fd = os.open(self.path, os.O_RDWR | _OPEN_FLAGS, AUDIT_FILE_MODE)
@@ -215,16 +284,19 @@ class AuditLog:
         except OSError:
             os.close(fd)
             raise
-        self._fd = fd
-        return fd, info
+        self._fd, self._held = fd, (info.st_ino, info.st_dev)
+        return fd
 
-    def _cut_back(self, fd: int, before: os.stat_result) -> None:
-        """Remove what a failed write left, so the next event starts on a line of its own."""
-        if not stat.S_ISREG(before.st_mode):
-            return  # a device or pipe (/dev/full, /dev/stdout) has nothing to cut
+    def _cut_back(self, fd: int, written: int) -> None:
+        """Remove the ``written`` bytes a failed event left at the end, so the next one starts on a line of its own."""
+        if not written:
+            return  # nothing of this event reached the file
         try:
-            if os.fstat(fd).st_size > before.st_size:  # never grow it (the file may have been truncated since)
-                os.ftruncate(fd, before.st_size)
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return  # a device or pipe (/dev/full, /dev/stdout) has nothing to cut
+            if info.st_size >= written:  # never grow it (the file may have been truncated since)
+                os.ftruncate(fd, info.st_size - written)
         except OSError:
             self._close()  # reopening looks for a partial last line and cuts it then
 
@@ -235,7 +307,9 @@ class AuditLog:
                 os.close(fd)
 
     def close(self) -> None:
-        """Close the file."""
+        """Close the file (after the durable writes under way)."""
+        if self.group is not None:
+            self.group.close()
         with self._lock:
             self._close()
 

@@ -72,6 +72,7 @@ def _outcome(stored: dict[str, Any], call_id: str | None = None) -> CallOutcome:
 AUDIT_FAILED = "The call could not be recorded, so it was not run."
 STORE_UNAVAILABLE = ("The gateway's database could not be read, so this run's limits could not be checked and the "
                      "call was not run. Try again shortly.")
+UNRECORDED = "The call was cancelled while its intent was being recorded; it did not run."
 AUDIT_FAILED_AFTER_RUN = "The tool ran, but the call could not be recorded, so its result is withheld."
 
 
@@ -288,10 +289,13 @@ class Gateway:
                        decision: Decision) -> CallOutcome:
         request = trace.request
         try:  # the intent is on disk before the tool can act, or the tool does not run
-            self.audit.write(self._intent(trace, tool, decision, policy_set))
+            await self.audit.write_durable(self._intent(trace, tool, decision, policy_set))
         except AuditWriteError as exc:
             trace.upstream = {"status": "not_called", "error": f"the intent was not recorded: {exc}"}
             return refusal(request.call_id, "audit_failed", AUDIT_FAILED)
+        except asyncio.CancelledError:  # gone while its intent was being flushed (group commit): on the record too
+            self._record_cancelled(trace, tool, policy_set, UNRECORDED)
+            raise
         started = time.perf_counter()
         timeout = self.call_timeout if request.timeout is None else request.timeout
         timeout = min(timeout, tool.timeout) if tool.timeout else timeout  # an upstream's own timeout always holds

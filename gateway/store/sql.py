@@ -33,6 +33,7 @@ from gateway.limits import (
     MAX_CACHED_SESSIONS,
     SESSION_READ_ATTEMPTS,
     SESSION_WRITE_WAIT_SECONDS,
+    STORE_WRITE_COALESCE_SECONDS,
     STORE_WRITE_RETRY_SECONDS,
 )
 from gateway.store.db import DB_ERRORS, Db
@@ -62,6 +63,9 @@ class SqlStore:
         self.where = where  # the database, as messages name it (never a password)
         self.instance_id = uuid.uuid4().hex  # this process's name on the claims it makes
         self.write_through = write_through
+        # Writes behind wait a moment to gather more counts; a write-through call waits for its write, so not then.
+        self.coalesce = 0.0 if write_through else STORE_WRITE_COALESCE_SECONDS
+        self.transactions = 0  # writes of counts committed so far
         self._connect = connect
         self._loader = connect()  # the caches' first look at a key
         try:
@@ -383,7 +387,12 @@ class SqlStore:
         if self._flush_queued or self._closing:
             return
         self._flush_queued = True
-        self._session_worker.submit(self._flush)
+        self._session_worker.submit(self._flush_later)
+
+    def _flush_later(self) -> None:
+        if self.coalesce:
+            time.sleep(self.coalesce)
+        self._flush()
 
     def _flush(self) -> None:
         with self._dirty_lock:
@@ -415,6 +424,7 @@ class SqlStore:
             for statement, values in rows.values():
                 db.execute(statement, values)
             db.commit()
+            self.transactions += 1
         except DB_ERRORS as exc:  # locked past the busy timeout, or the server gone: keep the rows, try again
             try:
                 db.rollback()

@@ -25,6 +25,7 @@ from gateway.limits import (
 )
 from gateway.observe.tracing import outgoing_headers
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, listening, text_result
+from gateway.upstreams.http_transport import LeanTransport, lean_transport
 from gateway.values import text
 
 __all__ = ["HttpOperation", "HttpUpstream"]
@@ -58,14 +59,16 @@ class HttpUpstream:
 
     def __init__(self, name: str, base_url: str, operations: list[HttpOperation],
                  headers: Mapping[str, str] | None = None, client: httpx2.AsyncClient | None = None,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+                 max_response_bytes: int = MAX_RESPONSE_BYTES, *, lean: bool = True) -> None:
         self.name = name
+        self.lean = lean  # plain-http requests over gateway/upstreams/http_transport.py (issue 12)
         self.max_response_bytes = max_response_bytes
         self._base = base_url.rstrip("/")
         self._operations = {op.tool.name: op for op in operations}
         self._headers = dict(headers or {})
         self._client = client
         self._own_client = client is None
+        self.transport: LeanTransport | None = None  # set by start() when the lean transport carries requests
 
     @property
     def base_url(self) -> str:
@@ -77,8 +80,10 @@ class HttpUpstream:
             # Idle connections are dropped well before common servers close theirs (uvicorn and
             # Node keep 5 s): a request written to a connection the server just closed never
             # arrives, and for an approved call that would be its one run.
-            self._client = httpx2.AsyncClient(follow_redirects=False, limits=httpx2.Limits(
-                max_connections=UPSTREAM_MAX_CONNECTIONS, keepalive_expiry=UPSTREAM_KEEPALIVE_SECONDS))
+            limits = httpx2.Limits(max_connections=UPSTREAM_MAX_CONNECTIONS,
+                                   keepalive_expiry=UPSTREAM_KEEPALIVE_SECONDS)
+            self.transport = lean_transport(limits) if self.lean else None
+            self._client = httpx2.AsyncClient(follow_redirects=False, limits=limits, transport=self.transport)
 
     async def close(self) -> None:
         if self._client is not None and self._own_client:

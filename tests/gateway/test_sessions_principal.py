@@ -149,6 +149,7 @@ async def test_sessions_of_a_database_from_before_stay_terminated(tmp_path, star
     assert (response.json()["decision"], response.json()["content"][0]["text"]) == \
         ("terminated", "Ended before the upgrade.")
     assert fresh == "allow"
+    await gateway.gateway.store.flushed()  # rows are written behind (gathered for STORE_WRITE_COALESCE_SECONDS)
     with contextlib.closing(sqlite3.connect(root / "data" / "gateway.sqlite3")) as db:
         rows = db.execute("SELECT principal, id, terminated FROM sessions ORDER BY principal, id").fetchall()
     assert rows == [("", "legacy", 1), ("alice", "fresh", 0), ("bob", "legacy", 1)]
