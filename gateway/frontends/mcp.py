@@ -123,7 +123,7 @@ class McpFrontend:
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
-        request = self.call_request(ctx, params)
+        request = await self.call_request(ctx, params)
         # 2026-07-28 clients: an approval asked of the end user (mcp_input.py) and an upstream's questions
         # (mcp_round_trips.py) both come back as input-required results; the latter carry a requestState.
         asking = input_round(ctx, params)
@@ -143,15 +143,16 @@ class McpFrontend:
                                         is_error=True)
         return self.tool_result(params.name, outcome)
 
-    def call_request(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> CallRequest:
+    async def call_request(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams,
+                           ) -> CallRequest:
         """The pipeline's request for an MCP tools/call."""
         http = _http(ctx)
         identity = identity_of(http.scope)
         self._remember(ctx)
         headers = http.headers
         meta = dict(params.meta or {})
-        run = resolve_run(self.gateway.store, identity.principal.id, explicit_run_id(headers, meta),
-                          client_of(_client_info(ctx, meta), headers))
+        run = await resolve_run(self.gateway.store, identity.principal.id, explicit_run_id(headers, meta),
+                                client_of(_client_info(ctx, meta), headers))
         keep_alive, relay = _progress(ctx, meta)
         log_levels = self._log_levels(ctx, meta)
         request = CallRequest(
