@@ -8,11 +8,12 @@ FROM python:3.11-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
 
-# The same install steps as .ci/run (a virtualenv, then the project), so CI proves them.
+# The same install steps as .ci/run (a virtualenv, then the project), so CI proves them. The `otlp`
+# extra (which the `test` extra CI installs includes) lets `tracing: {enabled: true}` export traces.
 COPY pyproject.toml README.md ./
 COPY gateway ./gateway
 RUN python3 -m venv /app/.venv && /app/.venv/bin/pip install --quiet --upgrade pip \
-    && /app/.venv/bin/pip install --quiet -e .
+    && /app/.venv/bin/pip install --quiet -e '.[otlp]'
 ENV PATH="/app/.venv/bin:$PATH"
 
 COPY policies ./policies

@@ -7,14 +7,52 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Literal
 
 import uvicorn
+from uvicorn.server import HANDLED_SIGNALS
 
 __all__ = ["HOST", "serve_app"]
 
 HOST = "127.0.0.1"
+
+_live: list[uvicorn.Server] = []  # the servers serving now, oldest first (main thread only)
+_before: dict[int, Any] = {}  # the signal handlers from before the first of them
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, whose signal handlers stay right when test servers overlap and stop in any order.
+
+    uvicorn puts back the handler it replaced when it stops; when servers do not stop last-started-first
+    (a fixture's server outliving the test's), that is a stopped server's ``handle_exit``, left for good.
+    sse_starlette reads ``should_exit`` of the server behind the SIGTERM handler and ends every SSE
+    response in the process while it is true: every later MCP request on a session-scoped gateway
+    would end without a response. Here the handler is always the newest live server's, or the original.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        if not _live:
+            _before.update({sig: signal.getsignal(sig) for sig in HANDLED_SIGNALS})
+        _live.append(self)
+        _install(self.handle_exit)
+        try:
+            yield
+        finally:
+            _live.remove(self)
+            _install(_live[-1].handle_exit if _live else None)
+
+
+def _install(handler: Callable[..., Any] | None) -> None:
+    """Route the handled signals to ``handler``, or back to the handlers from before any server (None)."""
+    for sig in HANDLED_SIGNALS:
+        signal.signal(sig, handler if handler is not None else _before[sig])
 
 
 @contextlib.asynccontextmanager
@@ -32,7 +70,7 @@ async def serve_app(app: Any, *, lifespan: Literal["on", "off"] = "on", startup:
     settings: dict[str, Any] = {"ws": "none", **(options or {})}
     config = uvicorn.Config(app, host=HOST, port=port, lifespan=lifespan, log_config=None, log_level="warning",
                             timeout_graceful_shutdown=grace, **settings)
-    server = uvicorn.Server(config)
+    server = _Server(config)
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(startup):

@@ -38,8 +38,8 @@ def chat_routes(proxy: ModelProxy) -> list[Route]:
         body = await read_json_object(request)
         if isinstance(body, JSONResponse):
             return body
-        run = resolve_run(proxy.gateway.store, identity.principal.id, explicit_run_id(request.headers),
-                          client_of(None, request.headers))
+        run = await resolve_run(proxy.gateway.store, identity.principal.id, explicit_run_id(request.headers),
+                                client_of(None, request.headers))
         caller = Caller(identity.principal, run)
         try:
             if body.get("stream") is True:

@@ -128,7 +128,7 @@ class McpFrontend:
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
-        request = self.call_request(ctx, params)
+        request = await self.call_request(ctx, params)
         # 2026-07-28 clients: an approval asked of the end user (mcp_input.py) and an upstream's questions
         # (mcp_round_trips.py) both come back as input-required results; the latter carry a requestState.
         asking = input_round(ctx, params)
@@ -153,26 +153,27 @@ class McpFrontend:
                                         is_error=True)
         return self.tool_result(request.tool, outcome)
 
-    def call_request(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> CallRequest:
+    async def call_request(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams,
+                           ) -> CallRequest:
         """The pipeline's request for an MCP tools/call."""
         http = _http(ctx)
         self._remember(ctx)
         meta = dict(params.meta or {})
         keep_alive, relay = _progress(ctx, meta)
-        return self.build_call_request(http.scope, http.headers, params, meta,
+        return await self.build_call_request(http.scope, http.headers, params, meta,
                                        client_params=ctx.session.client_params,
                                        client=McpClientChannel(ctx, self._log_levels(ctx, meta)),
                                        progress=keep_alive, upstream_progress=relay, elicit=_elicitation(ctx))
 
-    def build_call_request(self, scope: Scope, headers: Mapping[str, str], params: types.CallToolRequestParams,
+    async def build_call_request(self, scope: Scope, headers: Mapping[str, str], params: types.CallToolRequestParams,
                            meta: dict[str, Any], *, client_params: types.InitializeRequestParams | None,
                            client: ClientChannel | None,
                            progress: Progress | None = None, upstream_progress: ToolProgress | None = None,
                            elicit: Any = None) -> CallRequest:
         """The pipeline's request for a tools/call, from the SDK path (``call_request``) or the lean one."""
         identity = identity_of(scope)
-        run = resolve_run(self.gateway.store, identity.principal.id, explicit_run_id(headers, meta),
-                          client_of(client_info_of(client_params, meta), headers))
+        run = await resolve_run(self.gateway.store, identity.principal.id, explicit_run_id(headers, meta),
+                                client_of(client_info_of(client_params, meta), headers))
         return CallRequest(
             tool=params.name,
             arguments=dict(params.arguments or {}),

@@ -376,7 +376,7 @@ class LeanCalls:
         try:
             if call.session_id is not None:
                 frontend.remember_session(call.session_id, call.peer, call.scope)
-            request = frontend.build_call_request(
+            request = await frontend.build_call_request(
                 call.scope, call.request.headers, call.params, call.meta,
                 client_params=call.client_params, client=_SILENT)
             result = await frontend.answer(request, frontend.gateway.call(request))

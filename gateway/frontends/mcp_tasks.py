@@ -231,7 +231,7 @@ class McpTasks:
             return await call_next(ctx)  # the SDK's own answer to malformed params
         if self.frontend.gateway.registry.get(params.name) is None:
             return await call_next(ctx)  # an unknown tool is a protocol error, not a task
-        request = self.frontend.call_request(ctx, params)
+        request = await self.frontend.call_request(ctx, params)
         task = self.table.create(request.principal.id, params.name, ttl)
         # The call outlives this HTTP request: no keep-alives and no questions on it (the upstream's own progress
         # is relayed while the request lasts, best effort: a quick call that needs no task keeps its progress).

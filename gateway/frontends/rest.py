@@ -79,9 +79,9 @@ def rest_routes(gateway: Gateway) -> list[Route]:
         arguments = body.get("arguments", {})
         if not isinstance(arguments, dict):
             refused, arguments = "'arguments' must be a JSON object", {}
-        run = resolve_run(gateway.store, identity.principal.id,
-                          explicit_run_id(request.headers, body_session_id=body.get("session_id")),
-                          client_of(None, request.headers))
+        run = await resolve_run(gateway.store, identity.principal.id,
+                                explicit_run_id(request.headers, body_session_id=body.get("session_id")),
+                                client_of(None, request.headers))
         try:
             wait = _wait_seconds(request.query_params.get("wait"))
         except ValueError as exc:

@@ -81,8 +81,8 @@ def client_of(client_info: Any, headers: Mapping[str, str]) -> str:
     return printable or UNKNOWN_CLIENT
 
 
-def resolve_run(store: SessionStore, principal: str, explicit: str | None, client: str) -> Run:
+async def resolve_run(store: SessionStore, principal: str, explicit: str | None, client: str) -> Run:
     """The call's run: the one the client named, else the current implicit run of (principal, client)."""
     if explicit is not None:
         return Run(explicit)
-    return Run(store.implicit_runs.run_for(principal, client), client)
+    return Run(await store.implicit_run(principal, client), client)

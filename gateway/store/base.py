@@ -31,6 +31,10 @@ class SessionStore(Protocol):
         """The session as the database has it now (counts from every process), created on first sight."""
         ...
 
+    async def implicit_run(self, principal: str, client: str) -> str:
+        """The current implicit run of (principal, client), read from the database off the event loop."""
+        ...
+
     async def usage_now(self, principal: str) -> dict[str, Totals]:
         """The principal's usage windows now, counting every process's calls."""
         ...

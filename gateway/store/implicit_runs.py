@@ -35,6 +35,13 @@ class _Current:
     last_call: float
 
 
+class _Unread:
+    """``run_for``'s default: the stored row has not been read."""
+
+
+_UNREAD = _Unread()
+
+
 class ImplicitRuns:
     """The current implicit run of each (principal, client)."""
 
@@ -46,13 +53,22 @@ class ImplicitRuns:
         self._clock = clock
         self._current: dict[tuple[str, str], _Current] = {}
 
-    def run_for(self, principal: str, client: str) -> str:
-        """The run this call belongs to: the pair's current one, or a new one after ``idle_timeout``."""
+    def cached(self, principal: str, client: str) -> bool:
+        """Whether the pair's run is known here (else ``run_for``'s first look reads the store)."""
+        return (principal, client) in self._current
+
+    def run_for(self, principal: str, client: str, stored: tuple[str, float] | _Unread | None = _UNREAD) -> str:
+        """The run this call belongs to: the pair's current one, or a new one after ``idle_timeout``.
+
+        ``stored``: the pair's stored row, already read off the event loop (``SessionStore.implicit_run``);
+        unread, a pair not cached here is read now (a blocking read).
+        """
         key = (principal, client)
         now = self._clock()
         current = self._current.get(key)
         if current is None:
-            stored = self._load(principal, client)
+            if isinstance(stored, _Unread):
+                stored = self._load(principal, client)
             current = _Current(*stored) if stored is not None else None
         if current is None or now - current.last_call > self.idle_timeout:
             current = _Current(new_run_id(), now)

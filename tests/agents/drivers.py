@@ -20,15 +20,13 @@ from typing import Protocol
 from agent_framework import Agent as MafAgent
 from agent_framework import MCPStreamableHTTPTool
 from agent_framework.openai import OpenAIChatCompletionClient
-from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner
+from agent_runs import INSTRUCTIONS, maf_output, openai_agents_output
+from agents import Agent, OpenAIChatCompletionsModel
 from agents.mcp import MCPServerStreamableHttp
 from fake_model import MODEL, tool_results_of
 from openai import AsyncOpenAI
 
 __all__ = ["DRIVERS", "AgentRun", "Driver", "run_maf", "run_openai_agents"]
-
-INSTRUCTIONS = "Follow the JSON script in the user's message."
-
 
 @dataclass(frozen=True)
 class AgentRun:
@@ -56,15 +54,7 @@ async def run_openai_agents(model_url: str, mcp_url: str, headers: Mapping[str, 
                 MCPServerStreamableHttp(params={"url": mcp_url, "headers": dict(headers)}) as gateway):
         model = OpenAIChatCompletionsModel(model=MODEL, openai_client=openai_client)
         agent = Agent(name="tester", instructions=INSTRUCTIONS, model=model, mcp_servers=[gateway])
-        # Tracing would export spans to OpenAI's servers; these tests never leave 127.0.0.1.
-        config = RunConfig(tracing_disabled=True)
-        if stream:
-            streamed = Runner.run_streamed(agent, prompt, run_config=config)
-            async for _ in streamed.stream_events():
-                pass
-            output = str(streamed.final_output)
-        else:
-            output = str((await Runner.run(agent, prompt, run_config=config)).final_output)
+        output = await openai_agents_output(agent, prompt, stream)
     return AgentRun(tool_results_of(output), output)
 
 
@@ -78,13 +68,7 @@ async def run_maf(model_url: str, mcp_url: str, headers: Mapping[str, str], prom
         client = OpenAIChatCompletionClient(model=MODEL, async_client=openai_client,
                                             function_invocation_configuration={"include_detailed_errors": True})
         agent = MafAgent(client=client, name="tester", instructions=INSTRUCTIONS, tools=gateway)
-        if stream:
-            updates = agent.run(prompt, stream=True)
-            async for _ in updates:
-                pass
-            output = (await updates.get_final_response()).text
-        else:
-            output = (await agent.run(prompt)).text
+        output = await maf_output(agent, prompt, stream)
     return AgentRun(tool_results_of(output), output)
 
 

@@ -15,14 +15,12 @@ from typing import Annotated
 
 from agent_framework import Agent as MafAgent
 from agent_framework.openai import OpenAIChatCompletionClient
-from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool
+from agent_runs import INSTRUCTIONS, maf_output, openai_agents_output
+from agents import Agent, OpenAIChatCompletionsModel, function_tool
 from fake_model import MODEL
 from openai import AsyncOpenAI
 
 __all__ = ["PROXY_DRIVERS", "LocalTool", "ProxyRun", "gateway_model_client"]
-
-INSTRUCTIONS = "Follow the JSON script in the user's message."
-
 
 @dataclass
 class LocalTool:
@@ -62,14 +60,7 @@ async def run_openai_agents(gateway_url: str, key: str, run_id: str | None, prom
     async with gateway_model_client(gateway_url, key, run_id) as client:
         agent = Agent(name="tester", instructions=INSTRUCTIONS, tools=[deploy],
                       model=OpenAIChatCompletionsModel(model=MODEL, openai_client=client))
-        config = RunConfig(tracing_disabled=True)  # nothing leaves 127.0.0.1
-        if stream:
-            streamed = Runner.run_streamed(agent, prompt, run_config=config)
-            async for _ in streamed.stream_events():
-                pass
-            output = str(streamed.final_output)
-        else:
-            output = str((await Runner.run(agent, prompt, run_config=config)).final_output)
+        output = await openai_agents_output(agent, prompt, stream)
     return ProxyRun(output, local.ran)
 
 
@@ -79,13 +70,7 @@ async def run_maf(gateway_url: str, key: str, run_id: str | None, prompt: str, s
     async with gateway_model_client(gateway_url, key, run_id) as client:
         chat = OpenAIChatCompletionClient(model=MODEL, async_client=client)
         agent = MafAgent(client=chat, name="tester", instructions=INSTRUCTIONS, tools=[local.deploy])
-        if stream:
-            updates = agent.run(prompt, stream=True)
-            async for _ in updates:
-                pass
-            output = (await updates.get_final_response()).text
-        else:
-            output = (await agent.run(prompt)).text
+        output = await maf_output(agent, prompt, stream)
     return ProxyRun(output, local.ran)
 
 

@@ -1,0 +1,47 @@
+"""Test servers that stop in any order leave no stopped server behind the signal handlers.
+
+A stopped server left behind SIGTERM made sse_starlette end every later SSE response in the process at
+once: a session-scoped gateway then answered each new MCP ``initialize`` with an incomplete response.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import AsyncIterator
+
+import httpx2
+from loopback import serve_app
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Route
+
+
+async def _events(request: Request) -> EventSourceResponse:
+    async def one() -> AsyncIterator[dict[str, str]]:
+        yield {"data": "still-streaming"}
+
+    return EventSourceResponse(one())
+
+
+def _app() -> Starlette:
+    return Starlette(routes=[Route("/events", _events)])
+
+
+async def test_servers_stopped_out_of_order_leave_the_original_handler_and_sse_working() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    async with serve_app(_app(), lifespan="off") as lasting:
+        async with contextlib.AsyncExitStack() as outer:
+            inner = contextlib.AsyncExitStack()
+            await outer.enter_async_context(serve_app(_app(), lifespan="off"))  # started first ...
+            await inner.enter_async_context(serve_app(_app(), lifespan="off"))
+            # ... stopped first, as a fixture's receiver torn down before the test's gateway
+            await outer.aclose()
+            await inner.aclose()
+        handler = signal.getsignal(signal.SIGTERM)
+        assert not getattr(getattr(handler, "__self__", None), "should_exit", False), "a stopped server's handler"
+        async with httpx2.AsyncClient(base_url=lasting, timeout=10) as http:
+            response = await http.get("/events")
+        assert response.status_code == 200 and "data: still-streaming" in response.text
+    assert signal.getsignal(signal.SIGTERM) is before
