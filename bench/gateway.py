@@ -16,6 +16,7 @@ each proxy and the upstream spent per call, and PASS / MISS against issue 12's t
 
     python bench/gateway.py [--quick] [--json] [--protocol mcp|rest] [--era legacy|2026-07-28] [--peers]
                             [--calls N] [--concurrency C] [--keep DIR] [--profile FILE]
+                            [--fast-calls on|off] [--upstream-protocol auto|newest|legacy|2026-07-28]
 
 Run it from the repository root with the project's virtualenv active. See bench/README.md.
 """
@@ -291,15 +292,16 @@ def summarize(target: Target, mode: str, samples: list[float], workers: int, wal
 
 async def run(directory: Path, processes: Processes, warmup: int, calls: int, concurrent_calls: int,
               workers: int, protocols: Sequence[str] = ("mcp", "rest"), profile: Path | None = None,
-              eras: Sequence[str] = ERAS, peers: bool = False) -> list[Row]:
-    """Start everything, measure every mode, return the rows."""
+              eras: Sequence[str] = ERAS, peers: bool = False,
+              mcp_options: dict[str, Any] | None = None) -> list[Row]:
+    """Start everything, measure every mode, return the rows (``mcp_options``: more of the MCP upstream's `mcp:`)."""
     mcp_upstream = start_upstream(processes, "mcp", directory)
     http_upstream = start_upstream(processes, "http", directory)
     key, digest = new_api_key()
     config = write_gateway_config(
         directory,
         upstreams=[
-            {"name": "tools", "mcp": {"url": f"{mcp_upstream.url}/mcp"}},
+            {"name": "tools", "mcp": {"url": f"{mcp_upstream.url}/mcp", **(mcp_options or {})}},
             {"name": "api", "http": {"base_url": http_upstream.url, "tools": [
                 {"name": "echo", "description": "Return the text unchanged.", "method": "POST", "path": "/echo",
                  "input_schema": {"type": "object", "properties": {"text": {"type": "string"}},
@@ -457,7 +459,9 @@ def print_report(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]], goal
     """The human-readable report."""
     print(f"{environment['cpus']} CPUs, Python {environment['python']}, work dir on {environment['filesystem']};"
           f" gateway log level {environment['gateway_log_level']};"
-          f" load average {environment['loadavg_before']} before, {environment['loadavg_after']} after")
+          f" load average {environment['loadavg_before']} before, {environment['loadavg_after']} after;"
+          f" MCP upstream: fast_calls {environment['mcp_upstream']['fast_calls']},"
+          f" protocol {environment['mcp_upstream']['protocol']}")
     print("(a shared machine: compare the ratios within this run, not absolute figures across runs)")
     print()
     print(f"{'protocol':<8} {'era':<10} {'via':<13} {'mode':<11} {'calls':>6} {'p50 ms':>8} {'p99 ms':>8}"
@@ -503,6 +507,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--era", choices=("both", *ERAS), default="both", help="MCP protocol era(s) to measure")
     parser.add_argument("--peers", action="store_true",
                         help="also measure a FastMCP proxy and mcp-proxy (installs them into bench/.venv-peers)")
+    parser.add_argument("--fast-calls", choices=("on", "off"), default="on",
+                        help="the MCP upstream's mcp.fast_calls (off: every upstream call through the SDK's client)")
+    parser.add_argument("--upstream-protocol", choices=("auto", "newest", "legacy", "2026-07-28"), default="auto",
+                        help="the MCP upstream's mcp.protocol (the era the gateway speaks to it)")
     args = parser.parse_args(argv)
     warmup, calls, concurrent_calls = QUICK if args.quick else FULL
     if args.calls:
@@ -516,12 +524,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         with work_directory(args.keep, "bench-gateway-") as directory:
             environment: dict[str, Any] = {
                 "python": sys.version.split()[0], "cpus": os.cpu_count(), "filesystem": filesystem_of(directory),
-                "gateway_log_level": "warning", "loadavg_before": loadavg()}
+                "gateway_log_level": "warning", "loadavg_before": loadavg(),
+                "mcp_upstream": {"fast_calls": args.fast_calls, "protocol": args.upstream_protocol}}
             try:
                 protocols = ("mcp", "rest") if args.protocol == "both" else (args.protocol,)
                 eras = ERAS if args.era == "both" else (args.era,)
                 rows = asyncio.run(run(directory, processes, warmup, calls, concurrent_calls, workers, protocols,
-                                       args.profile, eras, args.peers))
+                                       args.profile, eras, args.peers,
+                                       {"fast_calls": args.fast_calls == "on", "protocol": args.upstream_protocol}))
             finally:
                 processes.stop_all()
             breakdown = audit_breakdown(directory / "audit.jsonl", rows)

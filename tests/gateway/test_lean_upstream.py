@@ -200,6 +200,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("m_big", {"size": LIMIT + 100}),  # over the response cap
     ("m_slow", {"seconds": 3}),  # over the 1 s call timeout
     ("m_ask_on_session", {"who": "ann"}),  # asks a client that declared no elicitation: refused
+    ("m_ask", {"who": "bo"}),  # the same at 2026-07-28 as an InputRequiredResult round
     ("m_echo", {"text": "after all that"}),
 ]
 
@@ -231,7 +232,7 @@ async def test_fast_calls_on_and_off_give_the_same_answers(protocol: str, era: s
     assert _upstream(plain).lean is None  # switched off: no lean path at all
     assert _upstream(fast).lean_calls == len(CASES)  # every one of them sent on the lean path
     assert _upstream(plain).lean_calls == 0
-    echo, boom, weather, refuse, small, large, slow, asked, last = fast_answers
+    echo, boom, weather, refuse, small, large, slow, asked, asked_again, last = fast_answers
     assert echo["content"][0]["text"] == "hello" and not echo.get("isError")
     assert boom["isError"] and "boom" in boom["content"][0]["text"]
     assert weather["structuredContent"] == {"city": "Oslo", "celsius": 21.5}
@@ -239,6 +240,7 @@ async def test_fast_calls_on_and_off_give_the_same_answers(protocol: str, era: s
     assert large["isError"] and slow["isError"]  # (the upstream's reasons: test_the_upstreams_errors_are_...)
     if era == HANDSHAKE:
         assert "refused by the gateway" in asked["content"][0]["text"]
+    assert asked_again["isError"]
     assert last["content"][0]["text"] == "after all that"
 
 
@@ -268,6 +270,7 @@ async def test_the_upstreams_errors_are_the_same_on_both_paths(protocol: str, er
     plain = await _outcomes(url, protocol, False)
     assert fast == plain
     refuse, large, slow = fast[3], fast[5], fast[6]
+    assert "elicitation/create refused by the gateway" in str(fast[8])  # the question, refused as ever
     assert refuse == ("UpstreamError", f"m: refuse: MCP error {types.INVALID_PARAMS}: refused on purpose")
     assert large[0] == "UpstreamError" and str(LIMIT) in large[1]  # an event or a body over the cap
     assert slow == ("UpstreamError", "m: slow timed out after 1s")
