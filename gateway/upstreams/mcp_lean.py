@@ -216,8 +216,8 @@ class LeanCalls:
         try:
             response = await self._http.post(self._url, content=json.dumps(message).encode(), headers=headers)
             await response.aclose()
-        except httpx2.HTTPError:
-            pass  # as the SDK's client: the request it answered fails on the server's side
+        except Exception:  # the connection or the client is gone: as the SDK's client, the answer is lost
+            pass  # (the request it answered fails on the server's side)
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)

@@ -27,7 +27,7 @@ from loopback import serve_app
 from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resolve import Elicit, Resolve
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.upstreams.mcp import McpUpstream
@@ -45,6 +45,7 @@ class Seen:
 
     posts: list[tuple[str, int, str | None, str | None]] = field(default_factory=list)
     ids: list[Any] = field(default_factory=list)  # the JSON-RPC id of each tools/call
+    routing: list[dict[str, str]] = field(default_factory=list)  # each tools/call's Mcp-* routing headers
 
     def calls(self) -> list[tuple[str, int, str | None, str | None]]:
         return [p for p in self.posts if p[0] == "tools/call"]
@@ -70,6 +71,8 @@ class _Recorder:
         message = json.loads(body)
         if message.get("method") == "tools/call":
             self.seen.ids.append(message.get("id"))
+            self.seen.routing.append({k: v for k, v in headers.items()
+                                      if k.startswith("mcp-") and k != "mcp-session-id"})
         self.seen.posts.append((message.get("method", ""), scope["client"][1],
                                 headers.get("mcp-protocol-version"), headers.get("mcp-session-id")))
         sent = False
@@ -104,6 +107,11 @@ def _server() -> MCPServer:
     def echo(text: str) -> str:
         """Say it back."""
         return text
+
+    @server.tool()
+    def routed(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+        """An argument a 2026-07-28 client mirrors into an Mcp-Param-Region header."""
+        return f"routed to {region}"
 
     @server.tool()
     def boom() -> str:
@@ -245,7 +253,8 @@ async def test_fast_calls_on_and_off_give_the_same_answers(protocol: str, era: s
 
 
 async def _outcomes(url: str, protocol: str, fast: bool) -> list[Any]:
-    """Each case called on an ``McpUpstream`` of its own: the result, or the error's class and message."""
+    """Each case called on an ``McpUpstream`` of its own (no caller: nothing to relay), the result or the
+    error's class and message."""
     up = McpUpstream("m", url=url, protocol=protocol, max_response_bytes=LIMIT, fast_calls=fast)
     await up.start()
     out: list[Any] = []
@@ -265,10 +274,18 @@ async def _outcomes(url: str, protocol: str, fast: bool) -> list[Any]:
 @pytest.mark.parametrize(("protocol", "era"), ERAS)
 async def test_the_upstreams_errors_are_the_same_on_both_paths(protocol: str, era: str,
                                                                upstream: tuple[str, Seen]) -> None:
-    url, _ = upstream
+    url, seen = upstream
+
+    def cancels() -> int:
+        return [method for method, *_ in seen.posts].count("notifications/cancelled")
+
     fast = await _outcomes(url, protocol, True)
+    fast_cancels = cancels()
     plain = await _outcomes(url, protocol, False)
     assert fast == plain
+    # the timed-out call is cancelled at the upstream alike: in the handshake era a notifications/cancelled,
+    # at 2026-07-28 the POST closed
+    assert fast_cancels == cancels() - fast_cancels == (1 if era == HANDSHAKE else 0)
     refuse, large, slow = fast[3], fast[5], fast[6]
     assert "elicitation/create refused by the gateway" in str(fast[8])  # the question, refused as ever
     assert refuse == ("UpstreamError", f"m: refuse: MCP error {types.INVALID_PARAMS}: refused on purpose")
@@ -300,6 +317,21 @@ async def test_lean_calls_speak_the_sessions_era_on_one_kept_alive_connection(
         assert len(sessions) == 1 and None not in sessions  # the open session's id
     else:
         assert sessions == {None}
+
+
+async def test_a_2026_lean_call_carries_the_routing_headers_the_sdk_would(upstream: tuple[str, Seen],
+                                                                         start_gateway: Any, configs: Any,
+                                                                         connect_mcp: Any) -> None:
+    url, seen = upstream
+    gateway = await start_gateway(_config(configs, url, "newest", True), {"p.yaml": OPEN})
+    up = _upstream(gateway)
+    async with connect_mcp(gateway, "alice", mode="legacy") as conn:
+        calls, taken = len(seen.calls()), up.lean_calls
+        assert (await conn.call("m_routed", {"region": "eu-west"})).content[0].text == "routed to eu-west"
+    assert up.lean_calls == taken + 1 and len(seen.calls()) == calls + 1  # one POST, accepted at once
+    assert str(seen.ids[-1]).startswith("gateway-")
+    assert seen.routing[-1] == {"mcp-protocol-version": MODERN, "mcp-method": "tools/call", "mcp-name": "routed",
+                                "mcp-param-region": "eu-west"}
 
 
 async def _sdk_path_taken(gateway: Any, call: Callable[[], Awaitable[Any]]) -> Any:
