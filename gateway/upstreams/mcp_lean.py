@@ -40,6 +40,7 @@ import mcp_types as types
 from mcp import Client, MCPError
 from mcp.client.extension import ClaimContext
 from mcp.client.session import _clamp_inbound_ttl, _later_revision_fields
+from mcp.client.streamable_http import DEFAULT_RECONNECTION_DELAY_MS, MAX_RECONNECTION_ATTEMPTS
 from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
@@ -68,6 +69,15 @@ class SessionSeen(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+@dataclass(slots=True)
+class _Stream:
+    """Where a call's event stream got to: what resuming it needs."""
+
+    last_event_id: str | None = None
+    retry_ms: int | None = None
+    sse: bool = True  # whether the latest response was an event stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,9 +182,42 @@ class LeanCalls:
         raise MCPError(types.INVALID_REQUEST, f"Unexpected content type: {content_type}")
 
     async def _events(self, response: httpx2.Response) -> dict[str, Any]:
-        """Read the call's event stream up to its result, doing with everything before it what the SDK does."""
+        """Read the call's event stream up to its result, doing with everything before it what the SDK does,
+        and resuming a stream that ended early with a GET from its last event, as the SDK's client does."""
+        stream = _Stream()
+        outcome = await self._read_events(response, stream)
+        attempt = 0
+        while outcome is None:
+            if stream.last_event_id is None:  # not resumable
+                raise MCPError(types.CONNECTION_CLOSED, "SSE stream ended without a response")
+            if attempt >= MAX_RECONNECTION_ATTEMPTS:
+                raise MCPError(types.CONNECTION_CLOSED, "SSE stream ended and reconnection attempts were exhausted")
+            delay = stream.retry_ms if stream.retry_ms is not None else DEFAULT_RECONNECTION_DELAY_MS
+            await asyncio.sleep(delay / 1000)
+            headers = {**self._session_headers(), "last-event-id": stream.last_event_id}
+            try:
+                async with self._http.stream("GET", self._url, headers=headers) as resumed:
+                    resumed.raise_for_status()
+                    stream.sse = resumed.headers.get("content-type", "").partition(";")[0].strip().lower() \
+                        == "text/event-stream"
+                    outcome = await self._read_events(resumed, stream)
+                    attempt = 0  # ended again: resume again
+            except MCPError as exc:
+                if exc.code != types.CONNECTION_CLOSED or stream.sse:
+                    raise
+                attempt += 1  # not an event stream: try again
+            except Exception:
+                attempt += 1
+        return outcome
+
+    async def _read_events(self, response: httpx2.Response, stream: _Stream) -> dict[str, Any] | None:
+        """The call's result from this event stream, or None when it ended without one."""
         try:
             async for event in httpx2.EventSource(response, max_event_size=self._max_event_size):
+                if event.id:
+                    stream.last_event_id = event.id
+                if event.retry is not None:
+                    stream.retry_ms = event.retry
                 if event.event != "message" or not event.data:
                     continue
                 try:
@@ -193,7 +236,7 @@ class LeanCalls:
             raise
         except Exception:  # the SDK's client treats a broken stream as one that ended
             pass
-        raise MCPError(types.CONNECTION_CLOSED, "SSE stream ended without a response")
+        return None
 
     async def _answer(self, request: types.JSONRPCRequest) -> None:
         """Answer the upstream's request (sampling, elicitation, roots, ping) through the SDK session's handler."""
@@ -207,12 +250,17 @@ class LeanCalls:
             reply["error"] = {"code": types.INTERNAL_ERROR, "message": str(exc)}
         await self._send(reply)
 
-    async def _send(self, message: dict[str, Any]) -> None:
-        """POST a response or notification in the session (the server answers 202; nothing to read)."""
+    def _session_headers(self) -> dict[str, str]:
+        """What the SDK's transport sends with a message its session does not stamp (a response, a GET)."""
         headers = self._headers(None)
         version = self.client.protocol_version
         if version is not None:
             headers["mcp-protocol-version"] = version
+        return headers
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        """POST a response or notification in the session (the server answers 202; nothing to read)."""
+        headers = self._session_headers()
         try:
             response = await self._http.post(self._url, content=json.dumps(message).encode(), headers=headers)
             await response.aclose()

@@ -27,6 +27,7 @@ from loopback import serve_app
 from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resolve import Elicit, Resolve
+from mcp.server.streamable_http import EventMessage, EventStore
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -58,6 +59,9 @@ class _Recorder:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
+            if scope["type"] == "http" and scope["method"] == "GET":
+                resumed = dict(scope["headers"]).get(b"last-event-id")
+                self.seen.posts.append(("GET", scope["client"][1], None, resumed.decode() if resumed else None))
             await self.app(scope, receive, send)
             return
         chunks = []
@@ -161,6 +165,41 @@ def _server() -> MCPServer:
     async def ask(who: str, reply: Annotated[Reply, Resolve(_question)]) -> str:
         """The 2026-07-28 era's question: an InputRequiredResult round."""
         return f"{who} heard: {reply.text}"
+
+    return server
+
+
+class _Events(EventStore):
+    """Every event kept in memory, replayed after the one a client names (resumable event streams)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, Any]] = []  # (event id, stream id, message)
+
+    async def store_event(self, stream_id: str, message: Any) -> str:
+        event_id = str(len(self.events) + 1)
+        self.events.append((event_id, stream_id, message))
+        return event_id
+
+    async def replay_events_after(self, last_event_id: str, send_callback: Any) -> str | None:
+        ids = [event_id for event_id, _, _ in self.events]
+        if last_event_id not in ids:
+            return None
+        stream_id = self.events[ids.index(last_event_id)][1]
+        for event_id, sid, message in self.events[ids.index(last_event_id) + 1:]:
+            if sid == stream_id and message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return stream_id
+
+
+def _polling_server() -> MCPServer:
+    server = MCPServer("polling-upstream", version="0.1.0")
+
+    @server.tool()
+    async def poll(ctx: Context) -> str:
+        """Closes its event stream at once and answers later: the client resumes the stream to get it."""
+        await ctx.close_sse_stream()
+        await asyncio.sleep(0.3)
+        return "polled"
 
     return server
 
@@ -421,3 +460,23 @@ async def test_an_upstream_killed_and_started_again_is_answered_alike_and_reconn
     assert answers["fast"][1]["isError"]
     assert answers["fast"][-1]["content"][0]["text"] == "back" and not answers["fast"][-1].get("isError")
     assert _upstream(fast).lean_calls >= 2 and _upstream(plain).lean_calls == 0
+
+
+async def test_an_event_stream_the_upstream_closes_early_is_resumed_alike() -> None:
+    seen = Seen()
+    app = _polling_server().streamable_http_app(event_store=_Events(), retry_interval=100)
+    async with serve_app(_Recorder(app, seen)) as url:
+        outcomes = []
+        for fast in (True, False):
+            up = McpUpstream("m", url=f"{url}/mcp", fast_calls=fast)
+            await up.start()
+            try:
+                before = len(seen.posts)
+                result = await up.call("poll", {}, timeout=10)
+                outcomes.append((result.content, result.is_error))
+                resumed = [session for method, _, _, session in seen.posts[before:] if method == "GET" and session]
+                assert resumed, "the stream was resumed from its last event"
+                assert up.lean_calls == (1 if fast else 0)
+            finally:
+                await up.close()
+    assert outcomes[0] == outcomes[1] == ([{"type": "text", "text": "polled"}], False)
