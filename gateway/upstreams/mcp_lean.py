@@ -46,16 +46,19 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from gateway.upstreams.client_requests import ClientRequestRouter
+from gateway.upstreams.keepalive import DrainOnClose
 
 __all__ = ["LeanCalls", "SessionSeen"]
 
 _METHOD = "tools/call"
 _SESSION_HEADER = "mcp-session-id"
+_DRAIN = "gateway.drain_on_close"  # response extension: the stream to close without draining when a call is given up
 _BASE_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
 class SessionSeen(httpx2.AsyncBaseTransport):
-    """The upstream's transport, noting the session id the SDK's client sends (handshake era) for lean calls."""
+    """The upstream's transport, noting for lean calls the session id the SDK's client sends (handshake era),
+    and which response stream drains on close (``_DRAIN``: the client wraps the stream itself)."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
         self._inner = inner
@@ -65,7 +68,10 @@ class SessionSeen(httpx2.AsyncBaseTransport):
         session_id = request.headers.get(_SESSION_HEADER)
         if session_id:
             self.session_id = session_id
-        return await self._inner.handle_async_request(request)
+        response = await self._inner.handle_async_request(request)
+        if isinstance(response.stream, DrainOnClose):
+            response.extensions[_DRAIN] = response.stream
+        return response
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -146,6 +152,11 @@ class LeanCalls:
         response = await self._http.send(request, stream=True)
         try:
             return await self._read(response, request_id)
+        except asyncio.CancelledError:
+            drain = response.extensions.get(_DRAIN)
+            if isinstance(drain, DrainOnClose):
+                await drain.abort()  # given up: closed now, not drained (the SDK's client returns at once)
+            raise
         finally:
             await response.aclose()  # read to its end by now, or drained (DrainOnClose): the connection is kept
 
