@@ -19,6 +19,11 @@ finishes it. Failures are the SDK's: the same JSON-RPC error codes and messages 
 bodies and broken streams. A call the upstream did not run (a redirect, or at 2026-07-28 a header mismatch,
 which the SDK's client answers by listing the tools again) is handed back (``None``) for the SDK's path.
 
+To be the SDK's behaviour and not a copy of it, this module calls into the SDK client's session (mcp 2.x:
+``_stamp``, ``_on_request``, ``_on_notify``, ``_call_tool_adapter``, ``validate_tool_result``) and client
+(``_drive_input_required``, ``_folded_extensions``); tests/gateway/test_lean_upstream.py runs the same calls
+both ways, so an SDK that changes them fails there.
+
 Stateless 2026-07-28 calls on a handshake-era session are not made, though a server may offer both: a tool
 that announces a tool-list change during a stateless call announces it only on ``subscriptions/listen``
 streams, which the gateway does not keep on a handshake session, so the change would go unheard (and a
@@ -123,7 +128,7 @@ class LeanCalls:
         session._stamp(data, cast(Any, opts))  # the SDK's own per-request headers and _meta for this era
         request_id = f"gateway-{next(self._ids)}"
         headers = self._headers(opts.get("headers"))
-        body = json.dumps({"jsonrpc": "2.0", "id": request_id, **data}, separators=(",", ":")).encode()
+        body = _encode({"jsonrpc": "2.0", "id": request_id, **data})
         try:
             raw = await self._post(body, headers, request_id)
         except asyncio.CancelledError:
@@ -273,7 +278,7 @@ class LeanCalls:
         """POST a response or notification in the session (the server answers 202; nothing to read)."""
         headers = self._session_headers()
         try:
-            response = await self._http.post(self._url, content=json.dumps(message).encode(), headers=headers)
+            response = await self._http.post(self._url, content=_dumps(message), headers=headers)
             await response.aclose()
         except Exception:  # the connection or the client is gone: as the SDK's client, the answer is lost
             pass  # (the request it answered fails on the server's side)
@@ -313,6 +318,19 @@ class LeanCalls:
         if not done.is_error:
             await session.validate_tool_result(tool, done)
         return done
+
+
+def _encode(message: dict[str, Any]) -> bytes:
+    """The request's body as the SDK's transport writes it (its JSON settings; NaN and infinities as null)."""
+    try:
+        return _dumps(message)
+    except ValueError:  # a non-finite number: the SDK's pydantic dump makes it null first
+        return _dumps(types.JSONRPCRequest.model_validate(message).model_dump(by_alias=True, mode="json",
+                                                                               exclude_unset=True))
+
+
+def _dumps(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
 def _outcome(message: Any) -> dict[str, Any]:

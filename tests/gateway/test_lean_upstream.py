@@ -252,6 +252,10 @@ CASES: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+# Arguments only a caller inside the gateway can pass (a client's JSON cannot carry NaN): sent as the SDK sends them.
+ODD = ("m_echo", {"text": "odd", "n": float("nan"), "big": 10**30, "ü": "é"})
+
+
 async def _answers(connect_mcp: Any, gateway: Any, mode: str) -> list[Any]:
     async with connect_mcp(gateway, "alice", mode=mode) as conn:
         out = []
@@ -298,7 +302,7 @@ async def _outcomes(url: str, protocol: str, fast: bool) -> list[Any]:
     await up.start()
     out: list[Any] = []
     try:
-        for tool, arguments in CASES:
+        for tool, arguments in [*CASES, ODD]:
             try:
                 result = await up.call(tool.removeprefix("m_"), arguments, timeout=1)
                 out.append((result.content, result.structured, result.is_error))
@@ -306,7 +310,7 @@ async def _outcomes(url: str, protocol: str, fast: bool) -> list[Any]:
                 out.append((type(exc).__name__, re.sub(r"\d+ bytes declared", "N bytes declared", str(exc))))
     finally:
         await up.close()
-    assert up.lean_calls == (len(CASES) if fast else 0)
+    assert up.lean_calls == (len(CASES) + 1 if fast else 0)
     return out
 
 
@@ -327,6 +331,7 @@ async def test_the_upstreams_errors_are_the_same_on_both_paths(protocol: str, er
     assert fast_cancels == cancels() - fast_cancels == (1 if era == HANDSHAKE else 0)
     refuse, large, slow = fast[3], fast[5], fast[6]
     assert "elicitation/create refused by the gateway" in str(fast[8])  # the question, refused as ever
+    assert fast[-1][0] == [{"type": "text", "text": "odd"}]
     assert refuse == ("UpstreamError", f"m: refuse: MCP error {types.INVALID_PARAMS}: refused on purpose")
     assert large[0] == "UpstreamError" and str(LIMIT) in large[1]  # an event or a body over the cap
     assert slow == ("UpstreamError", "m: slow timed out after 1s")
