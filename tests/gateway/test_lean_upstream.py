@@ -485,3 +485,18 @@ async def test_an_event_stream_the_upstream_closes_early_is_resumed_alike() -> N
             finally:
                 await up.close()
     assert outcomes[0] == outcomes[1] == ([{"type": "text", "text": "polled"}], False)
+
+
+@pytest.mark.parametrize(("protocol", "era"), ERAS)
+async def test_lean_calls_run_concurrently(protocol: str, era: str, upstream: tuple[str, Seen]) -> None:
+    url, _ = upstream
+    up = McpUpstream("m", url=url, protocol=protocol)
+    await up.start()
+    try:
+        started = asyncio.get_running_loop().time()
+        results = await asyncio.gather(*(up.call("slow", {"seconds": 0.6}, timeout=10) for _ in range(4)))
+        elapsed = asyncio.get_running_loop().time() - started
+    finally:
+        await up.close()
+    assert [r.content[0]["text"] for r in results] == ["slept"] * 4 and up.lean_calls == 4
+    assert elapsed < 1.5, elapsed  # four 0.6 s calls at once, not one after another (2.4 s)
