@@ -20,7 +20,7 @@ bodies and broken streams. A call the upstream did not run (a redirect, or at 20
 which the SDK's client answers by listing the tools again) is handed back (``None``) for the SDK's path.
 
 To be the SDK's behaviour and not a copy of it, this module calls into the SDK client's session (mcp 2.x:
-``_stamp``, ``_on_request``, ``_on_notify``, ``_call_tool_adapter``, ``validate_tool_result``) and client
+``_otel``, ``_stamp``, ``_on_request``, ``_on_notify``, ``_call_tool_adapter``, ``validate_tool_result``) and client
 (``_drive_input_required``, ``_folded_extensions``); tests/gateway/test_lean_upstream.py runs the same calls
 both ways, so an SDK that changes them fails there.
 
@@ -46,8 +46,10 @@ from mcp import Client, MCPError
 from mcp.client.extension import ClaimContext
 from mcp.client.session import _clamp_inbound_ttl, _later_revision_fields
 from mcp.client.streamable_http import DEFAULT_RECONNECTION_DELAY_MS, MAX_RECONNECTION_ATTEMPTS
+from mcp.shared._otel import inject_trace_context, otel_span
 from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from opentelemetry.trace import SpanKind, StatusCode
 from pydantic import ValidationError
 
 from gateway.upstreams.client_requests import ClientRequestRouter
@@ -123,19 +125,31 @@ class LeanCalls:
         """The tool's result, as ``Client.call_tool`` gives it; None when the upstream did not run the call
         (for the SDK's path). Raises what the SDK's path raises."""
         session = self.client.session
-        data: dict[str, Any] = {"method": _METHOD, "params": {"name": tool, "arguments": arguments}}
+        params: dict[str, Any] = {"name": tool, "arguments": arguments}
+        data: dict[str, Any] = {"method": _METHOD, "params": params}
         opts: dict[str, Any] = {}
         session._stamp(data, cast(Any, opts))  # the SDK's own per-request headers and _meta for this era
         request_id = f"gateway-{next(self._ids)}"
         headers = self._headers(opts.get("headers"))
-        body = _encode({"jsonrpc": "2.0", "id": request_id, **data})
-        try:
-            raw = await self._post(body, headers, request_id)
-        except asyncio.CancelledError:
-            if not self._modern():  # as the SDK does: the handshake era's courtesy cancel (2026: the closed POST)
-                self._spawn(self._send({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                        "params": {"requestId": request_id, "reason": "caller cancelled"}}))
-            raise
+        # The SDK's dispatcher sends each request in a client span and carries the trace context in _meta.
+        with otel_span(f"MCP send {_METHOD} {tool}", kind=SpanKind.CLIENT,
+                       attributes={"mcp.method.name": _METHOD, "jsonrpc.request.id": request_id}) as span:
+            meta = dict(params.get("_meta") or {})
+            inject_trace_context(meta)
+            if meta:
+                params["_meta"] = meta
+            body = _encode({"jsonrpc": "2.0", "id": request_id, **data})
+            try:
+                raw = await self._post(body, headers, request_id)
+            except MCPError as exc:
+                span.set_attributes({"error.type": str(exc.code), "rpc.response.status_code": str(exc.code)})
+                span.set_status(StatusCode.ERROR, exc.message)
+                raise
+            except asyncio.CancelledError:
+                if not self._modern():  # the SDK's courtesy cancel in the handshake era (2026: the closed POST)
+                    self._spawn(self._send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                            "params": {"requestId": request_id, "reason": "caller cancelled"}}))
+                raise
         if raw is None:
             return None
         return await self._finish(tool, arguments, raw)

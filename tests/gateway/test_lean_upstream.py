@@ -47,6 +47,7 @@ class Seen:
     posts: list[tuple[str, int, str | None, str | None]] = field(default_factory=list)
     ids: list[Any] = field(default_factory=list)  # the JSON-RPC id of each tools/call
     routing: list[dict[str, str]] = field(default_factory=list)  # each tools/call's Mcp-* routing headers
+    traces: list[str | None] = field(default_factory=list)  # each tools/call's _meta.traceparent
 
     def calls(self) -> list[tuple[str, int, str | None, str | None]]:
         return [p for p in self.posts if p[0] == "tools/call"]
@@ -75,6 +76,7 @@ class _Recorder:
         message = json.loads(body)
         if message.get("method") == "tools/call":
             self.seen.ids.append(message.get("id"))
+            self.seen.traces.append(((message.get("params") or {}).get("_meta") or {}).get("traceparent"))
             self.seen.routing.append({k: v for k, v in headers.items()
                                       if k.startswith("mcp-") and k != "mcp-session-id"})
         self.seen.posts.append((message.get("method", ""), scope["client"][1],
@@ -500,3 +502,24 @@ async def test_lean_calls_run_concurrently(protocol: str, era: str, upstream: tu
         await up.close()
     assert [r.content[0]["text"] for r in results] == ["slept"] * 4 and up.lean_calls == 4
     assert elapsed < 1.5, elapsed  # four 0.6 s calls at once, not one after another (2.4 s)
+
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+@pytest.mark.parametrize(("protocol", "era"), ERAS)
+async def test_the_callers_trace_context_reaches_the_upstream_on_both_paths(
+        protocol: str, era: str, upstream: tuple[str, Seen], start_gateway: Any, configs: Any,
+        connect_mcp: Any) -> None:
+    url, seen = upstream
+    fast, plain = await _pair(start_gateway, configs, url, protocol)
+    for gateway in (fast, plain):
+        async with connect_mcp(gateway, "alice") as conn:
+            before = _upstream(gateway).lean_calls
+            result = await conn.client.call_tool("m_echo", {"text": "traced"},
+                                                 meta={"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"})
+            up_calls = _upstream(gateway).lean_calls
+        assert result.content[0].text == "traced"
+        assert up_calls == before + (1 if gateway is fast else 0)
+        traceparent = seen.traces[-1]
+        assert traceparent is not None and traceparent.split("-")[1] == TRACE_ID, traceparent
