@@ -523,3 +523,25 @@ async def test_the_callers_trace_context_reaches_the_upstream_on_both_paths(
         assert up_calls == before + (1 if gateway is fast else 0)
         traceparent = seen.traces[-1]
         assert traceparent is not None and traceparent.split("-")[1] == TRACE_ID, traceparent
+
+
+@pytest.mark.parametrize("mode", ["legacy", MODERN])
+async def test_a_kind_the_upstream_may_not_send_leaves_the_call_lean_and_answered_alike(
+        mode: str, upstream: tuple[str, Seen], start_gateway: Any, configs: Any, connect_mcp: Any) -> None:
+    url, _ = upstream
+    answers = []
+    for fast in (True, False):
+        config = configs.base({"name": "m", "mcp": {"url": url, "fast_calls": fast,
+                                                    "client_requests": {"elicitation": "deny"}}})
+        gateway = await start_gateway(config, {"p.yaml": OPEN})
+
+        async def answers_yes(ctx: Any, params: Any) -> types.ElicitResult:
+            return types.ElicitResult(action="accept", content={"text": "yes"})
+
+        async with connect_mcp(gateway, "alice", mode=mode, elicitation_callback=answers_yes) as conn:
+            result = await _answer_of(gateway, lambda c=conn: c.call("m_ask_on_session", {"who": "cy"}), lean=fast) \
+                if fast else await conn.call("m_ask_on_session", {"who": "cy"})
+        answers.append(_answer(result))
+    # the client could answer, but the upstream may not ask it: refused as the SDK's client refuses it
+    assert answers[0] == answers[1]
+    assert answers[0]["content"][0]["text"] == "could not ask: Elicitation not supported"
