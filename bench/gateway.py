@@ -16,6 +16,7 @@ each proxy and the upstream spent per call, and PASS / MISS against issue 12's t
 
     python bench/gateway.py [--quick] [--json] [--protocol mcp|rest] [--era legacy|2026-07-28] [--peers]
                             [--calls N] [--concurrency C] [--keep DIR] [--profile FILE] [--fast-path on|off|both]
+                            [--fast-calls on|off] [--upstream-protocol auto|newest|legacy|2026-07-28]
 
 Run it from the repository root with the project's virtualenv active. See bench/README.md.
 """
@@ -291,14 +292,15 @@ def summarize(target: Target, mode: str, samples: list[float], workers: int, wal
 
 async def run(directory: Path, processes: Processes, warmup: int, calls: int, concurrent_calls: int,
               workers: int, protocols: Sequence[str] = ("mcp", "rest"), profile: Path | None = None,
-              eras: Sequence[str] = ERAS, peers: bool = False, fast_path: str = "on") -> list[Row]:
-    """Start everything, measure every mode, return the rows."""
+              eras: Sequence[str] = ERAS, peers: bool = False, fast_path: str = "on",
+              mcp_options: dict[str, Any] | None = None) -> list[Row]:
+    """Start everything, measure every mode, return the rows (``mcp_options``: more of the MCP upstream's `mcp:`)."""
     mcp_upstream = start_upstream(processes, "mcp", directory)
     http_upstream = start_upstream(processes, "http", directory)
     key, digest = new_api_key()
     gateway_config: dict[str, Any] = dict(
         upstreams=[
-            {"name": "tools", "mcp": {"url": f"{mcp_upstream.url}/mcp"}},
+            {"name": "tools", "mcp": {"url": f"{mcp_upstream.url}/mcp", **(mcp_options or {})}},
             {"name": "api", "http": {"base_url": http_upstream.url, "tools": [
                 {"name": "echo", "description": "Return the text unchanged.", "method": "POST", "path": "/echo",
                  "input_schema": {"type": "object", "properties": {"text": {"type": "string"}},
@@ -475,7 +477,9 @@ def print_report(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]], goal
     """The human-readable report."""
     print(f"{environment['cpus']} CPUs, Python {environment['python']}, work dir on {environment['filesystem']};"
           f" gateway log level {environment['gateway_log_level']}; lean tools/call path {environment['fast_path']};"
-          f" load average {environment['loadavg_before']} before, {environment['loadavg_after']} after")
+          f" load average {environment['loadavg_before']} before, {environment['loadavg_after']} after;"
+          f" MCP upstream: fast_calls {environment['mcp_upstream']['fast_calls']},"
+          f" protocol {environment['mcp_upstream']['protocol']}")
     print("(a shared machine: compare the ratios within this run, not absolute figures across runs)")
     print()
     print(f"{'protocol':<8} {'era':<10} {'via':<13} {'mode':<11} {'calls':>6} {'p50 ms':>8} {'p99 ms':>8}"
@@ -524,6 +528,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fast-path", choices=("on", "off", "both"), default="on",
                         help="the gateway's lean tools/call path (config mcp.fast_path); both: a second gateway"
                              " with it off, measured in the same rounds (row gateway-sdk-path)")
+    parser.add_argument("--fast-calls", choices=("on", "off"), default="on",
+                        help="the MCP upstream's mcp.fast_calls (off: every upstream call through the SDK's client)")
+    parser.add_argument("--upstream-protocol", choices=("auto", "newest", "legacy", "2026-07-28"), default="auto",
+                        help="the MCP upstream's mcp.protocol (the era the gateway speaks to it)")
     args = parser.parse_args(argv)
     warmup, calls, concurrent_calls = QUICK if args.quick else FULL
     if args.calls:
@@ -537,12 +545,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         with work_directory(args.keep, "bench-gateway-") as directory:
             environment: dict[str, Any] = {
                 "python": sys.version.split()[0], "cpus": os.cpu_count(), "filesystem": filesystem_of(directory),
-                "gateway_log_level": "warning", "fast_path": args.fast_path, "loadavg_before": loadavg()}
+                "gateway_log_level": "warning", "fast_path": args.fast_path, "loadavg_before": loadavg(),
+                "mcp_upstream": {"fast_calls": args.fast_calls, "protocol": args.upstream_protocol}}
             try:
                 protocols = ("mcp", "rest") if args.protocol == "both" else (args.protocol,)
                 eras = ERAS if args.era == "both" else (args.era,)
                 rows = asyncio.run(run(directory, processes, warmup, calls, concurrent_calls, workers, protocols,
-                                       args.profile, eras, args.peers, args.fast_path))
+                                       args.profile, eras, args.peers, args.fast_path,
+                                       {"fast_calls": args.fast_calls == "on", "protocol": args.upstream_protocol}))
             finally:
                 processes.stop_all()
             breakdown = audit_breakdown(directory / "audit.jsonl", rows)

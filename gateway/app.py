@@ -79,6 +79,7 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
             cwd=config.path(m.cwd) if m.cwd else base, env_passthrough=m.env_passthrough,
             max_response_bytes=config.spec.limits.max_response_bytes, protocol=m.protocol,
             client_requests=ClientRequestRules(**{kind: getattr(m.client_requests, kind) == "allow" for kind in KINDS}),
+            fast_calls=m.fast_calls,
         )
     http: HttpUpstream
     if spec.http is not None:

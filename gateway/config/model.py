@@ -290,6 +290,10 @@ class McpUpstreamSpec(_Strict):
     # server offers it, else 2026-07-28; "newest" the reverse; "legacy" or "2026-07-28" only that one.
     protocol: Literal["auto", "newest", "legacy", "2026-07-28"] = "auto"
     client_requests: ClientRequestsSpec = Field(default_factory=ClientRequestsSpec)
+    # Over HTTP, a tools/call whose caller can be sent nothing but its result is one POST on a kept-alive
+    # connection instead of a trip through the SDK's client (gateway/upstreams/mcp_lean.py). A troubleshooting
+    # switch: false sends every call through the SDK's client.
+    fast_calls: bool = True
 
     _timeout = field_validator("timeout")(_duration)
 

@@ -94,6 +94,16 @@ class _Call:
     ended: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+# The least demanding request of each kind (no tools, no context; form and URL elicitation): a client that
+# declares none of these declares nothing a request of that kind could need.
+_PROBES: tuple[tuple[ClientRequestKind, Any], ...] = (
+    ("sampling", types.CreateMessageRequestParams(messages=[], max_tokens=1)),
+    ("elicitation", types.ElicitRequestFormParams(message="", requested_schema={"type": "object", "properties": {}})),
+    ("elicitation", types.ElicitRequestURLParams(message="", url="https://example.invalid/", elicitation_id="x")),
+    ("roots", None),
+)
+
+
 class ClientRequestRouter:
     """One upstream's calls in flight, and the SDK client callbacks that answer its requests through them."""
 
@@ -146,6 +156,17 @@ class ClientRequestRouter:
         """The log level the current task's client asked for, to send upstream with its call (2026-07-28)."""
         channel = _calling.get()
         return channel.log_level() if channel is not None else None
+
+    def quiet(self) -> bool:
+        """Whether nothing but its result can reach the current task's client from its call: no log level
+        asked, and no kind of request this upstream may send that its client declared (so every one is refused)."""
+        channel = _calling.get()
+        if channel is None:
+            return True
+        if channel.log_level() is not None:
+            return False
+        return not any(self.rules.allows(kind) and channel.declares(kind, params)
+                       for kind, params in _PROBES)
 
     def _owner(self) -> tuple[_Call | None, str]:
         """The call a callback belongs to, or why there is none to attribute a request to."""

@@ -52,6 +52,11 @@ class DrainOnClose(httpx2.AsyncByteStream):
         finally:
             await self._inner.aclose()
 
+    async def abort(self) -> None:
+        """Close at once, without reading the rest (a call given up: its connection is not worth the wait)."""
+        self._ended = True
+        await self._inner.aclose()
+
     async def _drain(self, chunks: AsyncIterator[bytes]) -> None:
         left = UPSTREAM_DRAIN_BYTES
         async for chunk in chunks:

@@ -29,6 +29,7 @@ from gateway.upstreams.environment import child_environment
 from gateway.upstreams.items import expose_links
 from gateway.upstreams.keepalive import DrainOnClose
 from gateway.upstreams.mcp_eras import connect, follow_tool_changes, is_modern
+from gateway.upstreams.mcp_lean import LeanCalls, SessionSeen
 from gateway.upstreams.mcp_resources import McpItems
 from gateway.upstreams.mcp_tasks import TasksExtension, call_as_task, execution_at, needs_task
 
@@ -47,7 +48,8 @@ class McpUpstream:
                  command: str | None = None, args: list[str] | None = None,
                  env: Mapping[str, str] | None = None, cwd: Path | None = None,
                  env_passthrough: Iterable[str] = (), max_response_bytes: int = MAX_RESPONSE_BYTES,
-                 protocol: str = "auto", client_requests: ClientRequestRules | None = None) -> None:
+                 protocol: str = "auto", client_requests: ClientRequestRules | None = None,
+                 fast_calls: bool = True) -> None:
         self.name = name
         self.protocol = protocol  # which MCP era to speak (mcp_eras.PROTOCOLS)
         # Sampling, elicitation and roots requests, and log messages, go to the client of the call in flight.
@@ -61,6 +63,10 @@ class McpUpstream:
                                             env=child_environment(env or {}, env_passthrough),
                                             cwd=cwd) if command else None
         self._client: Client | None = None
+        # Over HTTP, a call whose caller can be sent nothing but its result skips the SDK's client (mcp_lean.py).
+        self.fast_calls = fast_calls
+        self.lean: LeanCalls | None = None
+        self.lean_calls = 0  # calls sent on the lean path, over every connection (tests and diagnostics read it)
         self._tools: list[UpstreamTool] = []
         self._listeners: list[Callable[[], None]] = []
         self._owner: asyncio.Task[None] | None = None
@@ -105,15 +111,17 @@ class McpUpstream:
                     transport = functools.partial(StdioServerParameters.model_copy, self._stdio)
                 else:
                     assert self._url is not None
+                    seen = SessionSeen(_CappedTransport(httpx2.AsyncHTTPTransport(), self.max_response_bytes))
                     http = await stack.enter_async_context(httpx2.AsyncClient(
-                        headers=self._headers, timeout=httpx2.Timeout(30, read=300),
-                        transport=_CappedTransport(httpx2.AsyncHTTPTransport(), self.max_response_bytes)))
+                        headers=self._headers, timeout=httpx2.Timeout(30, read=300), transport=seen))
                     transport = functools.partial(streamable_http_client, self._url, http_client=http,
                                                   max_sse_event_size=self.max_response_bytes)
                 client = await connect(stack, transport, self.protocol, self.name, self._on_message,
                                        extensions=[TasksExtension()], **self._router.client_options())
                 self._client = client
                 self._router.inside_calls_only = is_modern(client)
+                if self.fast_calls and self._url is not None:
+                    self.lean = LeanCalls(self._url, http, client, seen, self._router, self.max_response_bytes)
                 self._tools = await self._fetch_tools(client)
                 await self.items.fetch(client)
                 await follow_tool_changes(stack, client, self.name, self._refresh, self.items.refresh)
@@ -131,6 +139,7 @@ class McpUpstream:
         finally:
             if self._client is client:  # a newer connection may have replaced this one already
                 self._client = None
+                self.lean = None
 
     async def close(self) -> None:
         self._stop.set()
@@ -185,8 +194,7 @@ class McpUpstream:
                 if self._task_only(tool):  # a task-only tool: the gateway drives the upstream task (mcp_tasks.py)
                     result = await asyncio.wait_for(call_as_task(client.session, tool, arguments, timeout), timeout)
                 else:
-                    result = await asyncio.wait_for(client.call_tool(
-                        tool, arguments, progress_callback=_relay(progress), meta=self._call_meta(client)), timeout)
+                    result = await asyncio.wait_for(self._call_tool(client, tool, arguments, progress), timeout)
         except TimeoutError:
             raise UpstreamError(f"{self.name}: {tool} timed out after {timeout}s") from None
         except MCPError as exc:
@@ -206,10 +214,24 @@ class McpUpstream:
         content = expose_links(self.name, content)  # resource URIs as clients read them through the gateway
         return ToolResult(content, result.structured_content, bool(result.is_error))
 
+    async def _call_tool(self, client: Client, tool: str, arguments: dict[str, Any],
+                         progress: ToolProgress | None) -> types.CallToolResult:
+        """The lean path (mcp_lean.py) when the call qualifies and the upstream runs it there, else the SDK's."""
+        lean = self.lean
+        if progress is None and lean is not None and lean.client is client and lean.takes(self._execution(tool)):
+            self.lean_calls += 1
+            result = await lean.call(tool, arguments)
+            if result is not None:
+                return result
+        return await client.call_tool(tool, arguments, progress_callback=_relay(progress), meta=self._call_meta(client))
+
     def _call_meta(self, client: Client) -> types.RequestParamsMeta | None:
         """At 2026-07-28, the caller's log level (a server sends log messages only for requests that ask)."""
         level = self._router.log_level() if is_modern(client) else None
         return cast(types.RequestParamsMeta, {types.LOG_LEVEL_META_KEY: level}) if level is not None else None
+
+    def _execution(self, tool: str) -> dict[str, Any] | None:
+        return next((t.execution for t in self._tools if t.name == tool), None)
 
     def _task_only(self, tool: str) -> bool:
         return any(t.name == tool and needs_task(t.execution) for t in self._tools)
