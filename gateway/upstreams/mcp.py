@@ -26,6 +26,7 @@ from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, resolve_command
 from gateway.upstreams.client_requests import ClientRequestRouter, ClientRequestRules
 from gateway.upstreams.environment import child_environment
+from gateway.upstreams.http_transport import lean_transport
 from gateway.upstreams.items import expose_links
 from gateway.upstreams.keepalive import DrainOnClose
 from gateway.upstreams.mcp_eras import connect, follow_tool_changes, is_modern
@@ -39,6 +40,8 @@ log = logging.getLogger("gateway.upstreams.mcp")
 
 # How long connecting (launching the subprocess, the handshake, the first tools/list) may take.
 CONNECT_TIMEOUT_SECONDS = 30.0
+# httpx2's own default pool for an MCP upstream's connection (calls, the standalone and listen streams).
+_MCP_CONNECTIONS = httpx2.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
 
 
 class McpUpstream:
@@ -111,7 +114,11 @@ class McpUpstream:
                     transport = functools.partial(StdioServerParameters.model_copy, self._stdio)
                 else:
                     assert self._url is not None
-                    seen = SessionSeen(_CappedTransport(httpx2.AsyncHTTPTransport(), self.max_response_bytes))
+                    # With fast calls, plain-http requests ride the lean keep-alive transport (http_transport.py),
+                    # the SDK client's own requests too: httpcore's pool scan was a fifth of a call's CPU.
+                    fast_wire = lean_transport(_MCP_CONNECTIONS) if self.fast_calls else None
+                    wire = fast_wire or httpx2.AsyncHTTPTransport()
+                    seen = SessionSeen(_CappedTransport(wire, self.max_response_bytes))
                     http = await stack.enter_async_context(httpx2.AsyncClient(
                         headers=self._headers, timeout=httpx2.Timeout(30, read=300), transport=seen))
                     transport = functools.partial(streamable_http_client, self._url, http_client=http,
