@@ -161,15 +161,15 @@ class McpFrontend:
         meta = dict(params.meta or {})
         keep_alive, relay = _progress(ctx, meta)
         return await self.build_call_request(http.scope, http.headers, params, meta,
-                                       client_params=ctx.session.client_params,
-                                       client=McpClientChannel(ctx, self._log_levels(ctx, meta)),
-                                       progress=keep_alive, upstream_progress=relay, elicit=_elicitation(ctx))
+                                             client_params=ctx.session.client_params,
+                                             client=McpClientChannel(ctx, self._log_levels(ctx, meta)),
+                                             progress=keep_alive, upstream_progress=relay, elicit=_elicitation(ctx))
 
     async def build_call_request(self, scope: Scope, headers: Mapping[str, str], params: types.CallToolRequestParams,
-                           meta: dict[str, Any], *, client_params: types.InitializeRequestParams | None,
-                           client: ClientChannel | None,
-                           progress: Progress | None = None, upstream_progress: ToolProgress | None = None,
-                           elicit: Any = None) -> CallRequest:
+                                 meta: dict[str, Any], *, client_params: types.InitializeRequestParams | None,
+                                 client: ClientChannel | None,
+                                 progress: Progress | None = None, upstream_progress: ToolProgress | None = None,
+                                 elicit: Any = None) -> CallRequest:
         """The pipeline's request for a tools/call, from the SDK path (``call_request``) or the lean one."""
         identity = identity_of(scope)
         run = await resolve_run(self.gateway.store, identity.principal.id, explicit_run_id(headers, meta),
