@@ -134,20 +134,25 @@ def _answering(who: str, asked: list[str]) -> Any:
     return elicitation
 
 
+async def _both_asked_at_once(gateway: Any, mode: str, tool: str, connect_mcp: Any) -> None:
+    """alice and bob call ``tool`` at once; each client must get exactly its own call's question."""
+    asked: dict[str, list[str]] = {"alice": [], "bob": []}
+    async with connect_mcp(gateway, "alice", mode=mode, elicitation_callback=_answering("alice", asked["alice"])) \
+            as a, connect_mcp(gateway, "bob", mode=mode, elicitation_callback=_answering("bob", asked["bob"])) as b:
+        results = await asyncio.gather(a.client.call_tool(tool, {"who": "alice"}),
+                                       b.client.call_tool(tool, {"who": "bob"}))
+    texts = [r.content[0].text for r in results]  # type: ignore[union-attr]
+    assert texts == ["alice heard: alice's answer", "bob heard: bob's answer"]
+    assert asked == {"alice": ["a question for alice"], "bob": ["a question for bob"]}
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_questions_reach_the_client_of_the_call_that_asked_with_calls_in_flight_together(
         mode: str, modern_upstream: str, start_gateway: Any, configs: Any, connect_mcp: Any) -> None:
     gateway = await start_gateway(configs.base({"name": "m", "mcp": {"url": modern_upstream, "protocol": "newest"}}),
                                   {"p.yaml": OPEN})
     assert _upstream(gateway, "m").protocol_version == "2026-07-28"
-    asked: dict[str, list[str]] = {"alice": [], "bob": []}
-    async with connect_mcp(gateway, "alice", mode=mode, elicitation_callback=_answering("alice", asked["alice"])) \
-            as a, connect_mcp(gateway, "bob", mode=mode, elicitation_callback=_answering("bob", asked["bob"])) as b:
-        results = await asyncio.gather(a.client.call_tool("m_ask", {"who": "alice"}),
-                                       b.client.call_tool("m_ask", {"who": "bob"}))
-    texts = [r.content[0].text for r in results]  # type: ignore[union-attr]
-    assert texts == ["alice heard: alice's answer", "bob heard: bob's answer"]
-    assert asked == {"alice": ["a question for alice"], "bob": ["a question for bob"]}
+    await _both_asked_at_once(gateway, mode, "m_ask", connect_mcp)
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -157,14 +162,7 @@ async def test_a_handshake_upstream_over_http_asks_the_client_of_its_call_with_c
     gateway = await start_gateway(configs.base({"name": "m", "mcp": {"url": modern_upstream, "protocol": "legacy"}}),
                                   {"p.yaml": OPEN})
     assert _upstream(gateway, "m").protocol_version == "2025-11-25"
-    asked: dict[str, list[str]] = {"alice": [], "bob": []}
-    async with connect_mcp(gateway, "alice", mode=mode, elicitation_callback=_answering("alice", asked["alice"])) \
-            as a, connect_mcp(gateway, "bob", mode=mode, elicitation_callback=_answering("bob", asked["bob"])) as b:
-        results = await asyncio.gather(a.client.call_tool("m_ask_on_session", {"who": "alice"}),
-                                       b.client.call_tool("m_ask_on_session", {"who": "bob"}))
-    texts = [r.content[0].text for r in results]  # type: ignore[union-attr]
-    assert texts == ["alice heard: alice's answer", "bob heard: bob's answer"]
-    assert asked == {"alice": ["a question for alice"], "bob": ["a question for bob"]}
+    await _both_asked_at_once(gateway, mode, "m_ask_on_session", connect_mcp)
 
 
 @pytest.mark.parametrize("mode", ERAS)
