@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import signal
+import sys
 import threading
+import traceback
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Literal
 
@@ -84,4 +87,17 @@ async def serve_app(app: Any, *, lifespan: Literal["on", "off"] = "on", startup:
         yield f"http://{HOST}:{port}"
     finally:
         server.should_exit = True
-        await asyncio.wait_for(task, shutdown)
+        try:
+            await asyncio.wait_for(task, shutdown)
+        except TimeoutError:
+            raise TimeoutError(f"uvicorn did not stop within {shutdown}s; still running:\n{_stacks()}") from None
+
+
+def _stacks() -> str:
+    """Every task of this loop and every thread, with where each one waits: what a hung shutdown waits on."""
+    out = io.StringIO()
+    for task in asyncio.all_tasks():
+        task.print_stack(limit=12, file=out)
+    for thread_id, frame in sys._current_frames().items():
+        out.write(f"thread {thread_id}:\n{''.join(traceback.format_stack(frame, limit=12))}")
+    return out.getvalue()

@@ -587,7 +587,8 @@ class ApprovalService:
 async def _wait(event: asyncio.Event, seconds: float) -> bool:
     """Whether ``event`` was set within ``seconds``."""
     try:
-        await asyncio.wait_for(event.wait(), seconds)
+        async with asyncio.timeout(seconds):
+            await event.wait()
         return True
     except TimeoutError:
         return False

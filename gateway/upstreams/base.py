@@ -100,7 +100,8 @@ class HealthChecked(Protocol):
 async def listening(host: str, port: int, timeout: float) -> bool:
     """Whether something accepts TCP connections on ``host:port`` (nothing is sent: a probe has no side effects)."""
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(host, port)
     except (OSError, TimeoutError):
         return False
     writer.close()

@@ -46,7 +46,8 @@ class DrainOnClose(httpx2.AsyncByteStream):
     async def aclose(self) -> None:
         try:
             if not self._ended and self._chunks is not None:
-                await asyncio.wait_for(self._drain(self._chunks), UPSTREAM_DRAIN_SECONDS)
+                async with asyncio.timeout(UPSTREAM_DRAIN_SECONDS):
+                    await self._drain(self._chunks)
         except (TimeoutError, httpx2.HTTPError, OSError):
             pass  # still streaming, or broken: the connection is closed, as it would have been
         finally:

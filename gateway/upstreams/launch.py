@@ -102,7 +102,8 @@ class LaunchedUpstream:
             except UpstreamDown:
                 # A process that stopped listening is usually exiting: say so, rather than "not reachable".
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(process.wait(), _BIND_GRACE_SECONDS)
+                    async with asyncio.timeout(_BIND_GRACE_SECONDS):
+                        await process.wait()
                 if process.returncode is not None:
                     raise _exited(self.name, process.returncode) from None
                 raise
@@ -114,7 +115,8 @@ class LaunchedUpstream:
             return
         process.terminate()
         try:
-            await asyncio.wait_for(process.wait(), 5)
+            async with asyncio.timeout(5):
+                await process.wait()
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()

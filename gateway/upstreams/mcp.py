@@ -99,7 +99,8 @@ class McpUpstream:
             self._stop = asyncio.Event()
             self._owner = asyncio.create_task(self._own(ready), name=f"mcp-upstream-{self.name}")
             try:
-                await asyncio.wait_for(asyncio.shield(ready), CONNECT_TIMEOUT_SECONDS)
+                async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
+                    await asyncio.shield(ready)
             except TimeoutError:
                 await self.close()
                 raise UpstreamDown(f"{self.name}: no answer within {CONNECT_TIMEOUT_SECONDS}s",
@@ -153,7 +154,8 @@ class McpUpstream:
         owner, self._owner = self._owner, None
         if owner is not None:
             with contextlib.suppress(BaseException):
-                await asyncio.wait_for(owner, 5)
+                async with asyncio.timeout(5):
+                    await owner
         for task in list(self._background):
             task.cancel()
         self.items.close()
@@ -177,7 +179,8 @@ class McpUpstream:
         if client is None:
             raise UpstreamDown(f"{self.name}: not connected", "not connected")
         try:
-            tools = await asyncio.wait_for(self._fetch_tools(client), UPSTREAM_CHECK_TIMEOUT_SECONDS)
+            async with asyncio.timeout(UPSTREAM_CHECK_TIMEOUT_SECONDS):
+                tools = await self._fetch_tools(client)
         except Exception as exc:  # a closed stdio pipe, a refused HTTP connection, no answer
             await self._drop(client)
             raise UpstreamDown(f"{self.name}: tools/list failed: {_describe(exc)}", "lost connection") from exc
@@ -198,10 +201,11 @@ class McpUpstream:
             raise UpstreamNotReached(f"{self.name}: not connected")
         try:
             with self._router.running():
-                if self._task_only(tool):  # a task-only tool: the gateway drives the upstream task (mcp_tasks.py)
-                    result = await asyncio.wait_for(call_as_task(client.session, tool, arguments, timeout), timeout)
-                else:
-                    result = await asyncio.wait_for(self._call_tool(client, tool, arguments, progress), timeout)
+                async with asyncio.timeout(timeout):
+                    if self._task_only(tool):  # a task-only tool: the gateway drives the upstream task (mcp_tasks.py)
+                        result = await call_as_task(client.session, tool, arguments, timeout)
+                    else:
+                        result = await self._call_tool(client, tool, arguments, progress)
         except TimeoutError:
             raise UpstreamError(f"{self.name}: {tool} timed out after {timeout}s") from None
         except MCPError as exc:

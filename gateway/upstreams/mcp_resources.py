@@ -139,7 +139,8 @@ class McpItems:
     async def _request(self, what: str, send: Callable[[Client], Awaitable[T]], timeout: float) -> T:
         client = await self._session()
         try:
-            result = await asyncio.wait_for(send(client), timeout)
+            async with asyncio.timeout(timeout):
+                result = await send(client)
         except TimeoutError:
             raise UpstreamError(f"{self.name}: {what} timed out after {timeout}s") from None
         except MCPError as exc:

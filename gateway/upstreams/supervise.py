@@ -240,7 +240,8 @@ async def probe(upstreams: Sequence[Upstream], timeout: float | None = None, che
 
     async def one(upstream: Upstream) -> ProbeResult:
         try:
-            await asyncio.wait_for(attempt(upstream, check), timeout)
+            async with asyncio.timeout(timeout):
+                await attempt(upstream, check)
             return ProbeResult(upstream.name, [t.name for t in upstream.tools()])
         except UpstreamDown as exc:
             return ProbeResult(upstream.name, [], str(exc))
