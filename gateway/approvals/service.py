@@ -178,7 +178,7 @@ class ApprovalService:
         by_run = not request.call_id_given
         if by_run:  # no call id: a retry is the same principal, run, tool and final arguments
             found = await self._db(self.store.find_by_run, request.principal.id, request.session_id, request.tool,
-                                   digest)
+                                   digest, request.received_ts)
         else:
             found = await self._db(self.store.find, request.principal.id, request.tool, request.call_id, digest)
         if found is not None:

@@ -11,6 +11,7 @@ replica wake at once; SQLite's waiters poll.
 A request holds its key — (principal, tool, call id, digest), or (principal, run, tool, digest) for a
 call that came without a call id — while it is not *retired*; the unique indexes cover only those
 rows, so a request whose approval lapsed (or whose outcome was given) leaves room for a new one.
+When it was retired is kept (``retired_ts``): a run-bound retry that came in before then is still its own.
 Who may decide a request is kept as rows of ``approval_audience`` ("group:NAME", "user:ID", "*"),
 so a page of the requests an approver may see is one indexed query.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -261,16 +263,29 @@ class ApprovalStore:
         return _load(row) if row else None
 
     @_guarded
-    def find_by_run(self, principal: str, session: str, tool: str, digest: str) -> Approval | None:
-        """The live request for a call without a call id: this principal's run, ``tool`` and arguments."""
+    def find_by_run(self, principal: str, session: str, tool: str, digest: str,
+                    received_ts: float | None = None) -> Approval | None:
+        """The request for a call without a call id: this principal's run, ``tool`` and arguments.
+
+        The live one; else, for a call the gateway took in at ``received_ts``, the one that let go of its
+        key after that (a retry sent together with the one that was given the outcome is still its retry).
+        """
         with self._lock:
-            return self._find_by_run(principal, session, tool, digest)
+            found = self._find_by_run(principal, session, tool, digest)
+            if found is not None or received_ts is None:
+                return found
+            row = self._db.execute(
+                f"SELECT {_COLUMNS} FROM approvals WHERE principal = ? AND session = ? AND tool = ? AND digest = ?"
+                " AND by_run = 1 AND retired = 1 AND retired_ts >= ? ORDER BY retired_ts DESC LIMIT 1",
+                (principal, session, tool, digest, received_ts)).fetchone()
+            return _load(row) if row else None
 
     @_guarded
     def retire(self, approval_id: str) -> None:
         """Free the request's key (its outcome was given): the next identical call is a new request."""
         with self._lock:
-            self._db.execute("UPDATE approvals SET retired = 1 WHERE id = ?", (approval_id,))
+            self._db.execute("UPDATE approvals SET retired = 1, retired_ts = COALESCE(retired_ts, ?) WHERE id = ?",
+                             (time.time(), approval_id))
 
     def _find(self, principal: str, tool: str, call_id: str, digest: str) -> Approval | None:
         row = self._db.execute(
@@ -343,10 +358,11 @@ class ApprovalStore:
         guard, params = ("AND owner = ?", (owner,)) if owner is not None else ("", ())
         with self._lock:
             cursor = self._db.execute(
-                f"UPDATE approvals SET state = ?, data = ?, retired = ?, owner = ?, lease_ts = ?"
+                f"UPDATE approvals SET state = ?, data = ?, retired = ?, owner = ?, lease_ts = ?,"
+                f" retired_ts = CASE WHEN ? = 1 THEN COALESCE(retired_ts, ?) END"
                 f" WHERE id = ? AND state = ? {guard}",
                 (str(approval.state), _dump(approval), int(approval.retired), approval.owner, approval.lease_ts,
-                 approval.id, str(expected), *params))
+                 int(approval.retired), time.time(), approval.id, str(expected), *params))
             if cursor.rowcount != 1:
                 return False
             self._changed(approval.id)
@@ -402,7 +418,17 @@ def _adopt_sqlite(db: Db) -> None:
         db.execute(statement)
 
 
-SQLITE_MIGRATIONS = (Migration(1, "approval requests and their audience", _adopt_sqlite),)
+# When a request let go of its key, and the index that finds a run-bound one that did so after a call came in.
+_RETIRED_AT = (
+    "CREATE INDEX IF NOT EXISTS approvals_run_retired ON approvals (principal, session, tool, digest, retired_ts)"
+    " WHERE by_run = 1 AND retired = 1",
+)
+
+SQLITE_MIGRATIONS = (
+    Migration(1, "approval requests and their audience", _adopt_sqlite),
+    Migration(2, "when a request let go of its key", statements(
+        "ALTER TABLE approvals ADD COLUMN retired_ts REAL", *_RETIRED_AT)),
+)
 
 POSTGRES_MIGRATIONS = (Migration(1, "approval requests and their audience", statements(
     """CREATE TABLE IF NOT EXISTS approvals (
@@ -429,4 +455,5 @@ POSTGRES_MIGRATIONS = (Migration(1, "approval requests and their audience", stat
     "CREATE INDEX IF NOT EXISTS approval_audience_entry ON approval_audience (entry, approval_id)",
     "CREATE INDEX IF NOT EXISTS approvals_state ON approvals (state, expires_ts)",
     *_KEY_INDEX[1:],
-)),)
+)), Migration(2, "when a request let go of its key", statements(
+    "ALTER TABLE approvals ADD COLUMN IF NOT EXISTS retired_ts DOUBLE PRECISION", *_RETIRED_AT)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -86,6 +87,9 @@ class CallRequest:
     # The caller's client, for what an upstream asks it while the call runs (sampling, elicitation, roots, logs).
     client: ClientChannel | None = None
     traceparent: str | None = None  # the client's W3C trace context (header or MCP _meta), checked where it is used
+    # When the gateway took the call in (UNIX time): a retry that came in before a run-bound approval let
+    # go of its key still belongs to it (gateway/approvals/service.py).
+    received_ts: float = field(default_factory=time.time)
 
 
 @dataclass(slots=True)

@@ -200,7 +200,7 @@ def test_opening_records_the_schema_versions_and_reopening_changes_nothing(open_
     ApprovalStore(open_store())
     with contextlib_closing(_raw(open_store)) as db:
         rows = db.execute("SELECT component, version FROM schema_versions ORDER BY component").fetchall()
-    assert [tuple(r) for r in rows] == [("approvals", 1), ("sessions", 1)]
+    assert [tuple(r) for r in rows] == [("approvals", 2), ("sessions", 1)]
 
 
 def test_a_schema_newer_than_the_code_refuses_to_open(open_store: Opener) -> None:
@@ -262,6 +262,34 @@ async def test_only_one_of_two_racing_claims_wins(open_store: Opener) -> None:
         assert back is not None
         back.state, back.owner, back.lease_ts = ApprovalState.APPROVED, None, None
         assert await a.run(a.transition, back, ApprovalState.EXECUTING)
+
+
+async def test_a_run_bound_request_still_answers_calls_that_came_in_before_it_let_go_of_its_key(
+        open_store: Opener) -> None:
+    a, b = ApprovalStore(open_store()), ApprovalStore(open_store())
+    ran = _approval()
+    ran.by_run = True
+    stored = await a.run(a.insert, ran)
+    key = ("alice", "s1", "refund", stored.digest)
+    before = time.time()  # a retry the gateway took in while the request was live
+    stored.state = ApprovalState.APPROVED
+    assert await a.run(a.transition, stored, ApprovalState.PENDING)
+    stored.state, stored.retired = ApprovalState.EXECUTED, True  # the run's caller was given the outcome
+    assert await a.run(a.transition, stored, ApprovalState.APPROVED)
+    after = time.time() + 0.001  # a call that came in once the outcome was given
+    for store in (a, b):  # wherever the retry landed
+        found = await store.run(store.find_by_run, *key, before)
+        assert found is not None and (found.id, found.state) == (stored.id, ApprovalState.EXECUTED)
+        assert await store.run(store.find_by_run, *key, after) is None  # a new decision
+        assert await store.run(store.find_by_run, *key) is None  # no live request holds the key
+    denied = _approval(args={"amount": 7})
+    denied.by_run = True
+    denied = await a.run(a.insert, denied)
+    asked = time.time()
+    await a.run(a.retire, denied.id)  # its denial was told: it lets go of its key the other way
+    found = await b.run(b.find_by_run, "alice", "s1", "refund", denied.digest, asked)
+    assert found is not None and found.id == denied.id
+    assert await b.run(b.find_by_run, "alice", "s1", "refund", denied.digest, time.time() + 0.001) is None
 
 
 async def test_only_a_claim_whose_lease_ran_out_is_abandoned(open_store: Opener) -> None:
