@@ -106,7 +106,7 @@ class LeanCalls:
     def __init__(self, url: str, http: httpx2.AsyncClient, client: Client, seen: SessionSeen,
                  router: ClientRequestRouter, max_event_size: int) -> None:
         self.client = client
-        self._url = url
+        self._url = httpx2.URL(url)  # parsed once: httpx2 parses a str on every request
         self._http = http
         self._seen = seen
         self._router = router

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from asgi_support import read_request
 from loopback import serve_app
 from mcp.client.subscriptions import ToolsListChanged
 from mcp.server.mcpserver import Context, MCPServer
@@ -63,27 +64,12 @@ class _Recorder:
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
+        body, receive = await read_request(receive)
         headers = dict(scope["headers"])
         session = headers.get(b"mcp-session-id")
         self.seen.posts.append((json.loads(body).get("method", ""), scope["client"][1],
                                 session.decode() if session else None))
-        replayed = False
-
-        async def replay() -> Any:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, receive, send)
 
 
 class _ModernOnly:

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 import mcp_types as types
 import pytest
 import pytest_asyncio
+from asgi_support import read_request
 from loopback import serve_app
 from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
@@ -65,13 +66,7 @@ class _Recorder:
                 self.seen.posts.append(("GET", scope["client"][1], None, resumed.decode() if resumed else None))
             await self.app(scope, receive, send)
             return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
+        body, receive = await read_request(receive)
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         message = json.loads(body)
         if message.get("method") == "tools/call":
@@ -81,16 +76,7 @@ class _Recorder:
                                       if k.startswith("mcp-") and k != "mcp-session-id"})
         self.seen.posts.append((message.get("method", ""), scope["client"][1],
                                 headers.get("mcp-protocol-version"), headers.get("mcp-session-id")))
-        sent = False
-
-        async def replay() -> Any:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, receive, send)
 
 
 class Weather(BaseModel):

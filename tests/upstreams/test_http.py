@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 import httpx2
 import pytest
+from http_support import ITEM_OPERATIONS, op
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from starlette.applications import Starlette
@@ -19,8 +20,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from gateway.errors import InvalidArgumentsError, UpstreamError
-from gateway.upstreams.base import UpstreamTool
-from gateway.upstreams.http import HttpOperation, HttpUpstream
+from gateway.upstreams.http import HttpUpstream
 
 TIMEOUT = 5.0
 
@@ -64,15 +64,8 @@ def echo_app(release: asyncio.Event | None = None) -> Starlette:
     ])
 
 
-def op(name: str, method: str, path: str, query: tuple[str, ...] = (), body: bool | None = None) -> HttpOperation:
-    return HttpOperation.build(UpstreamTool(name), method, path, query, body)
-
-
 OPERATIONS = [
-    op("get_item", "GET", "/items/{item_id}/detail", query=("verbose",)),
-    op("create_item", "POST", "/items", query=("dry_run",)),
-    op("update_item", "PATCH", "/items/{item_id}"),
-    op("delete_item", "DELETE", "/items/{item_id}"),
+    *ITEM_OPERATIONS,
     op("status", "GET", "/status/{code}", query=("as",)),
     op("text", "GET", "/text"),
     op("slow", "GET", "/slow"),

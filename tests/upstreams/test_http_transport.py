@@ -7,6 +7,7 @@ upstream must receive the same request and the gateway must make the same result
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -14,6 +15,7 @@ from typing import Any
 
 import httpx2
 import pytest
+from http_support import ITEM_OPERATIONS, op
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -21,8 +23,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from gateway.errors import UpstreamError, UpstreamNotReached
-from gateway.upstreams.base import ToolResult, UpstreamTool
-from gateway.upstreams.http import HttpOperation, HttpUpstream
+from gateway.upstreams.base import ToolResult
+from gateway.upstreams.http import HttpUpstream
 from gateway.upstreams.http_transport import LeanTransport
 
 TIMEOUT = 5.0
@@ -79,15 +81,8 @@ def app() -> Starlette:
     ])
 
 
-def op(name: str, method: str, path: str, query: tuple[str, ...] = (), body: bool | None = None) -> HttpOperation:
-    return HttpOperation.build(UpstreamTool(name), method, path, query, body)
-
-
 OPERATIONS = [
-    op("get_item", "GET", "/items/{item_id}/detail", query=("verbose",)),
-    op("create_item", "POST", "/items", query=("dry_run",)),
-    op("update_item", "PATCH", "/items/{item_id}"),
-    op("delete_item", "DELETE", "/items/{item_id}"),
+    *ITEM_OPERATIONS,
     op("put_item", "PUT", "/items/{item_id}"),
     op("status", "GET", "/status/{code}", query=("as",)),
     op("latin1", "GET", "/latin1"), op("gzip", "GET", "/gzip"), op("chunked", "GET", "/chunked"),
@@ -163,8 +158,11 @@ async def test_a_connection_the_server_closed_is_not_reused(serve: Serve) -> Non
         await upstream.close()
 
 
-async def raw_server(answer: Callable[[bytes], bytes], *, close: bool) -> tuple[asyncio.Server, str, list[bytes]]:
-    """A loopback server that reads one request head per connection and writes ``answer(head)``."""
+@contextlib.asynccontextmanager
+async def raw_upstream(answer: Callable[[bytes], bytes], *,
+                       close: bool) -> AsyncIterator[tuple[HttpUpstream, list[bytes]]]:
+    """A lean upstream in front of a loopback server that reads one request head per connection and
+    writes ``answer(head)``; yields the upstream and the heads (with bodies) the server read."""
     heads: list[bytes] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -186,57 +184,42 @@ async def raw_server(answer: Callable[[bytes], bytes], *, close: bool) -> tuple[
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    return server, f"http://127.0.0.1:{port}", heads
+    upstream = await started(f"http://127.0.0.1:{port}", lean=True)
+    try:
+        yield upstream, heads
+    finally:
+        await upstream.close()
+        server.close()
 
 
 async def test_a_body_that_ends_with_the_connection_is_read_to_the_end() -> None:
-    server, base, _ = await raw_server(
-        lambda head: b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil the close", close=True)
-    upstream = await started(base, lean=True)
-    try:
+    async with raw_upstream(lambda head: b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil the close",
+                            close=True) as (upstream, _):
         for _ in range(2):  # and the closed connection is not used again
             assert (await upstream.call("latin1", {}, TIMEOUT)).text == "until the close"
-    finally:
-        await upstream.close()
-        server.close()
 
 
 async def test_an_interim_103_answer_is_skipped() -> None:
-    server, base, _ = await raw_server(
-        lambda head: b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n"
-                     b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 8\r\n\r\n{\"a\": 1}",
-        close=False)
-    upstream = await started(base, lean=True)
-    try:
+    async with raw_upstream(
+            lambda head: b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n"
+                         b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 8\r\n\r\n{\"a\": 1}",
+            close=False) as (upstream, _):
         result = await upstream.call("latin1", {}, TIMEOUT)
         assert result.structured == {"a": 1} and not result.is_error
-    finally:
-        await upstream.close()
-        server.close()
 
 
 async def test_a_server_that_hangs_up_without_answering_is_a_failure_not_a_not_reached() -> None:
-    server, base, heads = await raw_server(lambda head: b"", close=True)
-    upstream = await started(base, lean=True)
-    try:
+    async with raw_upstream(lambda head: b"", close=True) as (upstream, heads):
         with pytest.raises(UpstreamError, match="disconnected without sending a response") as caught:
             await upstream.call("create_item", {"x": 1}, TIMEOUT)
         assert not isinstance(caught.value, UpstreamNotReached)  # the request went out: it may have acted
         assert heads and heads[0].startswith(b"POST /items HTTP/1.1\r\n")
-    finally:
-        await upstream.close()
-        server.close()
 
 
 async def test_a_malformed_response_is_an_upstream_error() -> None:
-    server, base, _ = await raw_server(lambda head: b"HTTP/1.1 abc nonsense\r\n\r\n", close=True)
-    upstream = await started(base, lean=True)
-    try:
+    async with raw_upstream(lambda head: b"HTTP/1.1 abc nonsense\r\n\r\n", close=True) as (upstream, _):
         with pytest.raises(UpstreamError, match="RemoteProtocolError"):
             await upstream.call("latin1", {}, TIMEOUT)
-    finally:
-        await upstream.close()
-        server.close()
 
 
 async def test_connection_refused_is_not_reached(refused_url: str) -> None:
