@@ -12,8 +12,12 @@ The FastMCP proxy itself is bench/_fastmcp_proxy.py, run by the fastmcp virtuale
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parent))
@@ -21,7 +25,8 @@ from _servers import BENCH_DIR, Process, Processes, free_port
 
 PEERS_DIR = BENCH_DIR / ".venv-peers"
 # peer → the PyPI requirement installed into its own virtualenv
-PINS = {"fastmcp": "fastmcp==4.1.6", "mcp-proxy": "mcp-proxy==0.13.0"}
+PINS = {"fastmcp": "fastmcp==4.1.6", "mcp-proxy": "mcp-proxy==0.13.0",
+        "py-spy": "py-spy==0.4.3"}  # not a peer: the sampling profiler of bench/gateway.py --sample
 INSTALL_TIMEOUT_S = 600.0
 
 
@@ -62,3 +67,28 @@ def start_mcp_proxy(processes: Processes, upstream_url: str, directory: Path) ->
             str(binary), "--transport", "streamablehttp", upstream_url]
     return processes.spawn("mcp-proxy", argv, directory / "mcp-proxy.log", f"http://127.0.0.1:{port}",
                            health="/status")
+
+
+SAMPLE_RATE = 250  # py-spy samples per second
+SPY_ATTACH_S = 1.0  # py-spy reads the target's memory layout before its first sample
+SPY_WRITE_TIMEOUT_S = 60.0
+
+
+@contextlib.contextmanager
+def sampled(pid: int, output: Path, rate: int = SAMPLE_RATE) -> Iterator[None]:
+    """py-spy samples process ``pid`` while the block runs, without pausing it (``--nonblocking``), and
+    writes the stacks it found on a CPU (idle ones are left out) to ``output``, one collapsed stack and its
+    count a line (``--format raw``). Unlike cProfile it does not slow the Python code it measures, so the
+    shares it gives are the process's own; bench/profile_packages.py sums them by package."""
+    spy = subprocess.Popen([str(ensure("py-spy").parent / "py-spy"), "record", "--pid", str(pid), "--rate",
+                            str(rate), "--format", "raw", "--full-filenames", "--nonblocking", "--output", str(output)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(SPY_ATTACH_S)
+    if spy.poll() is not None:
+        raise RuntimeError(f"py-spy could not sample process {pid}: {spy.stderr.read().decode(errors='replace')}"
+                           if spy.stderr else f"py-spy exited with {spy.returncode}")
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes what it has on SIGINT
+        spy.wait(SPY_WRITE_TIMEOUT_S)

@@ -15,8 +15,9 @@ bench-only virtualenv, see bench/_peers.py). It prints each row's ratio to direc
 each proxy and the upstream spent per call, and PASS / MISS against issue 12's targets.
 
     python bench/gateway.py [--quick] [--json] [--protocol mcp|rest] [--era legacy|2026-07-28] [--peers]
-                            [--calls N] [--concurrency C] [--keep DIR] [--profile FILE] [--fast-path on|off|both]
-                            [--fast-calls on|off] [--upstream-protocol auto|newest|legacy|2026-07-28]
+                            [--calls N] [--concurrency C] [--keep DIR] [--profile FILE] [--sample FILE]
+                            [--fast-path on|off|both] [--fast-calls on|off]
+                            [--upstream-protocol auto|newest|legacy|2026-07-28]
 
 Run it from the repository root with the project's virtualenv active. See bench/README.md.
 """
@@ -41,7 +42,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import RequestParamsMeta
 
 sys.path.append(str(Path(__file__).resolve().parent))  # `_servers` also under `python -m bench.gateway`
-from _peers import start_fastmcp_proxy, start_mcp_proxy
+from _peers import sampled, start_fastmcp_proxy, start_mcp_proxy
 from _servers import (
     Process,
     Processes,
@@ -293,7 +294,7 @@ def summarize(target: Target, mode: str, samples: list[float], workers: int, wal
 async def run(directory: Path, processes: Processes, warmup: int, calls: int, concurrent_calls: int,
               workers: int, protocols: Sequence[str] = ("mcp", "rest"), profile: Path | None = None,
               eras: Sequence[str] = ERAS, peers: bool = False, fast_path: str = "on",
-              mcp_options: dict[str, Any] | None = None) -> list[Row]:
+              mcp_options: dict[str, Any] | None = None, sample: Path | None = None) -> list[Row]:
     """Start everything, measure every mode, return the rows (``mcp_options``: more of the MCP upstream's `mcp:`)."""
     mcp_upstream = start_upstream(processes, "mcp", directory)
     http_upstream = start_upstream(processes, "http", directory)
@@ -362,15 +363,23 @@ async def run(directory: Path, processes: Processes, warmup: int, calls: int, co
                        upstream=http_upstream.name),
                 Target("rest", "gateway", rest_gateway_call(gateway_http, f"{gateway.url}/v1/tools/{REST_TOOL}/invoke"),
                        proxy=gateway.name, upstream=http_upstream.name)])
-        for targets in suites:
-            samples = await measure_sequential(targets, warmup, calls, meter)
-            rows.extend(summarize(t, "sequential", samples[t.via], 1, None, calls) for t in targets)
-            for t in targets:
-                await measure_concurrent(t, warmup, workers, meter, "warm")  # open `workers` connections first
-                t.reset()
-                got, wall = await measure_concurrent(t, concurrent_calls, workers, meter, f"conc.{ERA_TAG[t.era]}")
-                rows.append(summarize(t, "concurrent", got, workers, wall, concurrent_calls))
+        spying = sampled(gateway.popen.pid, sample) if sample else contextlib.nullcontext()
+        with spying:  # the gateway's stacks while it serves the measured calls (not its start)
+            for targets in suites:
+                await measure_suite(targets, warmup, calls, concurrent_calls, workers, meter, rows)
     return rows
+
+
+async def measure_suite(targets: Sequence[Target], warmup: int, calls: int, concurrent_calls: int, workers: int,
+                        meter: CpuMeter, rows: list[Row]) -> None:
+    """One suite's sequential rounds, then each target's concurrent run; their rows are added to ``rows``."""
+    samples = await measure_sequential(targets, warmup, calls, meter)
+    rows.extend(summarize(t, "sequential", samples[t.via], 1, None, calls) for t in targets)
+    for t in targets:
+        await measure_concurrent(t, warmup, workers, meter, "warm")  # open `workers` connections first
+        t.reset()
+        got, wall = await measure_concurrent(t, concurrent_calls, workers, meter, f"conc.{ERA_TAG[t.era]}")
+        rows.append(summarize(t, "concurrent", got, workers, wall, concurrent_calls))
 
 
 def _sdk_path_only(config: Path) -> None:
@@ -518,6 +527,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="write the config, logs, audit file and SQLite to DIR and keep them")
     parser.add_argument("--profile", type=Path, metavar="FILE",
                         help="run the gateway under cProfile and write its stats to FILE (slows it down)")
+    parser.add_argument("--sample", type=Path, metavar="FILE",
+                        help="sample the gateway with py-spy while it serves the measured calls (it is not slowed"
+                             " down) and write the stacks to FILE (installs py-spy into bench/.venv-peers)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     parser.add_argument("--calls", type=int, help="sequential calls per target (concurrent: twice this)")
     parser.add_argument("--concurrency", type=int, default=WORKERS, help=f"concurrent workers (default {WORKERS})")
@@ -552,7 +564,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 eras = ERAS if args.era == "both" else (args.era,)
                 rows = asyncio.run(run(directory, processes, warmup, calls, concurrent_calls, workers, protocols,
                                        args.profile, eras, args.peers, args.fast_path,
-                                       {"fast_calls": args.fast_calls == "on", "protocol": args.upstream_protocol}))
+                                       {"fast_calls": args.fast_calls == "on", "protocol": args.upstream_protocol},
+                                       args.sample))
             finally:
                 processes.stop_all()
             breakdown = audit_breakdown(directory / "audit.jsonl", rows)
