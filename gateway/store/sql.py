@@ -66,6 +66,7 @@ class SqlStore:
         # Writes behind wait a moment to gather more counts; a write-through call waits for its write, so not then.
         self.coalesce = 0.0 if write_through else STORE_WRITE_COALESCE_SECONDS
         self.transactions = 0  # writes of counts committed so far
+        self.row_reads = 0  # session rows read so far (on the reader thread)
         self._connect = connect
         self._loader = connect()  # the caches' first look at a key
         try:
@@ -139,7 +140,18 @@ class SqlStore:
 
     async def session(self, principal: str, session_id: str, client: str | None = None) -> SessionState:
         """The principal's session of that id as the database has it now (created on first sight;
-        implicit when ``client`` is given); ``StoreUnavailable`` if it cannot be read."""
+        implicit when ``client`` is given); ``StoreUnavailable`` if it cannot be read.
+
+        A store only this process writes (not ``write_through``: no ``--workers``, not ``store.shared``, not
+        PostgreSQL) reads a session's row once, at first sight: every count, termination, reset and end of
+        it after that is made here, on the state it keeps, so that state is the row plus what is not written
+        yet without asking the database again (and without a trip to the reader thread per call).
+        """
+        if not self.write_through:
+            with self._dirty_lock:
+                held = self._sessions.get((principal, session_id))
+            if held is not None:
+                return held
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._read_worker, self._refresh, principal, session_id, client)
@@ -212,8 +224,8 @@ class SqlStore:
         """A session row from before sessions had owners (see sqlite.py), to start a principal's copy from."""
         return None
 
-    @staticmethod
-    def _read_row(db: Db, principal: str, session_id: str) -> tuple[Any, ...] | None:
+    def _read_row(self, db: Db, principal: str, session_id: str) -> tuple[Any, ...] | None:
+        self.row_reads += 1
         row = db.execute(f"SELECT {_COLUMNS} FROM sessions WHERE principal = ? AND id = ?",
                          (principal, session_id)).fetchone()
         return None if row is None else tuple(row)
