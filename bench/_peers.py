@@ -69,7 +69,7 @@ def start_mcp_proxy(processes: Processes, upstream_url: str, directory: Path) ->
                            health="/status")
 
 
-SAMPLE_RATE = 250  # py-spy samples per second
+SAMPLE_RATE = 500  # py-spy samples per second
 SPY_ATTACH_S = 1.0  # py-spy reads the target's memory layout before its first sample
 SPY_WRITE_TIMEOUT_S = 60.0
 

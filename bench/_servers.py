@@ -3,17 +3,21 @@
 Each runs in its own subprocess so that it does not share the benchmark client's event loop (or
 its CPU: the machine these were written on has two cores). Everything binds 127.0.0.1.
 
-    python bench/_servers.py mcp PORT    MCP over streamable HTTP at /mcp with one tool, `echo`
-    python bench/_servers.py http PORT   Starlette: POST /echo, POST /execute, GET /counts
+    python bench/_servers.py mcp PORT [DELAY_MS]   MCP over streamable HTTP at /mcp with one tool, `echo`
+                                                   (answering DELAY_MS later, if given)
+    python bench/_servers.py http PORT             Starlette: POST /echo, POST /execute, GET /counts
+    python bench/_servers.py forward PORT TO_PORT  every TCP connection to PORT piped byte for byte to TO_PORT
 
 ``/execute`` counts its runs per ``request`` argument and ``/counts`` reports them, so a test can
 check, without going through the gateway, how often each call really ran upstream.
 
-Used by bench/gateway.py and bench/approvals.py (see bench/README.md); not meant to be run alone.
+Used by bench/gateway.py, bench/approvals.py and bench/client_cost.py (see bench/README.md); not meant to be
+run alone.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import math
@@ -225,11 +229,21 @@ def wait_healthy(process: Process, timeout: float = STARTUP_TIMEOUT_S, health: s
                        f"{process.log_tail()}")
 
 
-def start_upstream(processes: Processes, kind: str, directory: Path) -> Process:
-    """Start this file's ``mcp`` or ``http`` server on a free port."""
+def start_upstream(processes: Processes, kind: str, directory: Path, delay_ms: float = 0.0) -> Process:
+    """Start this file's ``mcp`` or ``http`` server on a free port (``mcp``: answering ``delay_ms`` later)."""
     port = free_port()
-    return processes.spawn(f"{kind} upstream", [sys.executable, str(Path(__file__).resolve()), kind, str(port)],
-                           directory / f"upstream-{kind}.log", f"http://127.0.0.1:{port}")
+    later = [str(delay_ms)] if delay_ms else []
+    name = f"{kind} upstream" + (f" +{delay_ms:g} ms" if delay_ms else "")
+    return processes.spawn(name, [sys.executable, str(Path(__file__).resolve()), kind, str(port), *later],
+                           directory / f"upstream-{kind}-{port}.log", f"http://127.0.0.1:{port}")
+
+
+def start_forwarder(processes: Processes, target: Process, directory: Path) -> Process:
+    """A byte-for-byte TCP forwarder on a free port in front of ``target`` (adds a hop, changes nothing sent)."""
+    port = free_port()
+    to_port = target.url.rsplit(":", 1)[1]
+    return processes.spawn("forwarder", [sys.executable, str(Path(__file__).resolve()), "forward", str(port), to_port],
+                           directory / f"forwarder-{port}.log", f"http://127.0.0.1:{port}")
 
 
 def start_gateway(processes: Processes, config: Path, log_level: str = "warning",
@@ -285,7 +299,7 @@ def write_gateway_config(directory: Path, *, upstreams: list[dict[str, Any]], po
 # The upstream servers (run in the subprocess; imports kept local so the parent stays light)
 
 
-def _mcp_app() -> Any:
+def _mcp_app(delay_ms: float = 0.0) -> Any:
     import mcp_types as types
     from mcp.server import Server, ServerRequestContext
     from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -306,6 +320,8 @@ def _mcp_app() -> Any:
     async def call_tool(ctx: ServerRequestContext[Any, Any],
                         params: types.CallToolRequestParams) -> types.CallToolResult:
         text = str((params.arguments or {}).get("text", ""))
+        if delay_ms:
+            await asyncio.sleep(delay_ms / 1000)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
     server = Server("bench-upstream", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool)
@@ -351,14 +367,39 @@ def _http_app() -> Any:
                              Route("/counts", read_counts), Route("/healthz", healthz)])
 
 
-def _serve(kind: str, port: int) -> None:
+def _serve(kind: str, port: int, delay_ms: float) -> None:
     import uvicorn
 
-    app = {"mcp": _mcp_app, "http": _http_app}[kind]()
+    app = _mcp_app(delay_ms) if kind == "mcp" else _http_app()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, backlog=4096)
 
 
+def _forward(port: int, to_port: int) -> None:
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        to_reader, to_writer = await asyncio.open_connection("127.0.0.1", to_port)
+        await asyncio.gather(pipe(reader, to_writer), pipe(to_reader, writer))
+
+    async def serve() -> None:
+        async with await asyncio.start_server(connected, "127.0.0.1", port) as server:
+            await server.serve_forever()
+
+    asyncio.run(serve())
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("mcp", "http"):
-        sys.exit("usage: python bench/_servers.py mcp|http PORT")
-    _serve(sys.argv[1], int(sys.argv[2]))
+    if len(sys.argv) == 4 and sys.argv[1] == "forward":
+        _forward(int(sys.argv[2]), int(sys.argv[3]))
+    elif len(sys.argv) in (3, 4) and sys.argv[1] in ("mcp", "http"):
+        _serve(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]) if len(sys.argv) == 4 else 0.0)
+    else:
+        sys.exit("usage: python bench/_servers.py mcp PORT [DELAY_MS] | http PORT | forward PORT TO_PORT")
