@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import io
+import os
 import signal
 import sys
 import threading
 import traceback
+import types
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Literal
 
@@ -87,17 +90,48 @@ async def serve_app(app: Any, *, lifespan: Literal["on", "off"] = "on", startup:
         yield f"http://{HOST}:{port}"
     finally:
         server.should_exit = True
-        try:
-            await asyncio.wait_for(task, shutdown)
-        except TimeoutError:
-            raise TimeoutError(f"uvicorn did not stop within {shutdown}s; still running:\n{_stacks()}") from None
+        done, _ = await asyncio.wait({task}, timeout=shutdown)
+        if not done:  # what it waits on, taken before the cancel unwinds it
+            hung = _stacks()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise TimeoutError(f"uvicorn did not stop within {shutdown}s; still running:\n{hung}")
+        task.result()
 
 
 def _stacks() -> str:
-    """Every task of this loop and every thread, with where each one waits: what a hung shutdown waits on."""
+    """Where a hung shutdown waits: each task's chain of awaits, every suspended coroutine or async generator
+    of the gateway's or the tests' own code (a chain stops at an async generator's ``anext``), every thread."""
     out = io.StringIO()
     for task in asyncio.all_tasks():
-        task.print_stack(limit=12, file=out)
+        out.write(f"task {task.get_name()}:\n{''.join(_awaits(task.get_coro()))}")
+    out.write("suspended here:\n")
+    for thing in gc.get_objects():
+        if not isinstance(thing, types.CoroutineType | types.AsyncGeneratorType):
+            continue
+        frame = thing.cr_frame if isinstance(thing, types.CoroutineType) else thing.ag_frame
+        if frame is not None and any(part in frame.f_code.co_filename for part in _OURS):
+            out.write(_where(frame))
     for thread_id, frame in sys._current_frames().items():
         out.write(f"thread {thread_id}:\n{''.join(traceback.format_stack(frame, limit=12))}")
     return out.getvalue()
+
+
+_OURS = (f"{os.sep}gateway{os.sep}", f"{os.sep}tests{os.sep}")
+
+
+def _awaits(awaitable: Any) -> list[str]:
+    """The frames of a coroutine and of what it awaits, outermost first."""
+    lines = []
+    while awaitable is not None:
+        frame = getattr(awaitable, "cr_frame", None) or getattr(awaitable, "gi_frame", None) \
+            or getattr(awaitable, "ag_frame", None)
+        if frame is not None:
+            lines.append(_where(frame))
+        awaitable = getattr(awaitable, "cr_await", None) or getattr(awaitable, "gi_yieldfrom", None) \
+            or getattr(awaitable, "ag_await", None)
+    return lines
+
+
+def _where(frame: Any) -> str:
+    return f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}\n"

@@ -6,11 +6,13 @@ once: a session-scoped gateway then answered each new MCP ``initialize`` with an
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 from collections.abc import AsyncIterator
 
 import httpx2
+import pytest
 from loopback import serve_app
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
@@ -47,3 +49,20 @@ async def test_servers_stopped_out_of_order_leave_the_original_handler_and_sse_w
     # Equal, not identical: a server still serving from an earlier test (a session fixture) is put back as a
     # new bound method of the same server's handle_exit.
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+async def test_a_server_whose_shutdown_hangs_is_reported_with_where_it_waits() -> None:
+    stuck = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await _closing_an_upstream_that_never_answers(stuck)
+
+    with pytest.raises(TimeoutError, match=r"(?s)did not stop within 0\.5s.*_closing_an_upstream_that_never_answers"):
+        async with serve_app(Starlette(lifespan=lifespan), shutdown=0.5):
+            pass
+
+
+async def _closing_an_upstream_that_never_answers(never: asyncio.Event) -> None:
+    await never.wait()
