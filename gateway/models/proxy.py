@@ -4,7 +4,8 @@
     (splices.py) → ask the model → per tool call: the pipeline decides it (agent-run tools via
     client_tools.py; gateway tools run by the pipeline) → admitted agent-run calls go back to the agent;
     refused, skipped, unknown and gateway-run calls are answered here and the model is asked again
-    (at most ``max_turns`` times); terminate and a pending approval end the response with a message.
+    (at most ``max_turns`` times); terminate, a pending approval and an approved call already handed out
+    (never given twice: it is the execution) end the response with a message.
 
 Both the whole response (``complete``) and the streamed one (``stream``) run the same ``_turn``.
 """
@@ -27,6 +28,7 @@ from gateway.models.splices import Splices
 from gateway.models.upstream import ModelUpstream
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import CallOutcome
+from gateway.pipeline.results import HANDED_OUT
 from gateway.policy.call import Principal
 from gateway.policy.cel.globbing import glob_match
 from gateway.upstreams.registry import ExposedTool
@@ -40,6 +42,10 @@ EXTENSION = "gateway"  # the response's extension field: what the gateway resolv
 TURNS_EXHAUSTED = ("The gateway stopped asking the model after {n} requests: its tool calls kept being answered by "
                    "the gateway. Try again with a different request.")
 AWAITS_APPROVAL = "{message} (Send the same request again once it is decided.)"
+
+
+# A call in one of these states ends the agent's response with its message (the turn's other calls are not given).
+_ENDS_TURN = ("terminated", "pending", "handed_out")
 
 
 def _unknown(name: str) -> str:
@@ -86,7 +92,7 @@ class _Call:
     outcome: CallOutcome | None = None
     answer: str | None = None  # the tool message the model gets, when resolved here
     args: Json | None = None  # admitted: the arguments the agent gets
-    status: str = "not_run"  # returned | answered | pending | terminated | not_run
+    status: str = "not_run"  # returned | answered | pending | handed_out | terminated | not_run
 
 
 @dataclass(slots=True)
@@ -250,7 +256,7 @@ class ModelProxy:
         for call in calls:  # the agent's own tools first, in order: a terminate refuses the rest
             if call.name not in conversation.gateway:
                 await self._decide(conversation, call, iteration)
-        ended = next((c for c in calls if c.status in ("terminated", "pending")), None)
+        ended = next((c for c in calls if c.status in _ENDS_TURN), None)
         if ended is None and not any(c.status == "returned" for c in calls):
             limit = asyncio.Semaphore(conversation.route.tool_concurrency)
 
@@ -259,12 +265,12 @@ class ModelProxy:
                     await self._decide(conversation, call, iteration)
 
             await asyncio.gather(*(run(c) for c in calls if c.name in conversation.gateway))
-            ended = next((c for c in calls if c.status in ("terminated", "pending")), None)
+            ended = next((c for c in calls if c.status in _ENDS_TURN), None)
         conversation.report.extend(_report(c, iteration) for c in calls)
         if ended is not None:
             assert ended.outcome is not None
-            text = ended.outcome.text if ended.status == "terminated" else \
-                AWAITS_APPROVAL.format(message=ended.outcome.text)
+            text = AWAITS_APPROVAL.format(message=ended.outcome.text) if ended.status == "pending" else \
+                ended.outcome.text
             return _Turn(_text_message(text), "stop", True)
         returned = [c for c in calls if c.status == "returned"]
         if returned:
@@ -306,6 +312,8 @@ class ModelProxy:
             call.status = "terminated"
         elif outcome.pending_approval is not None:
             call.status = "pending"
+        elif outcome.meta.get(HANDED_OUT):  # a retry of an approved call the agent was already given
+            call.status = "handed_out"
         elif client is not None and (admitted := admitted_args(outcome)) is not None:
             call.status, call.args = "returned", admitted
         else:
@@ -362,7 +370,7 @@ def _report(call: _Call, iteration: int) -> Json:
                    ("unknown_tool" if call.status == "answered" else "not_run")}
     if outcome is not None and outcome.meta.get("gateway/rewritten"):
         entry["rewritten"] = True
-    if call.status in ("answered", "terminated", "pending"):
+    if call.status in ("answered", *_ENDS_TURN):
         entry["message"] = call.answer if outcome is None else outcome.text
     if outcome is not None and outcome.pending_approval is not None:
         entry["approval_id"] = outcome.pending_approval
