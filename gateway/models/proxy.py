@@ -23,6 +23,7 @@ from typing import Any
 from gateway.errors import UnknownToolError
 from gateway.frontends.runs import Run
 from gateway.limits import MODEL_SPLICES_KEPT
+from gateway.models.answer import StreamedMessage, as_object, assistant_message
 from gateway.models.client_tools import admitted_args, client_tools, function_tool, undeclared_tools
 from gateway.models.splices import Splices
 from gateway.models.upstream import ModelUpstream
@@ -187,7 +188,7 @@ class ModelProxy:
             conversation.model_requests += 1
             usage = _add_usage(usage, answer.get("usage"))
             choice = answer["choices"][0] if isinstance(answer["choices"][0], dict) else {}
-            message = _obj(choice.get("message"))
+            message = as_object(choice.get("message"))
             turn = await self._turn(conversation, {**message, "role": "assistant"},
                                     str(choice.get("finish_reason") or "stop"))
             if turn.final:
@@ -209,8 +210,7 @@ class ModelProxy:
             return
         usage: Json | None = None
         for _ in range(conversation.route.max_turns):
-            text: list[str] = []
-            calls: dict[int, Json] = {}
+            streamed = StreamedMessage()
             finish = "stop"
             stream = conversation.route.upstream.stream({**conversation.body, "messages": conversation.messages})
             conversation.model_requests += 1
@@ -220,22 +220,16 @@ class ModelProxy:
                 choices = chunk.get("choices")
                 if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
                     continue
-                delta = _obj(choices[0].get("delta"))
                 if choices[0].get("finish_reason"):
                     finish = str(choices[0]["finish_reason"])
-                _gather_calls(calls, delta.get("tool_calls"))
-                passed = {k: v for k, v in delta.items() if k != "tool_calls"}
-                if isinstance(passed.get("content"), str):
-                    text.append(passed["content"])
+                passed = streamed.add(as_object(choices[0].get("delta")))
                 if passed:  # text deltas stream through at once
                     yield _event({**head, "choices": [{"index": 0, "delta": passed, "finish_reason": None,
                                                        "logprobs": None}]})
-            message: Json = {"role": "assistant", "content": "".join(text) or None}
-            if calls:
-                message["tool_calls"] = [calls[i] for i in sorted(calls)]
+            message = streamed.message()
             turn = await self._turn(conversation, message, finish)
             if turn.final:
-                said = "".join(text)
+                said = "".join(streamed.text)
                 shown = {k: v for k, v in turn.message.items() if k != "content" or v != (said or None)}
                 for event in _closing(head, conversation, shown, turn.finish, usage, include_usage):
                     yield event
@@ -246,6 +240,7 @@ class ModelProxy:
 
     async def _turn(self, conversation: _Conversation, message: Json, finish: str) -> _Turn:
         """Decide every tool call of one assistant message (see the module docstring)."""
+        message = assistant_message(message)
         raw_calls = message.get("tool_calls")
         if not isinstance(raw_calls, list) or not raw_calls:
             self._keep_splice(conversation, message)
@@ -292,7 +287,7 @@ class ModelProxy:
         if client is None and call.name not in conversation.gateway:
             call.status, call.answer = "answered", _unknown(call.name)
             return
-        function = _obj(call.raw.get("function"))
+        function = as_object(call.raw.get("function"))
         args, refused = _arguments(function.get("arguments"))
         caller = conversation.caller
         request = CallRequest(
@@ -320,14 +315,9 @@ class ModelProxy:
             call.status, call.answer = "answered", _tool_text(outcome)
 
 
-def _obj(value: Any) -> Json:
-    """A JSON object as read, or an empty one for anything else."""
-    return value if isinstance(value, dict) else {}
-
-
 def _read_call(raw: Any) -> _Call:
     raw = raw if isinstance(raw, dict) else {}
-    function = _obj(raw.get("function"))
+    function = as_object(raw.get("function"))
     name = function.get("name")
     call_id = raw.get("id")
     return _Call(call_id if isinstance(call_id, str) and call_id else f"call_{uuid.uuid4().hex[:24]}",
@@ -351,7 +341,7 @@ def _arguments(raw: Any) -> tuple[Json, str | None]:
 
 def _with_args(call: _Call) -> Json:
     """A returned tool call, carrying the admitted (possibly rewritten) arguments."""
-    function = _obj(call.raw.get("function"))
+    function = as_object(call.raw.get("function"))
     return {**call.raw, "id": call.id, "type": "function",
             "function": {**function, "arguments": json.dumps(call.args, ensure_ascii=False)}}
 
@@ -375,23 +365,6 @@ def _report(call: _Call, iteration: int) -> Json:
     if outcome is not None and outcome.pending_approval is not None:
         entry["approval_id"] = outcome.pending_approval
     return entry
-
-
-def _gather_calls(calls: dict[int, Json], deltas: Any) -> None:
-    """Add streamed tool-call deltas to the calls being assembled (by ``index``)."""
-    if not isinstance(deltas, list):
-        return
-    for delta in deltas:
-        if not isinstance(delta, dict):
-            continue
-        index = delta["index"] if isinstance(delta.get("index"), int) else len(calls)
-        call = calls.setdefault(index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
-        if delta.get("id"):
-            call["id"] = delta["id"]
-        function = _obj(delta.get("function"))
-        for key in ("name", "arguments"):
-            if isinstance(function.get(key), str):
-                call["function"][key] += function[key]
 
 
 def _text_message(text: str) -> Json:
