@@ -43,7 +43,7 @@ rules:
 
 KEY = "sk-gateway-0123456789abcdefghij"  # the model key the gateway is configured with
 OTHER_KEY = "sk-proj-ZYXWVUTSRQPONMLK98765"  # a key the gateway never knew, echoed by a proxy
-TOOLS = [{"type": "function", "function": {"name": "deploy", "parameters": {"type": "object"}}}]
+TOOLS: list[Any] = [{"type": "function", "function": {"name": "deploy", "parameters": {"type": "object"}}}]
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS}
 Handler = Callable[[dict[str, Any]], Response]
 
@@ -113,20 +113,21 @@ async def test_a_legacy_function_call_is_decided_like_any_tool_call(stage: Stage
     async with gateway_model_client(stage.url, PEOPLE["alice"][0], None) as client:
         if stream:
             chunks = [c async for c in await client.chat.completions.create(
-                model="m", messages=messages, tools=TOOLS, stream=True)]  # type: ignore[arg-type]
+                model="m", messages=messages, tools=TOOLS, stream=True)]
             deltas = [ch.delta for c in chunks for ch in c.choices]
             assert not any(d.function_call for d in deltas)  # today the refused prod call streamed straight through
-            calls = [tc for d in deltas for tc in d.tool_calls or []]
+            calls = [(tc.function.name, tc.function.arguments) for d in deltas for tc in d.tool_calls or []
+                     if tc.function is not None]
             extension = (chunks[-1].model_extra or {})["gateway"]
         else:
-            response = await client.chat.completions.create(model="m", messages=messages,
-                                                            tools=TOOLS)  # type: ignore[arg-type]
+            response = await client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
             assert response.choices[0].message.function_call is None  # today: {"service": "prod"}, undecided
-            calls = list(response.choices[0].message.tool_calls or [])
+            calls = [(tc.function.name, tc.function.arguments) for tc in response.choices[0].message.tool_calls or []
+                     if tc.type == "function"]
             extension = (response.model_extra or {})["gateway"]
-    [call] = calls
-    assert call.function is not None and call.function.name == "deploy"
-    assert json.loads(call.function.arguments or "") == {"service": "api-canary"}  # rewritten, as any tool call
+    [(name, arguments)] = calls
+    assert name == "deploy"
+    assert json.loads(arguments or "") == {"service": "api-canary"}  # rewritten, as any tool call
     assert [(c["status"], c["decision"]) for c in extension["calls"]] == [("answered", "reject"),
                                                                           ("returned", "allow")]
 
