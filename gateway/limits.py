@@ -358,3 +358,14 @@ TASK_POLL_INTERVAL_MS = 500
 # A 2026-07-28 client that declared the tasks extension gets a plain result when the call ends within this
 # time, and a task otherwise (a held call, a long-running or task-only tool).
 TASK_GRACE_SECONDS = 1.0
+
+# issue 18 (b)
+# The most one streamed model answer may send in all (the bytes of all its events), like
+# MAX_MODEL_RESPONSE_BYTES for a whole answer: past it the stream is cut and the agent gets an error. Its
+# duration is bounded as a whole answer's is, by the entry's `timeout` (MODEL_TIMEOUT_SECONDS), not per read.
+MAX_MODEL_STREAM_BYTES = 16 * 1024 * 1024
+# The longest part of a model upstream's own error message relayed to the agent (characters).
+MAX_MODEL_ERROR_CHARS = 1_000
+# A configured model key shorter than this is a placeholder ("EMPTY", "ollama") that ordinary text contains:
+# it is taken out of the upstream's error messages, but not out of the model's answers.
+MIN_SCRUBBED_ANSWER_SECRET_CHARS = 16

@@ -4,7 +4,8 @@
     (splices.py) → ask the model → per tool call: the pipeline decides it (agent-run tools via
     client_tools.py; gateway tools run by the pipeline) → admitted agent-run calls go back to the agent;
     refused, skipped, unknown and gateway-run calls are answered here and the model is asked again
-    (at most ``max_turns`` times); terminate and a pending approval end the response with a message.
+    (at most ``max_turns`` times); terminate, a pending approval and an approved call already handed out
+    (never given twice: it is the execution) end the response with a message.
 
 Both the whole response (``complete``) and the streamed one (``stream``) run the same ``_turn``.
 """
@@ -22,11 +23,13 @@ from typing import Any
 from gateway.errors import UnknownToolError
 from gateway.frontends.runs import Run
 from gateway.limits import MODEL_SPLICES_KEPT
+from gateway.models.answer import StreamedMessage, as_object, assistant_message
 from gateway.models.client_tools import admitted_args, client_tools, function_tool, undeclared_tools
 from gateway.models.splices import Splices
 from gateway.models.upstream import ModelUpstream
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import CallOutcome
+from gateway.pipeline.results import HANDED_OUT
 from gateway.policy.call import Principal
 from gateway.policy.cel.globbing import glob_match
 from gateway.upstreams.registry import ExposedTool
@@ -40,6 +43,10 @@ EXTENSION = "gateway"  # the response's extension field: what the gateway resolv
 TURNS_EXHAUSTED = ("The gateway stopped asking the model after {n} requests: its tool calls kept being answered by "
                    "the gateway. Try again with a different request.")
 AWAITS_APPROVAL = "{message} (Send the same request again once it is decided.)"
+
+
+# A call in one of these states ends the agent's response with its message (the turn's other calls are not given).
+_ENDS_TURN = ("terminated", "pending", "handed_out")
 
 
 def _unknown(name: str) -> str:
@@ -86,7 +93,7 @@ class _Call:
     outcome: CallOutcome | None = None
     answer: str | None = None  # the tool message the model gets, when resolved here
     args: Json | None = None  # admitted: the arguments the agent gets
-    status: str = "not_run"  # returned | answered | pending | terminated | not_run
+    status: str = "not_run"  # returned | answered | pending | handed_out | terminated | not_run
 
 
 @dataclass(slots=True)
@@ -181,7 +188,7 @@ class ModelProxy:
             conversation.model_requests += 1
             usage = _add_usage(usage, answer.get("usage"))
             choice = answer["choices"][0] if isinstance(answer["choices"][0], dict) else {}
-            message = _obj(choice.get("message"))
+            message = as_object(choice.get("message"))
             turn = await self._turn(conversation, {**message, "role": "assistant"},
                                     str(choice.get("finish_reason") or "stop"))
             if turn.final:
@@ -203,8 +210,7 @@ class ModelProxy:
             return
         usage: Json | None = None
         for _ in range(conversation.route.max_turns):
-            text: list[str] = []
-            calls: dict[int, Json] = {}
+            streamed = StreamedMessage()
             finish = "stop"
             stream = conversation.route.upstream.stream({**conversation.body, "messages": conversation.messages})
             conversation.model_requests += 1
@@ -214,22 +220,16 @@ class ModelProxy:
                 choices = chunk.get("choices")
                 if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
                     continue
-                delta = _obj(choices[0].get("delta"))
                 if choices[0].get("finish_reason"):
                     finish = str(choices[0]["finish_reason"])
-                _gather_calls(calls, delta.get("tool_calls"))
-                passed = {k: v for k, v in delta.items() if k != "tool_calls"}
-                if isinstance(passed.get("content"), str):
-                    text.append(passed["content"])
+                passed = streamed.add(as_object(choices[0].get("delta")))
                 if passed:  # text deltas stream through at once
                     yield _event({**head, "choices": [{"index": 0, "delta": passed, "finish_reason": None,
                                                        "logprobs": None}]})
-            message: Json = {"role": "assistant", "content": "".join(text) or None}
-            if calls:
-                message["tool_calls"] = [calls[i] for i in sorted(calls)]
+            message = streamed.message()
             turn = await self._turn(conversation, message, finish)
             if turn.final:
-                said = "".join(text)
+                said = "".join(streamed.text)
                 shown = {k: v for k, v in turn.message.items() if k != "content" or v != (said or None)}
                 for event in _closing(head, conversation, shown, turn.finish, usage, include_usage):
                     yield event
@@ -240,6 +240,7 @@ class ModelProxy:
 
     async def _turn(self, conversation: _Conversation, message: Json, finish: str) -> _Turn:
         """Decide every tool call of one assistant message (see the module docstring)."""
+        message = assistant_message(message)
         raw_calls = message.get("tool_calls")
         if not isinstance(raw_calls, list) or not raw_calls:
             self._keep_splice(conversation, message)
@@ -250,7 +251,7 @@ class ModelProxy:
         for call in calls:  # the agent's own tools first, in order: a terminate refuses the rest
             if call.name not in conversation.gateway:
                 await self._decide(conversation, call, iteration)
-        ended = next((c for c in calls if c.status in ("terminated", "pending")), None)
+        ended = next((c for c in calls if c.status in _ENDS_TURN), None)
         if ended is None and not any(c.status == "returned" for c in calls):
             limit = asyncio.Semaphore(conversation.route.tool_concurrency)
 
@@ -259,12 +260,12 @@ class ModelProxy:
                     await self._decide(conversation, call, iteration)
 
             await asyncio.gather(*(run(c) for c in calls if c.name in conversation.gateway))
-            ended = next((c for c in calls if c.status in ("terminated", "pending")), None)
+            ended = next((c for c in calls if c.status in _ENDS_TURN), None)
         conversation.report.extend(_report(c, iteration) for c in calls)
         if ended is not None:
             assert ended.outcome is not None
-            text = ended.outcome.text if ended.status == "terminated" else \
-                AWAITS_APPROVAL.format(message=ended.outcome.text)
+            text = AWAITS_APPROVAL.format(message=ended.outcome.text) if ended.status == "pending" else \
+                ended.outcome.text
             return _Turn(_text_message(text), "stop", True)
         returned = [c for c in calls if c.status == "returned"]
         if returned:
@@ -286,7 +287,7 @@ class ModelProxy:
         if client is None and call.name not in conversation.gateway:
             call.status, call.answer = "answered", _unknown(call.name)
             return
-        function = _obj(call.raw.get("function"))
+        function = as_object(call.raw.get("function"))
         args, refused = _arguments(function.get("arguments"))
         caller = conversation.caller
         request = CallRequest(
@@ -306,20 +307,17 @@ class ModelProxy:
             call.status = "terminated"
         elif outcome.pending_approval is not None:
             call.status = "pending"
+        elif outcome.meta.get(HANDED_OUT):  # a retry of an approved call the agent was already given
+            call.status = "handed_out"
         elif client is not None and (admitted := admitted_args(outcome)) is not None:
             call.status, call.args = "returned", admitted
         else:
             call.status, call.answer = "answered", _tool_text(outcome)
 
 
-def _obj(value: Any) -> Json:
-    """A JSON object as read, or an empty one for anything else."""
-    return value if isinstance(value, dict) else {}
-
-
 def _read_call(raw: Any) -> _Call:
     raw = raw if isinstance(raw, dict) else {}
-    function = _obj(raw.get("function"))
+    function = as_object(raw.get("function"))
     name = function.get("name")
     call_id = raw.get("id")
     return _Call(call_id if isinstance(call_id, str) and call_id else f"call_{uuid.uuid4().hex[:24]}",
@@ -343,7 +341,7 @@ def _arguments(raw: Any) -> tuple[Json, str | None]:
 
 def _with_args(call: _Call) -> Json:
     """A returned tool call, carrying the admitted (possibly rewritten) arguments."""
-    function = _obj(call.raw.get("function"))
+    function = as_object(call.raw.get("function"))
     return {**call.raw, "id": call.id, "type": "function",
             "function": {**function, "arguments": json.dumps(call.args, ensure_ascii=False)}}
 
@@ -362,28 +360,11 @@ def _report(call: _Call, iteration: int) -> Json:
                    ("unknown_tool" if call.status == "answered" else "not_run")}
     if outcome is not None and outcome.meta.get("gateway/rewritten"):
         entry["rewritten"] = True
-    if call.status in ("answered", "terminated", "pending"):
+    if call.status in ("answered", *_ENDS_TURN):
         entry["message"] = call.answer if outcome is None else outcome.text
     if outcome is not None and outcome.pending_approval is not None:
         entry["approval_id"] = outcome.pending_approval
     return entry
-
-
-def _gather_calls(calls: dict[int, Json], deltas: Any) -> None:
-    """Add streamed tool-call deltas to the calls being assembled (by ``index``)."""
-    if not isinstance(deltas, list):
-        return
-    for delta in deltas:
-        if not isinstance(delta, dict):
-            continue
-        index = delta["index"] if isinstance(delta.get("index"), int) else len(calls)
-        call = calls.setdefault(index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
-        if delta.get("id"):
-            call["id"] = delta["id"]
-        function = _obj(delta.get("function"))
-        for key in ("name", "arguments"):
-            if isinstance(function.get(key), str):
-                call["function"][key] += function[key]
 
 
 def _text_message(text: str) -> Json:

@@ -34,8 +34,18 @@ from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
 from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.principal_limits import PrincipalLimits
 from gateway.pipeline.request import CallOutcome, CallRequest
-from gateway.pipeline.results import META, as_result_info, from_response_stage, pending, refusal, skipped, tool_result
+from gateway.pipeline.results import (
+    META,
+    as_result_info,
+    from_response_stage,
+    handed_out,
+    pending,
+    refusal,
+    skipped,
+    tool_result,
+)
 from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall, UsageInfo
+from gateway.policy.catalog import CLIENT_UPSTREAM
 from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet, env_revision
 from gateway.reload import PolicyHolder
@@ -69,6 +79,14 @@ def _outcome(stored: dict[str, Any], call_id: str | None = None) -> CallOutcome:
     if call_id is not None and call_id != outcome.call_id:
         outcome.call_id, outcome.meta = call_id, {**outcome.meta, f"{META}call_id": call_id}
     return outcome
+def _stored(outcome: CallOutcome, tool: ExposedTool | None, approval_id: str) -> CallOutcome:
+    """The outcome kept with an approval for its retries: the one run's, except that a call handed out to
+    the agent to run (the model proxy's agent-run tools) is the execution itself and is never handed out again."""
+    if tool is None or tool.upstream.name != CLIENT_UPSTREAM or outcome.is_error:
+        return outcome
+    return handed_out(outcome.call_id, tool.name, approval_id, now_rfc3339())
+
+
 AUDIT_FAILED = "The call could not be recorded, so it was not run."
 STORE_UNAVAILABLE = ("The gateway's database could not be read, so this run's limits could not be checked and the "
                      "call was not run. Try again shortly.")
@@ -277,7 +295,7 @@ class Gateway:
                 await self.approvals.released(approval_id)
                 outcome = refusal(request.call_id, "tool_failed", NOT_REACHED, approval_id=approval_id)
             else:
-                await self.approvals.executed(approval_id, outcome.to_rest())
+                await self.approvals.executed(approval_id, _stored(outcome, current, approval_id).to_rest())
             return outcome
 
         task = asyncio.ensure_future(run_once())

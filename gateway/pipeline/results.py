@@ -8,7 +8,8 @@ from gateway.pipeline.request import CallOutcome
 from gateway.policy.call import ResultInfo
 from gateway.upstreams.base import ToolResult, text_result
 
-__all__ = ["META", "as_result_info", "from_response_stage", "pending", "refusal", "skipped", "tool_result"]
+__all__ = ["HANDED_OUT", "META", "as_result_info", "from_response_stage", "handed_out", "pending", "refusal", "skipped",
+           "tool_result"]
 
 # Keys of the `_meta` the gateway adds to every result (MCP reserves un-prefixed names).
 META = "gateway/"
@@ -34,6 +35,22 @@ def pending(call_id: str, message: str, approval_id: str, expires_at: str | None
     return CallOutcome(call_id, "pending", False, [{"type": "text", "text": message}], structured,
                        _meta(call_id, "pending", pending=True, approval_id=approval_id, expires_at=expires_at),
                        pending_approval=approval_id)
+
+
+HANDED_OUT = f"{META}handed_out"  # _meta: when an approved agent-run call was handed out (it is never again)
+
+
+def handed_out(call_id: str, tool: str, approval_id: str, at: str) -> CallOutcome:
+    """What every retry bound to an approval gets once its agent-run call was handed out.
+
+    For a tool the agent runs itself the handed-out call *is* the execution, so the stored outcome of the
+    approval is this notice, never the call: a second copy of the call would be a second run.
+    """
+    message = (f"This call to {tool} was already approved and handed out at {at} (approval {approval_id}) "
+               "for the agent to run, once; it is not handed out again. The same call made again later is a "
+               "new request for approval.")
+    return CallOutcome(call_id, "approve", False, [{"type": "text", "text": message}], None,
+                       _meta(call_id, "approve", handed_out=at, approval_id=approval_id))
 
 
 def skipped(call_id: str, value: Any) -> CallOutcome:

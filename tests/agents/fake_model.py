@@ -14,7 +14,7 @@ before answering with that call, so a test can act (approve a held request, say)
 in the run where the model has read one result and is about to make the next call. A scripted call may
 give ``raw`` arguments: the exact text sent as the call's ``arguments`` (not JSON, say), and ``force``
 a call to a tool the request did not offer; ``with_next`` makes the next call in the same turn (parallel
-tool calls, each with its own id).
+tool calls, each with its own id); ``legacy`` sends the call as the pre-tools API's ``function_call``.
 
 Every request body is kept in ``requests``. Both frameworks are driven through Chat Completions:
 OpenAI Agents defaults to the Responses API, but its ``OpenAIChatCompletionsModel`` is a supported,
@@ -55,6 +55,7 @@ class ScriptedCall:
     raw: str | None = None  # the arguments text as sent, instead of ``args`` as JSON
     force: bool = False  # call the tool even when the request did not offer it
     with_next: bool = False  # the next scripted call is made in the same turn (parallel tool calls)
+    legacy: bool = False  # sent as the pre-tools API's ``function_call`` instead of ``tool_calls``
 
 
 def script(*calls: ScriptedCall | tuple[str, Json]) -> str:
@@ -63,7 +64,8 @@ def script(*calls: ScriptedCall | tuple[str, Json]) -> str:
     return json.dumps({"calls": [{"tool": s.tool, "args": s.args, "before": s.before,
                                   **({"raw": s.raw} if s.raw is not None else {}),
                                   **({"force": True} if s.force else {}),
-                                  **({"with_next": True} if s.with_next else {})} for s in steps]})
+                                  **({"with_next": True} if s.with_next else {}),
+                                  **({"legacy": True} if s.legacy else {})} for s in steps]})
 
 
 def tool_results_of(final_output: str) -> list[str]:
@@ -109,7 +111,8 @@ class FakeModel:
         if body.get("stream"):
             return StreamingResponse(self._stream(message, body), media_type="text/event-stream")
         self._ids += 1
-        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        finish = "tool_calls" if message.get("tool_calls") else "function_call" if message.get("function_call") \
+            else "stop"
         return JSONResponse({
             "id": f"chatcmpl-{self._ids}", "object": "chat.completion", "created": int(time.time()), "model": MODEL,
             "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
@@ -140,6 +143,8 @@ class FakeModel:
         tool_calls = [{"id": f"call_{first + i}_{step['tool']}", "type": "function",
                        "function": {"name": step["tool"], "arguments": step.get("raw", json.dumps(step["args"]))}}
                       for i, step in enumerate(turn)]
+        if turn[0].get("legacy"):
+            return {"role": "assistant", "content": None, "function_call": tool_calls[0]["function"]}
         return {"role": "assistant", "content": None, "tool_calls": tool_calls}
 
     async def _stream(self, message: Json, body: Json) -> AsyncIterator[bytes]:
@@ -166,6 +171,11 @@ class FakeModel:
                 for start in range(0, len(args), step):
                     yield chunk({"tool_calls": [{"index": index, "function": {"arguments": args[start:start + step]}}]})
             yield chunk({}, "tool_calls")
+        elif message.get("function_call"):
+            function = message["function_call"]
+            yield chunk({"function_call": {"name": function["name"], "arguments": ""}})
+            yield chunk({"function_call": {"arguments": function["arguments"]}})
+            yield chunk({}, "function_call")
         else:
             yield chunk({"content": message["content"]})
             if self.gate is not None:
