@@ -28,10 +28,13 @@ def refusal(call_id: str, decision: str, message: str, **extra: Any) -> CallOutc
 
 def pending(call_id: str, message: str, approval_id: str, expires_at: str | None) -> CallOutcome:
     """A held call's answer once the hold is over: a normal result (not ``isError``) the model reads and acts
-    on by calling again; ``_meta`` marks it pending (frameworks hide an error's text by default: MAF)."""
-    # The same facts as structured content: some frameworks show the model only that (MAF, structured_first).
-    structured = {"pending": True, "approval_id": approval_id, "expires_at": expires_at, "message": message}
-    return CallOutcome(call_id, "pending", False, [{"type": "text", "text": message}], structured,
+    on by calling again; ``_meta`` marks it pending (frameworks hide an error's text by default: MAF).
+
+    The instruction is the only thing the model is given: no ``structuredContent``. MAF
+    (``structured_first``) and pydantic-ai hand the model the structured content instead of the text
+    whenever there is one, so JSON there would bury the instruction in a field. The facts a program reads
+    (pending, approval id, expiry) are in ``_meta``, MCP's place for data about a result."""
+    return CallOutcome(call_id, "pending", False, [{"type": "text", "text": message}], None,
                        _meta(call_id, "pending", pending=True, approval_id=approval_id, expires_at=expires_at),
                        pending_approval=approval_id)
 
