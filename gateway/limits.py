@@ -358,3 +358,11 @@ TASK_POLL_INTERVAL_MS = 500
 # A 2026-07-28 client that declared the tasks extension gets a plain result when the call ends within this
 # time, and a task otherwise (a held call, a long-running or task-only tool).
 TASK_GRACE_SECONDS = 1.0
+
+# issue 18 (g)
+# A message about an argument that does not fit its tool's input schema (gateway/upstreams/argument_errors.py)
+# cuts an argument name at this many characters, and a value the schema gives (an enum, a pattern) at
+# SCHEMA_VALUE_CHARS; at most MAX_ARGUMENT_PROBLEMS problems are listed in one refusal.
+ARGUMENT_NAME_CHARS = 64
+SCHEMA_VALUE_CHARS = 160
+MAX_ARGUMENT_PROBLEMS = 5

@@ -1,9 +1,11 @@
 """The life of one call, in order. Each step is a few lines here or a call into its own module.
 
     per-principal limits → admit the values (policies must see exactly what the tool gets) →
-    resolve tool → request-stage policies (mutate, validate) → check final args against the
-    tool's input schema → approval (the gate) → execute upstream with a timeout →
-    admit the result's values → response-stage policies → the frontend's result → audit event → session counters
+    resolve tool → check the values sent against the tool's input schema (types, ranges: what policies
+    read) → request-stage policies (mutate, validate) → check final args against the tool's input
+    schema (what a rewrite may mend: missing or extra arguments) → approval (the gate) → execute upstream
+    with a timeout → admit the result's values → response-stage policies → the frontend's result →
+    audit event → session counters
 
 Every call gets exactly one outcome paired with its call id; a tool that is not exposed is the
 only case that raises (``UnknownToolError``, which frontends turn into a protocol error).
@@ -34,7 +36,16 @@ from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
 from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.principal_limits import PrincipalLimits
 from gateway.pipeline.request import CallOutcome, CallRequest
-from gateway.pipeline.results import META, as_result_info, from_response_stage, pending, refusal, skipped, tool_result
+from gateway.pipeline.results import (
+    META,
+    as_result_info,
+    from_response_stage,
+    pending,
+    refusal,
+    schema_refusal,
+    skipped,
+    tool_result,
+)
 from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall, UsageInfo
 from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet, env_revision
@@ -182,6 +193,12 @@ class Gateway:
         if len(json.dumps(request.arguments, default=str)) > self.max_argument_bytes:
             outcome = refusal(request.call_id, "reject", "The arguments are too large.")
             return self._finish(trace, tool, session, outcome, policy_set)
+        # Policies are typed from the input schema (gateway/policy/typed_env.py): a value of the wrong type would
+        # make a rule fail to evaluate, and the model would read which rule, not which argument. Missing or extra
+        # arguments wait for the check after the rewrites, which may add or remove them.
+        wrong = [p for p in tool.schema_errors(request.arguments) if not p.structural]
+        if wrong:
+            return self._finish(trace, tool, session, schema_refusal(request.call_id, wrong), policy_set)
         outcome = await self._decide_and_run(trace, tool, session, policy_set)
         return self._finish(trace, tool, session, outcome, policy_set)
 
@@ -223,8 +240,7 @@ class Gateway:
             return refusal(request.call_id, "invalid_arguments", f"The rewritten arguments were refused: {why}.")
         problems = tool.schema_errors(decision.args)
         if problems:
-            text = "The arguments do not match the tool's input schema: " + "; ".join(problems[:5])
-            return refusal(request.call_id, "invalid_arguments", text)
+            return schema_refusal(request.call_id, problems)
         if verdict is Verdict.APPROVE:
             return await self._approve_then_execute(trace, tool, policy_set, call, decision)
         return await self._execute(trace, tool, policy_set, call, decision)

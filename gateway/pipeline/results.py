@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from gateway.limits import MAX_ARGUMENT_PROBLEMS
 from gateway.pipeline.request import CallOutcome
 from gateway.policy.call import ResultInfo
+from gateway.upstreams.argument_errors import ArgumentProblem
 from gateway.upstreams.base import ToolResult, text_result
 
-__all__ = ["META", "as_result_info", "from_response_stage", "pending", "refusal", "skipped", "tool_result"]
+__all__ = ["META", "as_result_info", "from_response_stage", "pending", "refusal", "schema_refusal",
+           "skipped",
+           "tool_result"]
 
 # Keys of the `_meta` the gateway adds to every result (MCP reserves un-prefixed names).
 META = "gateway/"
@@ -24,6 +29,14 @@ def refusal(call_id: str, decision: str, message: str, **extra: Any) -> CallOutc
     """An ``isError`` result whose text is a message meant for the model."""
     return CallOutcome(call_id, decision, True, [{"type": "text", "text": message}], None,
                        _meta(call_id, decision, **extra))
+
+
+def schema_refusal(call_id: str, problems: Sequence[ArgumentProblem]) -> CallOutcome:
+    """Arguments that do not fit the tool's input schema, refused naming each argument and what it needs."""
+    listed = "; ".join(p.text for p in problems[:MAX_ARGUMENT_PROBLEMS])
+    more = f" (and {len(problems) - MAX_ARGUMENT_PROBLEMS} more)" if len(problems) > MAX_ARGUMENT_PROBLEMS else ""
+    return refusal(call_id, "invalid_arguments", f"The arguments do not match the tool's input schema: {listed}{more}."
+                   " The tool did not run: correct the arguments and call it again.")
 
 
 def pending(call_id: str, message: str, approval_id: str, expires_at: str | None) -> CallOutcome:
