@@ -40,6 +40,7 @@ from gateway.pipeline.results import (
     META,
     as_result_info,
     from_response_stage,
+    needs_client,
     pending,
     refusal,
     schema_refusal,
@@ -52,7 +53,7 @@ from gateway.policy.policyset import PolicySet, env_revision
 from gateway.reload import PolicyHolder
 from gateway.store.base import SessionStore
 from gateway.store.model import SessionState, now_rfc3339
-from gateway.upstreams.client_requests import calling_client
+from gateway.upstreams.client_requests import Declares, calling_client, undeclared
 from gateway.upstreams.registry import ExposedTool, ToolRegistry
 from gateway.values import Profile, printable, problem
 
@@ -130,6 +131,13 @@ class Gateway:
         return [t for t in self.registry.all()
                 if policy_set.admits_tool(ToolCall(t.info, principal=principal, env=self.env))]
 
+    def usable_tools(self, principal: Principal, declares: Declares | None) -> list[ExposedTool]:
+        """The visible tools a client can use: those whose requests to it (``needs_client``) it declared.
+
+        ``declares`` is the client's ``ClientChannel.declares``; None for a caller that cannot be asked (REST,
+        the model proxy)."""
+        return [t for t in self.visible_tools(principal) if not undeclared(declares, t.spec.needs_client)]
+
     def _tool(self, request: CallRequest) -> ExposedTool | None:
         """The tool a call names: the one it carries (an agent-run tool), else the registry's."""
         return request.exposed if request.exposed is not None else self.registry.get(request.tool)
@@ -193,6 +201,10 @@ class Gateway:
         if len(json.dumps(request.arguments, default=str)) > self.max_argument_bytes:
             outcome = refusal(request.call_id, "reject", "The arguments are too large.")
             return self._finish(trace, tool, session, outcome, policy_set)
+        missing = undeclared(request.client.declares if request.client else None, tool.spec.needs_client)
+        if missing:  # not listed to this client either (usable_tools): it would ask a client that cannot answer
+            return self._finish(trace, tool, session, needs_client(request.call_id, tool.name, missing), policy_set,
+                                count=False)
         # Policies are typed from the input schema (gateway/policy/typed_env.py): a value of the wrong type would
         # make a rule fail to evaluate, and the model would read which rule, not which argument. Missing or extra
         # arguments wait for the check after the rewrites, which may add or remove them.

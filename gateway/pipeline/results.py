@@ -11,7 +11,7 @@ from gateway.policy.call import ResultInfo
 from gateway.upstreams.argument_errors import ArgumentProblem
 from gateway.upstreams.base import ToolResult, text_result
 
-__all__ = ["META", "as_result_info", "from_response_stage", "pending", "refusal", "schema_refusal",
+__all__ = ["META", "as_result_info", "from_response_stage", "needs_client", "pending", "refusal", "schema_refusal",
            "skipped",
            "tool_result"]
 
@@ -37,6 +37,18 @@ def schema_refusal(call_id: str, problems: Sequence[ArgumentProblem]) -> CallOut
     more = f" (and {len(problems) - MAX_ARGUMENT_PROBLEMS} more)" if len(problems) > MAX_ARGUMENT_PROBLEMS else ""
     return refusal(call_id, "invalid_arguments", f"The arguments do not match the tool's input schema: {listed}{more}."
                    " The tool did not run: correct the arguments and call it again.")
+
+
+_ASKS = {"sampling": "its model (MCP sampling)", "elicitation": "its user (MCP elicitation)",
+         "roots": "its roots (MCP roots)"}
+
+
+def needs_client(call_id: str, tool: str, missing: Sequence[str]) -> CallOutcome:
+    """A tool that asks its caller's client for what this client did not declare: refused, and not run."""
+    asked = " and ".join(_ASKS.get(kind, kind) for kind in missing)
+    return refusal(call_id, "client_unsupported",
+                   f"The tool {tool} needs to ask the client for {asked}, which this client did not declare, so it"
+                   " was not run. Use another tool, or a client that supports this.")
 
 
 def pending(call_id: str, message: str, approval_id: str, expires_at: str | None) -> CallOutcome:
