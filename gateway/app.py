@@ -78,7 +78,9 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
             command=m.command, args=m.args, env={k: resolve_secret(v, base) for k, v in m.env.items()},
             cwd=config.path(m.cwd) if m.cwd else base, env_passthrough=m.env_passthrough,
             max_response_bytes=config.spec.limits.max_response_bytes, protocol=m.protocol,
-            client_requests=ClientRequestRules(**{kind: getattr(m.client_requests, kind) == "allow" for kind in KINDS}),
+            client_requests=ClientRequestRules(
+                **{kind: getattr(m.client_requests, kind) == "allow" for kind in KINDS},
+                needs=tuple((pattern, frozenset(kinds)) for pattern, kinds in m.tools_need_client.items())),
             fast_calls=m.fast_calls,
         )
     http: HttpUpstream

@@ -369,3 +369,11 @@ MAX_MODEL_ERROR_CHARS = 1_000
 # A configured model key shorter than this is a placeholder ("EMPTY", "ollama") that ordinary text contains:
 # it is taken out of the upstream's error messages, but not out of the model's answers.
 MIN_SCRUBBED_ANSWER_SECRET_CHARS = 16
+
+# issue 18 (g)
+# A message about an argument that does not fit its tool's input schema (gateway/upstreams/argument_errors.py)
+# cuts an argument name at this many characters, and a value the schema gives (an enum, a pattern) at
+# SCHEMA_VALUE_CHARS; at most MAX_ARGUMENT_PROBLEMS problems are listed in one refusal.
+ARGUMENT_NAME_CHARS = 64
+SCHEMA_VALUE_CHARS = 160
+MAX_ARGUMENT_PROBLEMS = 5

@@ -290,12 +290,21 @@ class McpUpstreamSpec(_Strict):
     # server offers it, else 2026-07-28; "newest" the reverse; "legacy" or "2026-07-28" only that one.
     protocol: Literal["auto", "newest", "legacy", "2026-07-28"] = "auto"
     client_requests: ClientRequestsSpec = Field(default_factory=ClientRequestsSpec)
+    # Tools (globs over this server's own tool names) that work only for a client able to answer these
+    # requests: they are listed to, and run for, only clients that declared the capabilities (docs/gateway.md).
+    tools_need_client: dict[str, list[Literal["sampling", "elicitation", "roots"]]] = Field(default_factory=dict)
     # Over HTTP, a tools/call whose caller can be sent nothing but its result is one POST on a kept-alive
     # connection instead of a trip through the SDK's client (gateway/upstreams/mcp_lean.py). A troubleshooting
     # switch: false sends every call through the SDK's client.
     fast_calls: bool = True
 
     _timeout = field_validator("timeout")(_duration)
+
+    @field_validator("tools_need_client")
+    @classmethod
+    def _needs(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        _globs(list(value))
+        return value
 
     @model_validator(mode="after")
     def _one(self) -> McpUpstreamSpec:

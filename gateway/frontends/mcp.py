@@ -25,7 +25,7 @@ from starlette.types import Scope
 
 from gateway.errors import UnknownToolError
 from gateway.frontends.identity import identity_of
-from gateway.frontends.mcp_client_channel import LogLevels, McpClientChannel
+from gateway.frontends.mcp_client_channel import LogLevels, McpClientChannel, covers
 from gateway.frontends.mcp_fast import LeanCalls
 from gateway.frontends.mcp_input import InputRound, input_round
 from gateway.frontends.mcp_input_schema import CallerScope, input_schema_lookup
@@ -114,7 +114,10 @@ class McpFrontend:
         self._remember(ctx)
         tools = []
         task_client = offers_tasks(ctx)
-        for tool in self.gateway.visible_tools(identity.principal):
+        # Only the tools this client can use: one that asks the client (tools_need_client) is listed only to
+        # clients whose capabilities, as this request declares them, cover what it asks (either era).
+        declared = functools.partial(covers, ctx.session.client_capabilities)
+        for tool in self.gateway.usable_tools(identity.principal, declared):
             spec = tool.spec
             # Every field of the upstream's definition, under the exposed name.
             tools.append(types.Tool.model_validate({

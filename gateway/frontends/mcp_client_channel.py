@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from gateway.limits import MAX_CACHED_SESSIONS
 from gateway.upstreams.client_requests import ClientRequestKind
 
-__all__ = ["LogLevels", "McpClientChannel", "request_of"]
+__all__ = ["LogLevels", "McpClientChannel", "covers", "request_of"]
 
 _LEVELS: tuple[str, ...] = get_args(types.LoggingLevel)  # least to most severe
 
@@ -65,24 +65,7 @@ class McpClientChannel:
 
     def declares(self, kind: ClientRequestKind, params: Any) -> bool:
         """Whether the client declared the capability (and sub-capability) the request needs, and can be asked."""
-        caps = self._ctx.session.client_capabilities
-        if caps is None or not self.reachable():
-            return False
-        if kind == "sampling":
-            if caps.sampling is None:
-                return False
-            wants_tools = params.tools is not None or params.tool_choice is not None
-            wants_context = params.include_context not in (None, "none")
-            return (caps.sampling.tools is not None or not wants_tools) and \
-                (caps.sampling.context is not None or not wants_context)
-        if kind == "elicitation":
-            if caps.elicitation is None:
-                return False
-            if isinstance(params, types.ElicitRequestURLParams):
-                return caps.elicitation.url is not None
-            # An empty elicitation capability means form mode (the spec's backwards compatibility).
-            return caps.elicitation.form is not None or caps.elicitation.url is None
-        return caps.roots is not None
+        return self.reachable() and covers(self._ctx.session.client_capabilities, kind, params)
 
     def reachable(self) -> bool:
         """Whether the call has a stream the client can be asked on (a 2026-07-28 call has none)."""
@@ -107,6 +90,27 @@ class McpClientChannel:
             return
         await self._ctx.session.send_notification(types.LoggingMessageNotification(params=params),
                                                   related_request_id=self._ctx.request_id)
+
+
+def covers(caps: types.ClientCapabilities | None, kind: ClientRequestKind, params: Any) -> bool:
+    """Whether declared capabilities ``caps`` cover what a request of ``kind`` with ``params`` needs."""
+    if caps is None:
+        return False
+    if kind == "sampling":
+        if caps.sampling is None:
+            return False
+        wants_tools = params.tools is not None or params.tool_choice is not None
+        wants_context = params.include_context not in (None, "none")
+        return (caps.sampling.tools is not None or not wants_tools) and \
+            (caps.sampling.context is not None or not wants_context)
+    if kind == "elicitation":
+        if caps.elicitation is None:
+            return False
+        if isinstance(params, types.ElicitRequestURLParams):
+            return caps.elicitation.url is not None
+        # An empty elicitation capability means form mode (the spec's backwards compatibility).
+        return caps.elicitation.form is not None or caps.elicitation.url is None
+    return caps.roots is not None
 
 
 def request_of(kind: ClientRequestKind, params: Any) -> tuple[Any, type[BaseModel]]:

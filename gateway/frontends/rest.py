@@ -68,7 +68,7 @@ def rest_routes(gateway: Gateway) -> list[Route]:
         tools = [{"name": t.name, "title": t.spec.title, "description": t.spec.description,
                   "input_schema": t.spec.input_schema, "annotations": t.spec.annotations,
                   "output_schema": t.spec.output_schema, "upstream": t.upstream.name}
-                 for t in gateway.visible_tools(identity.principal)]
+                 for t in gateway.usable_tools(identity.principal, None)]  # a REST caller cannot be asked
         return JSONResponse({"tools": tools})
 
     async def invoke(request: Request) -> JSONResponse:

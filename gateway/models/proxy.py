@@ -159,7 +159,7 @@ class ModelProxy:
         if undeclared:
             raise RequestProblem(f"the agent's tools {', '.join(map(repr, undeclared))} are not among this model's"
                                  " client_tools in the gateway's configuration")
-        gateway = {t.name: t for t in self.gateway.visible_tools(caller.principal)
+        gateway = {t.name: t for t in self.gateway.usable_tools(caller.principal, None)  # no client to ask
                    if t.name not in client and any(glob_match(t.name, g) for g in route.gateway_tools)}
         upstream_body = {**body, "model": route.model or model}
         upstream_body.pop("stream", None)

@@ -1,9 +1,11 @@
 """The life of one call, in order. Each step is a few lines here or a call into its own module.
 
     per-principal limits → admit the values (policies must see exactly what the tool gets) →
-    resolve tool → request-stage policies (mutate, validate) → check final args against the
-    tool's input schema → approval (the gate) → execute upstream with a timeout →
-    admit the result's values → response-stage policies → the frontend's result → audit event → session counters
+    resolve tool → check the values sent against the tool's input schema (types, ranges: what policies
+    read) → request-stage policies (mutate, validate) → check final args against the tool's input
+    schema (what a rewrite may mend: missing or extra arguments) → approval (the gate) → execute upstream
+    with a timeout → admit the result's values → response-stage policies → the frontend's result →
+    audit event → session counters
 
 Every call gets exactly one outcome paired with its call id; a tool that is not exposed is the
 only case that raises (``UnknownToolError``, which frontends turn into a protocol error).
@@ -39,8 +41,10 @@ from gateway.pipeline.results import (
     as_result_info,
     from_response_stage,
     handed_out,
+    needs_client,
     pending,
     refusal,
+    schema_refusal,
     skipped,
     tool_result,
 )
@@ -51,7 +55,7 @@ from gateway.policy.policyset import PolicySet, env_revision
 from gateway.reload import PolicyHolder
 from gateway.store.base import SessionStore
 from gateway.store.model import SessionState, now_rfc3339
-from gateway.upstreams.client_requests import calling_client
+from gateway.upstreams.client_requests import Declares, calling_client, undeclared
 from gateway.upstreams.registry import ExposedTool, ToolRegistry
 from gateway.values import Profile, printable, problem
 
@@ -137,6 +141,13 @@ class Gateway:
         return [t for t in self.registry.all()
                 if policy_set.admits_tool(ToolCall(t.info, principal=principal, env=self.env))]
 
+    def usable_tools(self, principal: Principal, declares: Declares | None) -> list[ExposedTool]:
+        """The visible tools a client can use: those whose requests to it (``needs_client``) it declared.
+
+        ``declares`` is the client's ``ClientChannel.declares``; None for a caller that cannot be asked (REST,
+        the model proxy)."""
+        return [t for t in self.visible_tools(principal) if not undeclared(declares, t.spec.needs_client)]
+
     def _tool(self, request: CallRequest) -> ExposedTool | None:
         """The tool a call names: the one it carries (an agent-run tool), else the registry's."""
         return request.exposed if request.exposed is not None else self.registry.get(request.tool)
@@ -200,6 +211,16 @@ class Gateway:
         if len(json.dumps(request.arguments, default=str)) > self.max_argument_bytes:
             outcome = refusal(request.call_id, "reject", "The arguments are too large.")
             return self._finish(trace, tool, session, outcome, policy_set)
+        missing = undeclared(request.client.declares if request.client else None, tool.spec.needs_client)
+        if missing:  # not listed to this client either (usable_tools): it would ask a client that cannot answer
+            return self._finish(trace, tool, session, needs_client(request.call_id, tool.name, missing), policy_set,
+                                count=False)
+        # Policies are typed from the input schema (gateway/policy/typed_env.py): a value of the wrong type would
+        # make a rule fail to evaluate, and the model would read which rule, not which argument. Missing or extra
+        # arguments wait for the check after the rewrites, which may add or remove them.
+        wrong = [p for p in tool.schema_errors(request.arguments) if not p.structural]
+        if wrong:
+            return self._finish(trace, tool, session, schema_refusal(request.call_id, wrong), policy_set)
         outcome = await self._decide_and_run(trace, tool, session, policy_set)
         return self._finish(trace, tool, session, outcome, policy_set)
 
@@ -241,8 +262,7 @@ class Gateway:
             return refusal(request.call_id, "invalid_arguments", f"The rewritten arguments were refused: {why}.")
         problems = tool.schema_errors(decision.args)
         if problems:
-            text = "The arguments do not match the tool's input schema: " + "; ".join(problems[:5])
-            return refusal(request.call_id, "invalid_arguments", text)
+            return schema_refusal(request.call_id, problems)
         if verdict is Verdict.APPROVE:
             return await self._approve_then_execute(trace, tool, policy_set, call, decision)
         return await self._execute(trace, tool, policy_set, call, decision)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from gateway.limits import MAX_ARGUMENT_PROBLEMS
 from gateway.pipeline.request import CallOutcome
 from gateway.policy.call import ResultInfo
+from gateway.upstreams.argument_errors import ArgumentProblem
 from gateway.upstreams.base import ToolResult, text_result
 
-__all__ = ["HANDED_OUT", "META", "as_result_info", "from_response_stage", "handed_out", "pending", "refusal", "skipped",
+__all__ = ["HANDED_OUT", "META", "as_result_info", "from_response_stage", "handed_out", "needs_client", "pending",
+           "refusal", "schema_refusal", "skipped",
            "tool_result"]
 
 # Keys of the `_meta` the gateway adds to every result (MCP reserves un-prefixed names).
@@ -27,12 +31,35 @@ def refusal(call_id: str, decision: str, message: str, **extra: Any) -> CallOutc
                        _meta(call_id, decision, **extra))
 
 
+def schema_refusal(call_id: str, problems: Sequence[ArgumentProblem]) -> CallOutcome:
+    """Arguments that do not fit the tool's input schema, refused naming each argument and what it needs."""
+    listed = "; ".join(p.text for p in problems[:MAX_ARGUMENT_PROBLEMS])
+    more = f" (and {len(problems) - MAX_ARGUMENT_PROBLEMS} more)" if len(problems) > MAX_ARGUMENT_PROBLEMS else ""
+    return refusal(call_id, "invalid_arguments", f"The arguments do not match the tool's input schema: {listed}{more}."
+                   " The tool did not run: correct the arguments and call it again.")
+
+
+_ASKS = {"sampling": "its model (MCP sampling)", "elicitation": "its user (MCP elicitation)",
+         "roots": "its roots (MCP roots)"}
+
+
+def needs_client(call_id: str, tool: str, missing: Sequence[str]) -> CallOutcome:
+    """A tool that asks its caller's client for what this client did not declare: refused, and not run."""
+    asked = " and ".join(_ASKS.get(kind, kind) for kind in missing)
+    return refusal(call_id, "client_unsupported",
+                   f"The tool {tool} needs to ask the client for {asked}, which this client did not declare, so it"
+                   " was not run. Use another tool, or a client that supports this.")
+
+
 def pending(call_id: str, message: str, approval_id: str, expires_at: str | None) -> CallOutcome:
     """A held call's answer once the hold is over: a normal result (not ``isError``) the model reads and acts
-    on by calling again; ``_meta`` marks it pending (frameworks hide an error's text by default: MAF)."""
-    # The same facts as structured content: some frameworks show the model only that (MAF, structured_first).
-    structured = {"pending": True, "approval_id": approval_id, "expires_at": expires_at, "message": message}
-    return CallOutcome(call_id, "pending", False, [{"type": "text", "text": message}], structured,
+    on by calling again; ``_meta`` marks it pending (frameworks hide an error's text by default: MAF).
+
+    The instruction is the only thing the model is given: no ``structuredContent``. MAF
+    (``structured_first``) and pydantic-ai hand the model the structured content instead of the text
+    whenever there is one, so JSON there would bury the instruction in a field. The facts a program reads
+    (pending, approval id, expiry) are in ``_meta``, MCP's place for data about a result."""
+    return CallOutcome(call_id, "pending", False, [{"type": "text", "text": message}], None,
                        _meta(call_id, "pending", pending=True, approval_id=approval_id, expires_at=expires_at),
                        pending_approval=approval_id)
 

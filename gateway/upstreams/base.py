@@ -30,6 +30,9 @@ class UpstreamTool:
     icons: tuple[dict[str, Any], ...] = ()
     execution: dict[str, Any] | None = None
     meta: dict[str, Any] | None = None
+    # What the tool asks its caller's client mid-call ("sampling", "elicitation", "roots"; upstream config
+    # ``tools_need_client``): only a client that declared these can use it.
+    needs_client: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ import contextlib
 import contextvars
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -26,8 +26,10 @@ from mcp import MCPError
 from mcp.client.session import ClientRequestContext
 from pydantic import BaseModel
 
+from gateway.policy.cel.globbing import glob_match
+
 __all__ = ["KINDS", "ClientChannel", "ClientRequestKind", "ClientRequestRouter", "ClientRequestRules",
-           "calling_client"]
+           "Declares", "calling_client", "declares_kind", "undeclared"]
 
 log = logging.getLogger("gateway.upstreams.client_requests")
 
@@ -82,10 +84,16 @@ class ClientRequestRules:
     sampling: bool = True
     elicitation: bool = True
     roots: bool = True
+    # (glob over the upstream's tool names, the kinds those tools ask the client): ``mcp.tools_need_client``
+    needs: tuple[tuple[str, frozenset[ClientRequestKind]], ...] = ()
 
     def allows(self, kind: ClientRequestKind) -> bool:
         """Whether requests of this kind are relayed at all."""
         return bool(getattr(self, kind))
+
+    def needed_by(self, tool: str) -> frozenset[ClientRequestKind]:
+        """The kinds of request the upstream's tool ``tool`` asks its caller's client (every matching glob's)."""
+        return frozenset(kind for pattern, kinds in self.needs if glob_match(tool, pattern) for kind in kinds)
 
 
 @dataclass(slots=True)
@@ -102,6 +110,19 @@ _PROBES: tuple[tuple[ClientRequestKind, Any], ...] = (
     ("elicitation", types.ElicitRequestURLParams(message="", url="https://example.invalid/", elicitation_id="x")),
     ("roots", None),
 )
+
+
+Declares = Callable[[ClientRequestKind, Any], bool]  # a client's ``ClientChannel.declares``
+
+
+def declares_kind(declares: Declares, kind: ClientRequestKind) -> bool:
+    """Whether a client's ``declares`` covers some request of ``kind`` (its least demanding forms)."""
+    return any(declares(k, params) for k, params in _PROBES if k == kind)
+
+
+def undeclared(declares: Declares | None, kinds: Iterable[str]) -> list[str]:
+    """Those of ``kinds`` the caller's client cannot be asked (every one, for a caller that cannot be asked)."""
+    return sorted(k for k in kinds if declares is None or k not in KINDS or not declares_kind(declares, k))
 
 
 class ClientRequestRouter:
@@ -165,8 +186,7 @@ class ClientRequestRouter:
             return True
         if channel.log_level() is not None:
             return False
-        return not any(self.rules.allows(kind) and channel.declares(kind, params)
-                       for kind, params in _PROBES)
+        return not any(self.rules.allows(kind) and declares_kind(channel.declares, kind) for kind in KINDS)
 
     def _owner(self) -> tuple[_Call | None, str]:
         """The call a callback belongs to, or why there is none to attribute a request to."""

@@ -259,7 +259,8 @@ class McpUpstream:
 
     async def _fetch_tools(self, client: Client) -> list[UpstreamTool]:
         listed = await client.list_tools(cache_mode="refresh")
-        return [_tool(t, execution_at(client, _execution(t))) for t in listed.tools]
+        rules = self._router.rules
+        return [_tool(t, execution_at(client, _execution(t)), rules.needed_by(t.name)) for t in listed.tools]
 
     async def _on_message(self, message: Any) -> None:
         self.items.on_message(message)
@@ -331,7 +332,7 @@ def _execution(tool: types.Tool) -> dict[str, Any] | None:
     return tool.execution.model_dump(mode="json", by_alias=True, exclude_none=True) if tool.execution else None
 
 
-def _tool(tool: types.Tool, execution: dict[str, Any] | None) -> UpstreamTool:
+def _tool(tool: types.Tool, execution: dict[str, Any] | None, needs_client: frozenset[str]) -> UpstreamTool:
     annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else {}
     return UpstreamTool(
         name=tool.name,
@@ -343,6 +344,7 @@ def _tool(tool: types.Tool, execution: dict[str, Any] | None) -> UpstreamTool:
         icons=tuple(icon.model_dump(mode="json", by_alias=True, exclude_none=True) for icon in tool.icons or ()),
         execution=execution,
         meta=dict(tool.meta) if tool.meta else None,
+        needs_client=needs_client,
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 
 from gateway.policy.call import ToolInfo
+from gateway.upstreams.argument_errors import ArgumentProblem, describe
 from gateway.upstreams.base import Upstream, UpstreamTool
 
 __all__ = ["ExposedTool", "Source", "ToolRegistry", "expose"]
@@ -46,16 +47,11 @@ class ExposedTool:
     validator: Any  # a jsonschema validator, or None when the tool's schema itself is invalid
     timeout: float | None = None  # the upstream's own timeout, if it set one
 
-    def schema_errors(self, arguments: dict[str, Any]) -> list[str]:
-        """Why ``arguments`` do not fit the tool's input schema (empty when they do)."""
+    def schema_errors(self, arguments: dict[str, Any]) -> list[ArgumentProblem]:
+        """Why ``arguments`` do not fit the tool's input schema, argument by argument (empty when they do)."""
         if self.validator is None:
             return []
-        return [_describe(e) for e in sorted(self.validator.iter_errors(arguments), key=lambda e: list(e.path))]
-
-
-def _describe(error: Any) -> str:
-    where = "/".join(str(p) for p in error.path)
-    return f"{where}: {error.message}" if where else str(error.message)
+        return describe(self.validator.iter_errors(arguments))
 
 
 class ToolRegistry:

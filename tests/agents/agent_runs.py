@@ -10,8 +10,9 @@ from typing import Any
 
 from agent_framework import Agent as MafAgent
 from agents import Agent, RunConfig, Runner
+from pydantic_ai import Agent as PydanticAgent
 
-__all__ = ["INSTRUCTIONS", "maf_output", "openai_agents_output"]
+__all__ = ["INSTRUCTIONS", "maf_output", "openai_agents_output", "pydantic_ai_output"]
 
 INSTRUCTIONS = "Follow the JSON script in the user's message."
 
@@ -36,3 +37,11 @@ async def maf_output(agent: MafAgent, prompt: str, stream: bool) -> str:
             pass
         return (await updates.get_final_response()).text
     return (await agent.run(prompt)).text
+
+
+async def pydantic_ai_output(agent: PydanticAgent[None, str], prompt: str, stream: bool) -> str:
+    """A pydantic-ai agent's final text (its stream read to the end, if streamed)."""
+    if stream:
+        async with agent.run_stream(prompt) as streamed:
+            return await streamed.get_output()
+    return (await agent.run(prompt)).output

@@ -7,6 +7,8 @@ default: the point is to see what a user of that framework sees.
 
     OpenAI Agents SDK   MCPServerStreamableHttp(params={"url", "headers"}): 5 s read timeout by default
     MAF                 MCPStreamableHTTPTool(url=..., static_headers=...): 30 s, 300 s read by default
+    pydantic-ai         MCPToolset(url, headers=...) (FastMCP's client underneath); the model reads a result's
+                        structuredContent when there is one and every content block is text
 
 A driver returns what the model read as each tool result and the agent's final output.
 """
@@ -20,13 +22,17 @@ from typing import Protocol
 from agent_framework import Agent as MafAgent
 from agent_framework import MCPStreamableHTTPTool
 from agent_framework.openai import OpenAIChatCompletionClient
-from agent_runs import INSTRUCTIONS, maf_output, openai_agents_output
+from agent_runs import INSTRUCTIONS, maf_output, openai_agents_output, pydantic_ai_output
 from agents import Agent, OpenAIChatCompletionsModel
 from agents.mcp import MCPServerStreamableHttp
 from fake_model import MODEL, tool_results_of
 from openai import AsyncOpenAI
+from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai.mcp import MCPToolset
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
 
-__all__ = ["DRIVERS", "AgentRun", "Driver", "run_maf", "run_openai_agents"]
+__all__ = ["DRIVERS", "AgentRun", "Driver", "run_maf", "run_openai_agents", "run_pydantic_ai"]
 
 @dataclass(frozen=True)
 class AgentRun:
@@ -72,4 +78,16 @@ async def run_maf(model_url: str, mcp_url: str, headers: Mapping[str, str], prom
     return AgentRun(tool_results_of(output), output)
 
 
-DRIVERS: dict[str, Driver] = {"openai-agents": run_openai_agents, "maf": run_maf}
+async def run_pydantic_ai(model_url: str, mcp_url: str, headers: Mapping[str, str], prompt: str, *,
+                          stream: bool = False) -> AgentRun:
+    """One run of a pydantic-ai agent with the gateway as an MCP toolset (streamed, if asked)."""
+    async with _model_client(model_url) as openai_client:
+        model = OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=openai_client))
+        agent = PydanticAgent(model, instructions=INSTRUCTIONS,
+                              toolsets=[MCPToolset(mcp_url, headers=dict(headers))])
+        async with agent:
+            output = await pydantic_ai_output(agent, prompt, stream)
+    return AgentRun(tool_results_of(output), output)
+
+
+DRIVERS: dict[str, Driver] = {"openai-agents": run_openai_agents, "maf": run_maf, "pydantic-ai": run_pydantic_ai}

@@ -1,4 +1,5 @@
-"""Every policy action as an agent of a real framework meets it: OpenAI Agents SDK and Microsoft Agent Framework.
+"""Every policy action as an agent of a real framework meets it: OpenAI Agents SDK, Microsoft Agent Framework
+and pydantic-ai.
 
 Each test runs the framework's agent (tests/agents/drivers.py, the framework's default MCP timeouts
 and retries) against the gateway on loopback; the scripted fake model makes the tool calls and reports
@@ -9,13 +10,14 @@ upstream ran (``CountingUpstream`` records every run), and what the approver API
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 
 import pytest
 from agent_stage import Stage
 from fake_model import ScriptedCall, script
 
-FRAMEWORKS = ["openai-agents", "maf"]
+FRAMEWORKS = ["openai-agents", "maf", "pydantic-ai"]
 pytestmark = pytest.mark.parametrize("framework", FRAMEWORKS)
 
 DEPLOY = "ops_deploy"  # the upstream's ``deploy`` tool, as the gateway exposes it
@@ -88,7 +90,7 @@ def budget(limit: int) -> str:
 
 def from_upstream(seen: str) -> bool:
     """Whether a tool result is the upstream's own answer to a deploy (as text, or structured)."""
-    return "deploy done (run " in seen or '"tool": "deploy"' in seen
+    return "deploy done (run " in seen or re.search(r'"tool":\s*"deploy"', seen) is not None  # JSON, spaced or not
 
 
 def run_id() -> str:

@@ -57,6 +57,16 @@ def test_an_upstream_needs_exactly_one_kind(config):
     assert codes(path) == [("invalid-value", 2, 5), ("invalid-value", 4, 10)]
 
 
+def test_tools_that_need_the_client_name_kinds_it_can_be_asked(config):
+    path = config("upstreams:\n  - name: a\n    mcp:\n      command: x\n"
+                  "      tools_need_client: {get-roots-list: [roots], 'ask-*': [elicitation, telepathy]}\n")
+    [(code, line, _)] = codes(path)
+    assert (code, line) == ("invalid-value", 5)
+    fine = load_config(config("upstreams:\n  - name: a\n    mcp: {command: x, tools_need_client: {'ask-*': [roots]}}"))
+    assert fine.spec.upstreams[0].mcp is not None
+    assert fine.spec.upstreams[0].mcp.tools_need_client == {"ask-*": ["roots"]}
+
+
 def test_a_credential_written_into_the_config_is_refused(config):
     path = config("upstreams:\n  - name: a\n    http:\n      base_url: http://127.0.0.1:9\n"
                   "      headers: {Authorization: Bearer abc, X-Team: pets}\n")

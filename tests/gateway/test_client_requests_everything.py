@@ -104,3 +104,52 @@ async def test_log_messages_reach_a_client_that_asked(gateway: Any, connect_mcp:
     assert alice.logs, "the message sent during the call was not relayed"
     first = alice.logs[0]
     assert first.level in str(first.data).lower()  # "Debug-level message", "Alert level-message", ...
+
+
+# --- tools that need the client (issue 18, item 22) ------------------------------------------------------
+
+# server-everything lists these only to a client that declared the capability each asks for; the gateway, its
+# client, declares them all, so without this config every caller was listed them.
+NEEDS = {"get-roots-list": ["roots"], "trigger-sampling-request": ["sampling"],
+         "trigger-elicitation-request": ["elicitation"]}
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def needing(start_gateway: Any, configs: Any) -> Any:
+    return await start_gateway(configs.base(configs.everything_upstream("ev", tools_need_client=NEEDS)),
+                               {"p.yaml": ALLOW})
+
+
+async def test_a_client_that_declared_nothing_is_not_listed_the_tools_that_would_ask_it(
+        needing: Any, connect_mcp: Any, rest: Any, mode: str) -> None:
+    """Called anyway, such a tool is refused before it runs: get-roots-list answered a success with no roots."""
+    async with connect_mcp(needing, mode=mode) as conn:
+        names = {t.name for t in (await conn.client.list_tools()).tools}
+        result = await conn.client.call_tool("ev_get-roots-list", {})
+        assert not (await conn.client.call_tool("ev_get-sum", {"a": 1, "b": 2})).is_error
+    assert not names & ASKING_TOOLS and "ev_get-sum" in names
+    assert result.is_error and result.meta is not None and result.meta["gateway/decision"] == "client_unsupported"
+    assert "needs to ask the client for its roots (MCP roots)" in text(result), text(result)
+    listed = (await rest(needing).get("/v1/tools")).json()["tools"]  # a REST caller cannot be asked anything
+    assert not {t["name"] for t in listed} & ASKING_TOOLS and "ev_get-sum" in {t["name"] for t in listed}
+
+
+async def test_a_client_that_declared_the_capabilities_is_listed_the_tools_and_can_use_them(
+        needing: Any, connect_mcp: Any, mode: str) -> None:
+    alice = Alice("alice")
+    async with connect_mcp(needing, mode=mode, **alice.options()) as conn:
+        names = {t.name for t in (await conn.client.list_tools()).tools}
+        result = await conn.client.call_tool("ev_get-roots-list", {})
+    assert ASKING_TOOLS <= names
+    assert not result.is_error and "file:///home/alice" in text(result)
+
+
+async def test_a_client_that_declared_roots_only_is_listed_only_the_roots_tool(needing: Any, connect_mcp: Any,
+                                                                               mode: str) -> None:
+    alice = Alice("alice")
+    async with connect_mcp(needing, mode=mode, list_roots_callback=alice.roots) as conn:
+        names = {t.name for t in (await conn.client.list_tools()).tools}
+        sampling = await conn.client.call_tool("ev_trigger-sampling-request", {"prompt": "hi"})
+    assert names & ASKING_TOOLS == {"ev_get-roots-list"}
+    assert sampling.is_error and "its model (MCP sampling)" in text(sampling)
+    assert alice.prompts == []

@@ -76,7 +76,7 @@ async def test_arguments_a_rewrite_broke_are_refused_naming_the_schema_problem(m
     assert result.is_error is True
     text = result.content[0].text
     assert text.startswith("The arguments do not match the tool's input schema: ")
-    assert "b: 'thirteen' is not of type 'integer'" in text
+    assert "argument `b` must be an integer, got a string" in text and "thirteen" not in text
     assert result.meta["gateway/decision"] == "invalid_arguments"
     event = shared_gateway.audit_event(cid)
     assert (event["original_args"], event["final_args"]) == ({"a": 13, "b": 1}, {"a": 13, "b": "thirteen"})
@@ -91,8 +91,46 @@ async def test_arguments_the_caller_got_wrong_are_refused_before_the_upstream(sh
     body = await rest_call(rest(shared_gateway), "web_create_item", {"name": "bad-qty-item", "qty": "many"})
 
     assert (body["decision"], body["is_error"]) == ("invalid_arguments", True)
-    assert "qty: 'many' is not of type 'integer'" in body["content"][0]["text"]
+    assert "argument `qty` must be an integer, got a string" in body["content"][0]["text"]
+    assert "many" not in body["content"][0]["text"]  # the value is not repeated: the audit redacts only arguments
     assert http_api.seen("bad-qty-item") == []
+
+
+async def test_a_wrongly_typed_argument_a_rule_reads_is_named_with_the_type_it_needs(mcp_alice, shared_gateway,
+                                                                                    call_id):
+    """``prefix-echo`` reads ``args.text.startsWith(...)``: an integer there made the rule fail to evaluate, and the
+    model read "the policy rule main/prefix-echo could not be evaluated", which says nothing it can fix."""
+    cid = call_id()
+    result = await mcp_alice.call("up_echo", {"text": 5}, call_id=cid)
+
+    text = result.content[0].text
+    assert (result.is_error, result.meta["gateway/decision"]) == (True, "invalid_arguments"), text
+    assert "argument `text` must be a string, got an integer" in text
+    assert "could not be evaluated" not in text
+    event = shared_gateway.audit_event(cid)
+    assert (event["rules"], event["upstream_outcome"]) == ([], {"status": "not_called"})  # no rule saw the value
+
+    fixed = await mcp_alice.call("up_echo", {"text": "5"})
+    assert (fixed.is_error, fixed.content[0].text) == (False, "5")
+
+
+async def test_a_rewrite_still_mends_a_missing_argument_before_the_schema_check(start_gateway, configs, connect_mcp):
+    """Only the values sent are checked before policies: a required argument a rewrite adds is not refused."""
+    gateway = await start_gateway(configs.base(configs.mcp_upstream("up")), {"p.yaml": """
+policy: p
+rules:
+  - id: b-defaults-to-one
+    tools: [up_add]
+    when: '!has(args.b)'
+    action: rewrite
+    rewrite:
+      set: {b: '1'}
+"""})
+    async with connect_mcp(gateway, "alice") as conn:
+        mended = await conn.call("up_add", {"a": 2})
+        missing = await conn.call("up_add", {"b": 2})
+    assert (mended.is_error, mended.structured_content) == (False, {"result": 3})
+    assert missing.is_error and "argument `a` is required" in missing.content[0].text
 
 
 async def test_arguments_over_the_size_limit_are_refused_before_the_upstream(start_gateway, configs, http_api, rest,
