@@ -358,3 +358,8 @@ TASK_POLL_INTERVAL_MS = 500
 # A 2026-07-28 client that declared the tasks extension gets a plain result when the call ends within this
 # time, and a task otherwise (a held call, a long-running or task-only tool).
 TASK_GRACE_SECONDS = 1.0
+
+# issue 18 (a)
+# Resource templates and listed resource URIs kept parsed or normalised, so a read does not redo it per listed
+# item (the upstreams' lists are bounded by MAX_ITEM_LIST_PAGES; this bounds the cache whatever they send).
+MAX_CACHED_RESOURCE_URIS = 4096
