@@ -44,6 +44,7 @@ _HEX = frozenset(string.hexdigits)
 _FORBIDDEN = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _DOUBLE_ESCAPE = re.compile(r"%25[0-9A-Fa-f]{2}")
 _MACHINE_HOSTS = frozenset({"http", "https", "ws", "wss", "ftp", "file"})
+_ESCAPE_OR_TEXT = re.compile(r"%[0-9A-F]{2}|[^%]+")
 
 
 def normalise(uri: str) -> str:
@@ -65,7 +66,7 @@ def normalise(uri: str) -> str:
             raise UnclearUriError(f"its authority is the dot segment {authority!r}")
         if scheme in _MACHINE_HOSTS:
             user, at, host = authority.rpartition("@")
-            authority = user + at + host.lower()
+            authority = user + at + _ESCAPE_OR_TEXT.sub(_lower_text, host)
         out += "//" + authority
     out += _path(_decoded(path), hierarchical=authority is not None or path.startswith("/"))
     if query is not None:
@@ -78,6 +79,12 @@ def normalise(uri: str) -> str:
     if not unicodedata.is_normalized("NFC", out):
         raise UnclearUriError("its text is not in Unicode normal form C")
     return out
+
+
+def _lower_text(found: re.Match[str]) -> str:
+    """A run of text in lower case; an escape (upper-case hex already) as it is."""
+    text = found.group(0)
+    return text if text.startswith("%") else text.lower()
 
 
 def _decoded(part: str) -> str:

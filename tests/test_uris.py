@@ -50,6 +50,7 @@ NORMAL = [
     ("FILE:///Finance", "file:///Finance"),
     ("HTTP://User@EXAMPLE.com/A", "http://User@example.com/A"),
     ("records://ABC", "records://ABC"),
+    ("http://EX%2aMPLE.com/", "http://ex%2Ample.com/"),  # the escape keeps its upper-case hex
     # query and fragment: escapes only
     ("notes://users/a?x=%2e%2e&y=%3D#%7e", "notes://users/a?x=..&y=%3D#~"),
 ]

@@ -119,13 +119,15 @@ class ItemCatalog:
         if not uri.startswith(GATEWAY_SCHEME):
             return None
         name, slash, inner = uri[len(GATEWAY_SCHEME):].partition("/")
-        owner = self._owners().get(name)
-        if owner is None or not slash or not inner:
+        if not slash or not inner:
             return None
-        for listed in owner.resources:
-            if listed.get("uri") == inner:
-                return _resource(name, owner, listed, "uri")
-        canonical = uris.normalise(inner)
+        owner = self._owners().get(name)
+        exact = next((r for r in owner.resources if r.get("uri") == inner), None) if owner is not None else None
+        if owner is not None and exact is not None:
+            return _resource(name, owner, exact, "uri")
+        canonical = uris.normalise(inner)  # refused alike whether or not the upstream exists: no oracle
+        if owner is None:
+            return None
         for listed in owner.resources:
             if _normal_or_none(listed.get("uri")) == canonical:
                 return _resource(name, owner, listed, "uri")  # sent upstream as the upstream lists it

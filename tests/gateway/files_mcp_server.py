@@ -2,9 +2,9 @@
 
 ``file:///{+path}`` reads a small in-memory tree after resolving the path as a file system would
 (``public/../finance/q3.txt`` is ``finance/q3.txt``), with the SDK's default ``ResourceSecurity``;
-``records://{id}`` and ``notes://users/{name}`` look their variable up as the SDK decoded it. The one
-listed resource is ``file:///public/readme.txt``. Every read it serves is appended to the file named
-by ``FILES_READ_LOG``, so a test sees what reached the server.
+``records://{id}`` and ``notes://users/{name}`` look their variable up as the SDK decoded it. The
+listed resources are ``file:///public/readme.txt`` and ``file:///finance/summary.txt``. Every read it
+serves is appended to the file named by ``FILES_READ_LOG``, so a test sees what reached the server.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import posixpath
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 
-FILES = {"public/readme.txt": "the public readme", "finance/q3.txt": "SECRET Q3 numbers"}
+FILES = {"public/readme.txt": "the public readme", "finance/q3.txt": "SECRET Q3 numbers",
+         "finance/summary.txt": "SECRET summary"}
 RECORDS = {"7": "record seven", "13": "SECRET record thirteen"}
 NOTES = {"bob": "bob's notes", "alice": "SECRET notes of alice"}
 
@@ -32,8 +33,14 @@ def _served(what: str, text: str | None) -> str:
 
 @server.resource("file:///public/readme.txt", name="readme", mime_type="text/plain")
 def readme() -> str:
-    """The one listed file."""
+    """A listed file anyone may read."""
     return _served("public/readme.txt", FILES["public/readme.txt"])
+
+
+@server.resource("file:///finance/summary.txt", name="summary", mime_type="text/plain")
+def summary() -> str:
+    """A listed file the finance rule guards."""
+    return _served("finance/summary.txt", FILES["finance/summary.txt"])
 
 
 @server.resource("file:///{+path}", name="files", mime_type="text/plain")

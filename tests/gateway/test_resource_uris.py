@@ -9,6 +9,7 @@ get the same answers to reads, subscriptions and unsubscriptions.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ POLICY = """
 """
 
 FINANCE = "gateway://docs/file:///finance/q3.txt"
+SUMMARY = "gateway://docs/file:///finance/summary.txt"  # listed, and hidden from bob like the rest of finance
 RECORD_13 = "gateway://docs/records://13"
 ALICES = "gateway://docs/notes://users/alice"
 UNCLEAR = None
@@ -72,6 +74,9 @@ FORMS: dict[str, str | None] = {
     "gateway://docs/file:///public//../finance/q3.txt": UNCLEAR,
     "gateway://docs/file:///finance/q3.txt%00": UNCLEAR,
     "gateway://docs/file:///finance/q3.txt%": UNCLEAR,
+    "gateway://docs/file:///%66inance/summary.txt": SUMMARY,
+    "gateway://docs/file:///public/../finance/./summary.txt": SUMMARY,
+    "gateway://docs/file:///finance/summary.txt/": FINANCE,  # not the listed one: through the template
     "gateway://docs/records://%31%33": RECORD_13,
     "gateway://docs/records://%313": RECORD_13,
     "gateway://docs/records://1%33": RECORD_13,
@@ -109,10 +114,11 @@ async def test_every_spelling_of_a_guarded_resource_is_decided_as_the_resource_i
         mode: str, start_gateway: Any, configs: Any, connect_mcp: Any, tmp_path: Path) -> None:
     gateway, log = await _gateway(start_gateway, configs, tmp_path)
     async with connect_mcp(gateway, "bob", mode=mode) as bob:
-        plain = {uri: await _outcome(bob.client, uri) for uri in (FINANCE, RECORD_13, ALICES)}
+        plain = {uri: await _outcome(bob.client, uri) for uri in (FINANCE, SUMMARY, RECORD_13, ALICES)}
         got = {uri: await _outcome(bob.client, uri) for uri in FORMS}
     assert plain == {
         FINANCE: ("error", -32602, "Unknown resource: <uri>"),  # hidden from bob
+        SUMMARY: ("error", -32602, "Unknown resource: <uri>"),
         RECORD_13: ("error", REFUSED, "Record 13 is sealed."),
         ALICES: ("error", REFUSED, "Only alice reads alice's notes."),
     }
@@ -128,9 +134,9 @@ async def test_every_spelling_of_a_guarded_resource_is_decided_as_the_resource_i
     assert wrong == {}
     assert "SECRET" not in log.read_text(encoding="utf-8")
     assert not [line for line in log.read_text(encoding="utf-8").splitlines()
-                if line in ("finance/q3.txt", "record 13", "notes alice")]
+                if line.startswith("finance/") or line in ("record 13", "notes alice")]
     events = [e for e in gateway.audit_events() if e["event"] == "resource.outcome"]
-    assert len(events) == len(FORMS) + 3
+    assert len(events) == len(FORMS) + len(plain)
     assert all(e["upstream_outcome"]["status"] == "not_called" or e["verdict"] == "unknown" for e in events)
     unclear = next(e for e in events if e["name"] == "gateway://docs/file:///finance%2Fq3.txt")
     assert (unclear["verdict"], unclear["upstream"]) == ("reject", None)
@@ -159,12 +165,19 @@ async def test_a_read_is_sent_upstream_in_the_form_it_was_decided_on(start_gatew
 async def test_hidden_and_unknown_resources_get_identical_answers(start_gateway: Any, configs: Any,
                                                                   keys: dict[str, str], tmp_path: Path) -> None:
     gateway, log = await _gateway(start_gateway, configs, tmp_path)
-    hidden, unknown = FINANCE, "gateway://docs/file:///finance/q4.txt"  # the server has no q4
+    pairs = [
+        (FINANCE, "gateway://docs/file:///finance/q4.txt"),  # hidden, through the template / the server has no q4
+        (SUMMARY, "gateway://docs/file:///finance/summarx.txt"),  # hidden and listed / not listed
+        (SUMMARY, "gateway://nothing/file:///finance/summary.txt"),  # / no such upstream
+    ]
+    unclear = ("gateway://docs/file:///finance%2Fq3.txt", "gateway://nothing/file:///finance%2Fq3.txt")
     async with RawMcp.open(gateway.url, keys["bob"]) as bob:
-        answers = {method: [await bob.answer_about(method, uri) for uri in (hidden, unknown)]
-                   for method in ("resources/read", "resources/subscribe", "resources/unsubscribe")}
-    for method, (to_hidden, to_unknown) in answers.items():
-        assert to_hidden == to_unknown, method
-    assert '"code": -32602' in answers["resources/subscribe"][0][2]
-    assert '"result": {}' in answers["resources/unsubscribe"][0][2]
-    assert "finance/q3.txt" not in log.read_text(encoding="utf-8").splitlines()
+        for method in ("resources/read", "resources/subscribe", "resources/unsubscribe"):
+            for hidden, unknown in [*pairs, unclear]:
+                to_hidden, to_unknown = await bob.answer_about(method, hidden), await bob.answer_about(method, unknown)
+                assert to_hidden == to_unknown, (method, hidden, unknown)
+        subscribed = await bob.answer_about("resources/subscribe", SUMMARY)
+        unsubscribed = await bob.answer_about("resources/unsubscribe", SUMMARY)
+    assert json.loads(subscribed[2])["error"] == {"code": -32602, "message": "Unknown resource: <uri>"}
+    assert json.loads(unsubscribed[2])["result"] == {}
+    assert not [line for line in log.read_text(encoding="utf-8").splitlines() if line.startswith("finance/")]
