@@ -8,8 +8,9 @@ paths, so ``file:///public/%2e%2e/finance/q3.txt`` and ``file:///%66inance/q3.tx
 section 6.2.2 (and RFC 3987 for non-ASCII text):
 
     scheme    lower case
-    host      lower case where it names a machine (http, https, ws, wss, ftp, file); another
-              scheme's authority is the server's own identifier (``records://{id}``) and keeps its case
+    host      where it names a machine (http, https, ws, wss, ftp, file): lower case, without the
+              scheme's default port, ``file://localhost/`` as ``file:///``; another scheme's
+              authority is the server's own identifier (``records://{id}``) and keeps its case
     escapes   decoded, except those of RFC 3986's reserved characters, which stay escapes with
               upper-case hex (``%3a`` is ``%3A``) because decoding them would change how the URI splits
     path      dot segments removed (RFC 3986 section 5.2.4) when the path is hierarchical
@@ -44,6 +45,7 @@ _HEX = frozenset(string.hexdigits)
 _FORBIDDEN = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _DOUBLE_ESCAPE = re.compile(r"%25[0-9A-Fa-f]{2}")
 _MACHINE_HOSTS = frozenset({"http", "https", "ws", "wss", "ftp", "file"})
+_DEFAULT_PORTS = {"http": "80", "https": "443", "ws": "80", "wss": "443", "ftp": "21"}
 _ESCAPE_OR_TEXT = re.compile(r"%[0-9A-F]{2}|[^%]+")
 
 
@@ -65,8 +67,7 @@ def normalise(uri: str) -> str:
         if authority in (".", ".."):
             raise UnclearUriError(f"its authority is the dot segment {authority!r}")
         if scheme in _MACHINE_HOSTS:
-            user, at, host = authority.rpartition("@")
-            authority = user + at + _ESCAPE_OR_TEXT.sub(_lower_text, host)
+            authority = _machine(scheme, authority)
         out += "//" + authority
     out += _path(_decoded(path), hierarchical=authority is not None or path.startswith("/"))
     if query is not None:
@@ -79,6 +80,19 @@ def normalise(uri: str) -> str:
     if not unicodedata.is_normalized("NFC", out):
         raise UnclearUriError("its text is not in Unicode normal form C")
     return out
+
+
+def _machine(scheme: str, authority: str) -> str:
+    """A host that names a machine: lower case, the scheme's default port dropped, ``file://localhost/`` as
+    ``file:///`` (RFC 3986 section 6.2.3, RFC 8089)."""
+    user, at, host = authority.rpartition("@")
+    host = _ESCAPE_OR_TEXT.sub(_lower_text, host)
+    name, colon, port = host.rpartition(":") if not host.endswith("]") else (host, "", "")
+    if colon and port in ("", _DEFAULT_PORTS.get(scheme)):
+        host = name
+    if scheme == "file" and not at and host == "localhost":
+        host = ""
+    return user + at + host
 
 
 def _lower_text(found: re.Match[str]) -> str:

@@ -51,6 +51,16 @@ NORMAL = [
     ("HTTP://User@EXAMPLE.com/A", "http://User@example.com/A"),
     ("records://ABC", "records://ABC"),
     ("http://EX%2aMPLE.com/", "http://ex%2Ample.com/"),  # the escape keeps its upper-case hex
+    ("http://example.com:80/a", "http://example.com/a"),
+    ("https://example.com:443/a", "https://example.com/a"),
+    ("https://example.com:/a", "https://example.com/a"),
+    ("https://example.com:8443/a", "https://example.com:8443/a"),
+    ("http://[::1]/a", "http://[::1]/a"),
+    ("http://[::1]:80/a", "http://[::1]/a"),
+    ("file://localhost/finance/q3.txt", "file:///finance/q3.txt"),
+    ("file://LOCALHOST/finance/q3.txt", "file:///finance/q3.txt"),
+    ("file://server/share", "file://server/share"),
+    ("records://x:80", "records://x:80"),
     # query and fragment: escapes only
     ("notes://users/a?x=%2e%2e&y=%3D#%7e", "notes://users/a?x=..&y=%3D#~"),
 ]

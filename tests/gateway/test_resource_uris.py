@@ -59,6 +59,8 @@ FORMS: dict[str, str | None] = {
     "gateway://docs/file:///%66inance/q3.txt": FINANCE,
     "gateway://docs/file:///%66%69%6E%61%6e%63%65/q3%2etxt": FINANCE,
     "gateway://docs/FILE:///finance/q3.txt": FINANCE,
+    "gateway://docs/file://localhost/finance/q3.txt": FINANCE,
+    "gateway://docs/File://LocalHost/finance/q3.txt": FINANCE,
     "gateway://docs/file:///../finance/q3.txt": FINANCE,
     "gateway://docs/file:///../../finance/./q3.txt": FINANCE,
     "gateway://docs/file:///finance/x/../q3.txt": FINANCE,
