@@ -20,6 +20,7 @@
         ├── UnknownToolError   the tool name resolves to nothing (a protocol error)
         ├── UnknownItemError   a resource or prompt that is unknown, or hidden from the caller (a protocol error)
         ├── ItemRefusedError   policies refused a resource read or prompt get (a protocol error with their message)
+        │   └── UnclearUriError  a resource URI that servers could read in more than one way (refused, with why)
         ├── InvalidArgumentsError  arguments fail the tool's input schema
         ├── UpstreamError      the tool's upstream failed, timed out or is down
         │   ├── UpstreamNotReached  the request provably never left the gateway (refused, no route)
@@ -61,6 +62,7 @@ __all__ = [
     "StoreSchemaError",
     "StoreUnavailable",
     "TestSuiteError",
+    "UnclearUriError",
     "UnknownItemError",
     "UnknownToolError",
     "UpstreamDown",
@@ -199,6 +201,16 @@ class ItemRefusedError(CallError):
     """Policies refused a resource read or prompt get; the message is the policy's, for the client."""
 
     code = "item-refused"
+
+
+class UnclearUriError(ItemRefusedError):
+    """A resource URI that cannot be normalised to one reading (an encoded ``/``, a control character...)."""
+
+    code = "unclear-uri"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"This resource URI is refused: {reason}.")
+        self.reason = reason
 
 
 class InvalidArgumentsError(CallError):

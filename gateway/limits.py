@@ -377,3 +377,8 @@ MIN_SCRUBBED_ANSWER_SECRET_CHARS = 16
 ARGUMENT_NAME_CHARS = 64
 SCHEMA_VALUE_CHARS = 160
 MAX_ARGUMENT_PROBLEMS = 5
+
+# issue 18 (a)
+# Resource templates and listed resource URIs kept parsed or normalised, so a read does not redo it per listed
+# item (the upstreams' lists are bounded by MAX_ITEM_LIST_PAGES; this bounds the cache whatever they send).
+MAX_CACHED_RESOURCE_URIS = 4096

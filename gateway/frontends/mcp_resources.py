@@ -1,9 +1,10 @@
 """The MCP frontend's resources and prompts: lists per principal, reads and gets through ``ItemGate``.
 
 An unknown or hidden resource or prompt is a protocol error (-32602, "Unknown resource: <uri>"), the
-same for both; a request the policies refuse is a protocol error with ``REFUSED`` and the policy's
-message, which the client shows. Subscriptions (handshake era) are kept per MCP session, and the
-upstream's ``notifications/resources/updated`` go to the sessions subscribed to that URI.
+same for both; a request the policies refuse, or a URI with two readings, is a protocol error with
+``REFUSED`` and the reason, which the client shows. Subscriptions (handshake era) are kept per MCP
+session, and the upstream's ``notifications/resources/updated`` go to the sessions subscribed to that
+URI; an unsubscribe always succeeds.
 """
 
 from __future__ import annotations
@@ -89,10 +90,10 @@ class McpItemHandlers:
                          params: types.SubscribeRequestParams) -> types.EmptyResult:
         request = ItemRequest("resources/subscribe", str(params.uri), _principal(ctx))
         with _as_protocol_errors():
-            await self.gate.subscribe(request)
+            item = await self.gate.subscribe(request)
         session_id = _session_id(ctx)
         if session_id is not None:  # (the handshake era always has one: subscribing needs a session)
-            sessions = self._subscribed.setdefault(request.name, OrderedDict())
+            sessions = self._subscribed.setdefault(item.info.name, OrderedDict())  # the URI updates name
             sessions[session_id] = ctx.session
             while len(sessions) > MAX_CACHED_SESSIONS:
                 sessions.popitem(last=False)
@@ -100,13 +101,13 @@ class McpItemHandlers:
 
     async def _unsubscribe(self, ctx: ServerRequestContext[Any, Any],
                            params: types.UnsubscribeRequestParams) -> types.EmptyResult:
-        uri = str(params.uri)
-        sessions = self._subscribed.get(uri, OrderedDict())
-        sessions.pop(_session_id(ctx) or "", None)
-        if not sessions:
-            self._subscribed.pop(uri, None)
-            with _as_protocol_errors():  # the last subscriber gone: the upstream can stop sending updates
-                await self.gate.subscribe(ItemRequest("resources/unsubscribe", uri, _principal(ctx)), on=False)
+        """Always an empty result: whether the URI exists, is hidden or was subscribed to is not told."""
+        item = self.gate.subscription(str(params.uri))
+        sessions = self._subscribed.get(item.info.name) if item is not None else None
+        if item is not None and sessions is not None and sessions.pop(_session_id(ctx) or "", None) is not None:
+            if not sessions:  # the last subscriber gone: the upstream can stop sending updates
+                del self._subscribed[item.info.name]
+                await self.gate.unsubscribe(item)
         return types.EmptyResult()
 
     def _updated(self, uri: str) -> None:

@@ -1,12 +1,15 @@
 """Resource reads, prompt gets and resource subscriptions: decision points, like tool calls.
 
-    hidden for the principal? (answered exactly like an unknown item) → request-stage policies
-    (rules naming ``resources:`` or ``prompts:``, and the set's default) → the owning upstream →
+    the URI the upstream will read (normalised; refused when it has two readings) → hidden for the
+    principal? (answered exactly like an unknown item) → request-stage policies (rules naming
+    ``resources:`` or ``prompts:``, and the set's default) → the owning upstream, sent that URI →
     audit event → the client
 
 Hidden is the rule tools follow: an enforced rule that refuses whatever the request (it reads only
 ``principal``, ``env`` and the item) hides the item from lists, and a request for it by URI or name
-gets the same error as one for an item that does not exist, so an error is no oracle.
+gets the same error as one for an item that does not exist, so an error is no oracle. For the same
+reason a subscription is only to a listed resource (the upstream's answer for a URI it does not
+know differs between servers), and an unsubscribe is never refused.
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ from typing import Any
 
 import mcp_types as types
 
-from gateway.errors import AuditWriteError, ItemNotFound, ItemRefusedError, UnknownItemError, UpstreamError
+from gateway.errors import (
+    AuditWriteError,
+    ItemNotFound,
+    ItemRefusedError,
+    UnclearUriError,
+    UnknownItemError,
+    UpstreamError,
+)
 from gateway.limits import MAX_AUDIT_ERROR_CHARS
 from gateway.pipeline.lifecycle import Gateway
 from gateway.policy.call import CallInfo, Principal, ToolCall, ToolInfo
@@ -85,24 +95,37 @@ class ItemGate:
         assert isinstance(result, types.GetPromptResult)
         return result
 
-    async def subscribe(self, request: ItemRequest, *, on: bool = True) -> ExposedItem:
-        """``resources/subscribe`` (decided like a read) or ``resources/unsubscribe`` (never refused)."""
-        if on:
-            item, trace = self._admitted(request)
-            uri = item.info.upstream_name
-            await self._run(trace, item, lambda timeout: item.owner.subscribe(uri, timeout))
-        else:
-            item = self._known(request)
-            uri = item.info.upstream_name
-            try:
-                await item.owner.subscribe(uri, self.gateway.call_timeout, on=False)
-            except UpstreamError as exc:  # the client is unsubscribed here whatever the upstream says
-                log.info("unsubscribe from %s: %s", request.name, exc)
+    async def subscribe(self, request: ItemRequest) -> ExposedItem:
+        """``resources/subscribe``, decided like a read, of a resource the upstream lists (and the caller sees).
+
+        Anything else is answered as unknown without asking the upstream, whose answer for a URI it
+        does not know would otherwise tell it apart from a hidden one.
+        """
+        item, trace = self._admitted(request)
+        uri = item.info.upstream_name
+        await self._run(trace, item, lambda timeout: item.owner.subscribe(uri, timeout))
         return item
 
+    def subscription(self, uri: str) -> ExposedItem | None:
+        """The listed resource a gateway ``uri`` names, for an unsubscribe (never refused, never audited)."""
+        try:
+            item = self.catalog.resource(uri)
+        except UnclearUriError:
+            return None
+        return item if item is not None and item.listed else None
+
+    async def unsubscribe(self, item: ExposedItem) -> None:
+        """Tell the upstream nobody here follows ``item`` any more (its failure is only logged)."""
+        try:
+            await item.owner.subscribe(item.info.upstream_name, self.gateway.call_timeout, on=False)
+        except UpstreamError as exc:  # the client is unsubscribed here whatever the upstream says
+            log.info("unsubscribe from %s: %s", item.info.name, exc)
+
     def _known(self, request: ItemRequest) -> ExposedItem:
+        """The item asked for, when it exists for this caller; ``UnclearUriError`` when its URI has two readings."""
         item = self.catalog.resource(request.name) if request.kind == "resource" else self.catalog.prompt(request.name)
-        if item is None or not self.visible(request.principal, [item]):
+        if (item is None or (request.method == "resources/subscribe" and not item.listed)
+                or not self.visible(request.principal, [item])):
             raise UnknownItemError(request.kind, request.name)
         return item
 
@@ -114,9 +137,12 @@ class ItemGate:
         except UnknownItemError:
             self._record(trace, None, None, "unknown", "unknown")
             raise
+        except UnclearUriError as exc:  # refused before anything is decided: there is no one URI to decide on
+            self._record(trace, None, str(exc), "reject", "not_called")
+            raise
         info = replace(item.info, method=request.method) if request.method == "resources/subscribe" else item.info
         # A prompt's arguments, or the variables of the template a resource's URI fits: what is read.
-        args = dict(request.arguments or {}) if request.kind == "prompt" else dict(item.variables)
+        args: dict[str, Any] = dict(request.arguments or {}) if request.kind == "prompt" else dict(item.variables)
         call = ToolCall(_NO_TOOL, args=args, principal=request.principal,
                         call=CallInfo(trace.audit_id, 0, now_rfc3339()), env=self.gateway.env, item=info)
         policy_set = self.gateway.policies.current
@@ -203,7 +229,7 @@ class _Trace:
     audit_id: str = ""
     started: float = 0.0
     decision: Decision | None = None
-    arguments: dict[str, str] = field(default_factory=dict)
+    arguments: dict[str, Any] = field(default_factory=dict)
     error: str | None = None  # the upstream's failure
     upstream_ms: float | None = None
 

@@ -6,18 +6,29 @@ template stays a template (``gateway://ev/test://static/resource/{id}``) and any
 upstream. A read goes to the upstream its URI names and to no other; a URI that names no upstream,
 or not in this form, is unknown. (Keeping upstreams' URIs as they are would make two upstreams that
 use the same scheme, ``file:///`` say, ambiguous, and leave reads through templates nowhere to go.)
+
+What a read reaches is decided on the URI the upstream will read: a listed resource asked for by its
+exact URI is that resource; any other URI is normalised (``gateway.uris``: escapes decoded, dot
+segments removed, what has two readings refused) and then is the listed resource it equals, the first
+template it fits, or an unlisted URI, in the server's own order (the SDK's ``MCPServer`` looks up
+concrete resources, then its templates). Template variables are those the SDK's ``UriTemplate.match``
+gives (percent-decoded, ``{+path}`` across ``/``), so ``args`` holds what the server's function
+receives; the normalised URI is the one sent upstream.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import re2  # google-re2: linear-time matching, whatever the upstream's template and the client's URI
+from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
+from gateway import uris
+from gateway.errors import UnclearUriError
+from gateway.limits import MAX_CACHED_RESOURCE_URIS
 from gateway.policy.call import ItemInfo
 from gateway.upstreams.mcp_resources import McpItems
 from gateway.upstreams.registry import ToolRegistry
@@ -27,8 +38,6 @@ __all__ = ["GATEWAY_SCHEME", "ExposedItem", "ItemCatalog", "expose_links", "gate
 log = logging.getLogger("gateway.items")
 
 GATEWAY_SCHEME = "gateway://"
-_VARIABLE = re.compile(r"\{[^{}]*\}")
-_SIMPLE = re.compile(r"[A-Za-z0-9_]+")
 
 
 def gateway_uri(upstream: str, uri: str) -> str:
@@ -57,7 +66,9 @@ class ExposedItem:
     definition: dict[str, Any]  # the upstream's JSON with the gateway's URI or name in place
     owner: McpItems
     info: ItemInfo  # what policies see
-    variables: dict[str, str] = field(default_factory=dict)  # a read through a template: its variables' values
+    # A read through a template: its variables' values (a list for an explode variable such as {/path*}).
+    variables: dict[str, str | list[str]] = field(default_factory=dict)
+    listed: bool = True  # False for a read through a template, or of a URI the upstream did not list
 
 
 class ItemCatalog:
@@ -101,22 +112,32 @@ class ItemCatalog:
                 for t in owner.templates if isinstance(t.get("uriTemplate"), str)]
 
     def resource(self, uri: str) -> ExposedItem | None:
-        """The resource a read of the gateway ``uri`` reaches; None when the URI names no upstream."""
+        """The resource a read of the gateway ``uri`` reaches; None when the URI names no upstream.
+
+        Raises ``UnclearUriError`` for a URI (other than a listed one) that has no single reading.
+        """
         if not uri.startswith(GATEWAY_SCHEME):
             return None
         name, slash, inner = uri[len(GATEWAY_SCHEME):].partition("/")
+        if not slash or not inner:
+            return None
         owner = self._owners().get(name)
-        if owner is None or not slash or not inner:
+        exact = next((r for r in owner.resources if r.get("uri") == inner), None) if owner is not None else None
+        if owner is not None and exact is not None:
+            return _resource(name, owner, exact, "uri")
+        canonical = uris.normalise(inner)  # refused alike whether or not the upstream exists: no oracle
+        if owner is None:
             return None
         for listed in owner.resources:
-            if listed.get("uri") == inner:
-                return _resource(name, owner, listed, "uri")
+            if _normal_or_none(listed.get("uri")) == canonical:
+                return _resource(name, owner, listed, "uri")  # sent upstream as the upstream lists it
         for template in owner.templates:  # unlisted: described by the template it fits, if one does
-            variables = _match(inner, template.get("uriTemplate"))
+            variables = _fit(canonical, template.get("uriTemplate"))
             if variables is not None:
-                found = _resource(name, owner, {**template, "uri": inner}, "uri")
-                return ExposedItem(found.definition, owner, found.info, variables)
-        return _resource(name, owner, {"uri": inner}, "uri")
+                found = _resource(name, owner, {**template, "uri": canonical}, "uri")
+                return ExposedItem(found.definition, owner, found.info, variables, listed=False)
+        found = _resource(name, owner, {"uri": canonical}, "uri")
+        return ExposedItem(found.definition, owner, found.info, listed=False)
 
     def prompts(self) -> list[ExposedItem]:
         """Every upstream's prompts under their exposed names (a name taken twice: the first keeps it)."""
@@ -151,24 +172,28 @@ def _resource(upstream: str, owner: McpItems, definition: dict[str, Any], key: s
     return ExposedItem({**definition, key: uri}, owner, info)
 
 
-def _match(uri: str, template: Any) -> dict[str, str] | None:
-    """The variables of the RFC 6570 ``template`` that ``uri`` fits, or None when it does not fit.
+def _normal_or_none(uri: Any) -> str | None:
+    """A listed URI's normal form, remembered (they are compared on every read); None when it has none."""
+    return _listed_normal(uri) if isinstance(uri, str) else None
 
-    Each expression matches any text; a simple ``{name}`` or ``{+name}`` gives its text as ``name``
-    (the others, ``{?q,x}`` say, are matched but not taken apart).
-    """
-    if not isinstance(template, str):
-        return None
-    pieces = _VARIABLE.split(template)
-    names = [e[1:-1].removeprefix("+") for e in _VARIABLE.findall(template)]
-    names = [n if _SIMPLE.fullmatch(n) else "" for n in names]
-    pattern = ["(?s)", re2.escape(pieces[0])]
-    for piece in pieces[1:]:
-        pattern += ["(.+)", re2.escape(piece)]
+
+@functools.lru_cache(maxsize=MAX_CACHED_RESOURCE_URIS)  # upstreams' URIs only: a client's are not kept
+def _listed_normal(uri: str) -> str | None:
     try:
-        found = re2.fullmatch("".join(pattern), uri)
-    except re2.error:  # a template too big to compile describes nothing
+        return uris.normalise(uri)
+    except UnclearUriError:  # the upstream's own unclear URI is read only when asked for exactly
         return None
-    if found is None:
+
+
+@functools.lru_cache(maxsize=MAX_CACHED_RESOURCE_URIS)
+def _parsed(template: str) -> UriTemplate | None:
+    try:
+        return UriTemplate.parse(template)
+    except InvalidUriTemplate:  # no SDK server could have it, and nothing tells how its server matches it
         return None
-    return {name: found.group(i + 1) for i, name in enumerate(names) if name}
+
+
+def _fit(uri: str, template: Any) -> dict[str, str | list[str]] | None:
+    """The variables of the RFC 6570 ``template`` that ``uri`` fits, as the SDK's server decodes them, or None."""
+    parsed = _parsed(template) if isinstance(template, str) else None
+    return parsed.match(uri) if parsed is not None else None

@@ -59,3 +59,15 @@ class RawMcp:
         body = ('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": ' + json.dumps(name)
                 + ', "arguments": ' + arguments_json + ', "_meta": {"gateway/call_id": ' + json.dumps(call_id) + "}}}")
         return await self.send(body.encode())
+
+    async def request(self, method: str, params: dict[str, Any], request_id: int = 7) -> httpx2.Response:
+        """One JSON-RPC request in this session, as the SDK client would send it."""
+        return await self.send(json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method,
+                                           "params": params}).encode())
+
+    async def answer_about(self, method: str, uri: str) -> tuple[int, str, str]:
+        """Status, content type and JSON-RPC message (sorted JSON) of ``method`` on ``uri``, the URI written
+        ``<uri>``: what tells two URIs' answers apart, if anything does."""
+        response = await self.request(method, {"uri": uri})
+        body = json.dumps(message_of(response), sort_keys=True).replace(json.dumps(uri)[1:-1], "<uri>")
+        return response.status_code, response.headers.get("content-type", ""), body

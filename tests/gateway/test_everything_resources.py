@@ -3,12 +3,14 @@ through the gateway, in both protocol eras, compared with what a direct connecti
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
+from raw_mcp import RawMcp
 from thirdparty import server_everything
 
 from gateway.frontends.mcp_resources import REFUSED
@@ -149,13 +151,25 @@ async def test_everything_resource_updates_reach_the_subscribed_client(start_gat
     assert [(e["name"], e["verdict"]) for e in subscribed] == [(uri, "allow")]
 
 
-async def test_a_hidden_resource_cannot_be_subscribed_to(start_gateway: Any, configs: Any, connect_mcp: Any) -> None:
+async def test_a_hidden_resource_is_answered_like_an_unknown_one_to_subscribe_read_and_unsubscribe(
+        start_gateway: Any, configs: Any, keys: dict[str, str]) -> None:
     gateway = await _gateway(start_gateway, configs)
-    structure = "gateway://ev/demo://resource/static/document/structure.md"
-    async with connect_mcp(gateway, "bob", mode="legacy") as bob:
-        with pytest.raises(MCPError) as hidden:
-            await bob.client.session.send_request(_subscribe(structure), types.EmptyResult)
-    assert (hidden.value.code, hidden.value.message) == (-32602, f"Unknown resource: {structure}")
+    hidden = "gateway://ev/demo://resource/static/document/structure.md"
+    unknown = "gateway://ev/demo://resource/static/document/structurx.md"  # this server subscribes to anything
+    instance = "gateway://ev/demo://resource/dynamic/text/7"  # not listed: the gateway cannot tell it exists
+    async with RawMcp.open(gateway.url, keys["bob"]) as bob:
+        answers = {method: [await bob.answer_about(method, uri) for uri in (hidden, unknown, instance)]
+                   for method in ("resources/subscribe", "resources/unsubscribe", "resources/read")}
+    to_hidden, to_unknown, to_instance = answers["resources/subscribe"]
+    assert to_hidden == to_unknown == to_instance
+    assert json.loads(to_hidden[2])["error"] == {"code": -32602, "message": "Unknown resource: <uri>"}
+    to_hidden, to_unknown, to_instance = answers["resources/unsubscribe"]
+    assert to_hidden == to_unknown == to_instance and json.loads(to_hidden[2])["result"] == {}
+    to_hidden, to_unknown, _ = answers["resources/read"]
+    assert to_hidden == to_unknown
+    subscribed = [e for e in gateway.audit_events() if e["event"] == "resource.subscribe"]
+    assert [e["verdict"] for e in subscribed] == ["unknown"] * 3
+
 
 
 @MODES
