@@ -358,3 +358,12 @@ TASK_POLL_INTERVAL_MS = 500
 # A 2026-07-28 client that declared the tasks extension gets a plain result when the call ends within this
 # time, and a task otherwise (a held call, a long-running or task-only tool).
 TASK_GRACE_SECONDS = 1.0
+
+
+# issue 18 (F)
+# /readyz asks the store whether it answers (a `SELECT 1` on the connection calls read sessions with) at most
+# once per this many seconds, whoever asks: the probe needs no key, so it must not become load on the database.
+STORE_READY_CACHE_SECONDS = 1.0
+
+# How long that question may take before the store counts as not answering (seconds).
+STORE_READY_TIMEOUT_SECONDS = 2.0

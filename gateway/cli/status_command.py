@@ -60,4 +60,10 @@ def _render(body: dict[str, Any]) -> str:
         lines.append(line)
     if not upstreams:
         lines.append("  no upstreams")
+    store = body.get("store")
+    if isinstance(store, dict):  # gateways before issue 18 did not say
+        line = f"  {clean(store.get('state')):<8} store"
+        if store.get("last_error"):
+            line += f"  last error: {clean(store.get('last_error'))}"
+        lines.append(line)
     return "\n".join(lines)
