@@ -49,7 +49,10 @@ def test_serve_with_a_malformed_dsn_prints_no_password(tmp_path: Path, capsys, c
     config = {"policies": ["policies"], "audit": {"file": "data/audit.jsonl"},
               "store": {"postgres": {"dsn": {"env": "GATEWAY_TEST_BAD_DSN"}}}}
     (tmp_path / "gateway.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    assert main(["serve", str(tmp_path / "gateway.yaml"), "--port", "0"]) == 1
+    try:
+        assert main(["serve", str(tmp_path / "gateway.yaml"), "--port", "0", "--log-level", "debug"]) == 1
+    finally:
+        logging.getLogger("gateway").setLevel(logging.NOTSET)  # serve sets the process's levels
     out, err = capsys.readouterr()
     assert "IPv6 host address" in err  # libpq's reason is kept
     assert PASSWORD not in out + err + caplog.text
