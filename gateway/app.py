@@ -230,6 +230,8 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
         if config.spec.auth.anonymous is not None:
             log.warning("anonymous access is on: requests without a key act as principal %r (auth.anonymous)",
                         config.spec.auth.anonymous.id)
+        if (risk := gateway.policies.partial_set_risk()) is not None:
+            log.warning("%s", risk)
         await _start_upstreams(gateway, supervisor, config)
         tasks = [asyncio.create_task(gateway.policies.watch(interval), name="policy-watcher")]
         if isinstance(gateway.approvals, ApprovalService):
