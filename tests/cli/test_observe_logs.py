@@ -136,6 +136,8 @@ async def test_no_argument_value_reaches_the_log_at_debug(tmp_path, log_format):
                 async with Client(streamable_http_client(f"{base}/mcp", http_client=client), mode="legacy") as mcp:
                     result = await mcp.call_tool("up_echo", {"text": f"{MARKER}-mcp"})
                     assert f"{MARKER}-mcp" in str(result.content)
+                    read = await mcp.read_resource(f"gateway://up/notes://users/{MARKER}-uri")  # a variable
+                    assert f"{MARKER}-uri" in str(read.contents)
         finally:
             if process.returncode is None:
                 process.terminate()
