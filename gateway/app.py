@@ -232,6 +232,8 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
         if config.spec.auth.anonymous is not None:
             log.warning("anonymous access is on: requests without a key act as principal %r (auth.anonymous)",
                         config.spec.auth.anonymous.id)
+        if (risk := gateway.policies.partial_set_risk()) is not None:
+            log.warning("%s", risk)
         await _start_upstreams(gateway, supervisor, config)
         tasks = [asyncio.create_task(gateway.policies.watch(interval), name="policy-watcher")]
         if isinstance(gateway.approvals, ApprovalService):
@@ -267,9 +269,12 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
 
     async def readyz(request: Request) -> JSONResponse:
         # Open like /healthz, so it says only names, states and short reasons: no URL, path or secret.
-        ready = supervisor.ready
+        # Not ready while the store cannot be read: every call would be refused `store_unavailable`.
+        unreachable = await gateway.store.unreachable()
+        ready = supervisor.ready and unreachable is None
         return JSONResponse({"status": "ready" if ready else "not_ready",
-                             "revision": gateway.policies.current.revision, "upstreams": supervisor.statuses()},
+                             "revision": gateway.policies.current.revision, "upstreams": supervisor.statuses(),
+                             "store": {"state": "down" if unreachable else "up", "last_error": unreachable}},
                             status_code=200 if ready else 503)
 
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway),

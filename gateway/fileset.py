@@ -16,7 +16,8 @@ from pathlib import Path
 
 from gateway.policy.load import discover
 
-__all__ = ["FileStamp", "Fingerprint", "Moved", "Settler", "display_path", "fingerprint", "read_stamped"]
+__all__ = ["FileStamp", "Fingerprint", "Moved", "Settler", "display_path", "fingerprint", "read_stamped",
+           "swapped_whole"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,13 @@ class Moved(Exception):
 
 
 _DATA = "..data"  # Kubernetes' symlink to the current version of a mounted ConfigMap or Secret
+
+
+def swapped_whole(path: Path) -> bool:
+    """Whether the files at ``path`` (a directory, or a file in one) change in one rename: a mounted
+    Kubernetes ConfigMap or Secret, whose ``..data`` symlink the kubelet swaps to a complete new version."""
+    folder = path if path.is_dir() else path.parent
+    return (folder / _DATA).is_symlink()
 
 
 def _real(path: Path, data_links: dict[Path, str | None]) -> str:

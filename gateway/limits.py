@@ -382,3 +382,12 @@ MAX_ARGUMENT_PROBLEMS = 5
 # Resource templates and listed resource URIs kept parsed or normalised, so a read does not redo it per listed
 # item (the upstreams' lists are bounded by MAX_ITEM_LIST_PAGES; this bounds the cache whatever they send).
 MAX_CACHED_RESOURCE_URIS = 4096
+
+
+# issue 18 (F)
+# /readyz asks the store whether it answers (a `SELECT 1` on the connection calls read sessions with) at most
+# once per this many seconds, whoever asks: the probe needs no key, so it must not become load on the database.
+STORE_READY_CACHE_SECONDS = 1.0
+
+# How long that question may take before the store counts as not answering (seconds).
+STORE_READY_TIMEOUT_SECONDS = 2.0

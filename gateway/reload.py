@@ -23,7 +23,7 @@ from typing import Any
 
 from gateway.diagnostics import Diagnostic, Severity
 from gateway.errors import PolicyLoadError
-from gateway.fileset import Fingerprint, Moved, Settler, display_path, fingerprint, read_stamped
+from gateway.fileset import Fingerprint, Moved, Settler, display_path, fingerprint, read_stamped, swapped_whole
 from gateway.limits import DEFAULT_SETTLE_SECONDS, MAX_POLICY_FILE_BYTES, POLICY_START_ATTEMPTS
 from gateway.manifest import verify_manifest
 from gateway.policy.load import check_policies
@@ -53,6 +53,7 @@ class PolicyHolder:
         self.base = base
         self.on_reload = on_reload
         self.last_errors: list[Diagnostic] = []
+        self.settle = settle
         self.current, stamp = self._first_load(settle)
         gc.freeze()  # compiled policies live long: keep them out of the collector's full passes (p99)
         self.loaded_at = now_rfc3339()
@@ -188,6 +189,20 @@ class PolicyHolder:
         return True
 
     # --- running and showing ------------------------------------------------------------------------
+
+    def partial_set_risk(self) -> str | None:
+        """Why a deploy could load half a set, for a warning at start; None with a manifest, or when every
+        policy path changes in one rename (a Kubernetes ConfigMap or Secret)."""
+        if self.manifest is not None:
+            return None
+        loose = [self.shown(str(p)) for p in self.paths if not swapped_whole(p)]
+        if not loose:
+            return None
+        return (f"policies reload without a manifest ({', '.join(loose)}): a deploy that pauses for more than "
+                f"reload.settle ({self.settle:g}s) while it writes the policy files loads the files written so far, "
+                "rules missing. Make `gateway check --config CONFIG --write-manifest` the last step of every "
+                "deploy and set reload.manifest (docs/deploy.md, \"Deploying policies\"), or mount the policies "
+                "as a Kubernetes ConfigMap")
 
     async def watch(self, interval: float) -> None:
         """Look every ``interval`` and load settled changes, until cancelled."""

@@ -11,7 +11,9 @@ against one of two profiles:
     Profile.POLICY  what a policy sees exactly, on both engines: JSON, plus integers within int64
                     and no U+0000 in strings or keys
 
-``problem`` names the first value that fails, with its JSON Pointer. ``loads`` reads a request
+``problem`` names the first value that fails, with its JSON Pointer; ``door_problem`` is the check
+every call passes before any policy sees it (its ids and arguments), in the gateway and in
+`gateway explain` / `gateway test`, so those never decide a call the gateway would refuse. ``loads`` reads a request
 body strictly (no NaN/Infinity, no overflowing numbers); ``printable`` makes any value safe to
 write into the audit log; ``text`` turns a value into text the way JSON writes it.
 """
@@ -23,9 +25,9 @@ import math
 from enum import Enum
 from typing import Any
 
-from gateway.limits import MAX_JSON_INTEGER_DIGITS, MAX_VALUE_NESTING
+from gateway.limits import MAX_ID_CHARS, MAX_JSON_INTEGER_DIGITS, MAX_VALUE_NESTING
 
-__all__ = ["Profile", "loads", "printable", "problem", "text"]
+__all__ = ["Profile", "door_problem", "loads", "printable", "problem", "text"]
 
 _INT64 = (-(2**63), 2**63 - 1)
 _JSON_INT_LIMIT = 10**MAX_JSON_INTEGER_DIGITS
@@ -134,6 +136,17 @@ def problem(value: Any, profile: Profile = Profile.POLICY, *, where: str = "") -
         if why is not None:
             return f"{pointer or '/'} {why}"
     return None
+
+
+def door_problem(call_id: str, session_id: str, arguments: Any) -> str | None:
+    """Why a call cannot go to policies and the tool exactly as given (its ids, then its arguments), or None."""
+    for name, value in (("call id", call_id), ("session id", session_id)):
+        if len(value) > MAX_ID_CHARS:
+            return f"the {name} is longer than {MAX_ID_CHARS} characters"
+        why = problem(value)
+        if why is not None:
+            return f"the {name} {why.removeprefix('/ ')}"
+    return problem(arguments, where="/arguments")
 
 
 def _printable_scalar(value: Any) -> Any:

@@ -16,8 +16,8 @@ import socket
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -48,6 +48,12 @@ class Cluster:
     """A running cluster: connect as ``USER`` to 127.0.0.1:port without a password."""
 
     port: int
+    _stop: Callable[[], None] | None = field(default=None, repr=False)
+
+    def stop(self) -> None:
+        """Stop the server now (``-m immediate``: as a crash would), for tests of the store going away."""
+        if self._stop is not None:
+            self._stop()
 
     def dsn(self, database: str = "postgres") -> str:
         """A libpq URL for one database."""
@@ -84,10 +90,13 @@ def running_cluster() -> Iterator[Cluster]:
         if started.returncode != 0:
             logged = log.read_text() if log.exists() else ""
             raise RuntimeError(f"pg_ctl start failed: {started.stderr.decode()} {logged}")
-        try:
-            yield Cluster(port)
-        finally:
+        def stop() -> None:
             subprocess.run([*as_user, str(binaries / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
                            capture_output=True)
+
+        try:
+            yield Cluster(port, stop)
+        finally:
+            stop()  # a cluster a test stopped already: pg_ctl says so, nothing else happens
     finally:
         shutil.rmtree(home, ignore_errors=True)

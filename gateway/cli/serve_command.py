@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import copy
 import logging
 import os
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any
 
 from gateway.diagnostics import SourceLines, render
 from gateway.errors import ConfigError, PolicyLoadError, StoreSchemaError, StoreUnavailable
-from gateway.observe.logs import use_json_logs, uvicorn_json_config
+from gateway.observe.logs import configure_logs, uvicorn_log_config
 
 __all__ = ["serve"]
 
@@ -25,13 +23,12 @@ def serve(args: argparse.Namespace) -> int:
     from gateway.app import build_app, server_options
     from gateway.config.load import load_config
 
-    logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = getattr(logging, args.log_level.upper())
+    configure_logs(level)  # until the config says more
     try:
         config = load_config(args.config)
         json_logs = (getattr(args, "log_format", None) or config.spec.logging.format) == "json"
-        if json_logs:
-            use_json_logs(getattr(logging, args.log_level.upper()))
+        configure_logs(level, json_lines=json_logs, libraries=config.spec.logging.libraries == "verbose")
         # command-line overrides first, so links the gateway hands out use the real address
         if args.host:
             config.spec.listen.host = args.host
@@ -67,20 +64,10 @@ def serve(args: argparse.Namespace) -> int:
         logging.getLogger("gateway").warning(listening)
     else:
         print(f"gateway: {listening}", file=sys.stderr)
-    log_config = uvicorn_json_config() if json_logs else \
-        _logs_off_stdout() if config.spec.audit.stdout else uvicorn.config.LOGGING_CONFIG
+    log_config = uvicorn_log_config(json_lines=json_logs, access_on_stdout=not config.spec.audit.stdout)
     uvicorn.run(app, host=host, port=port, log_level=args.log_level, lifespan="on", log_config=log_config,
                 **server_options(config))
     return 0
-
-
-def _logs_off_stdout() -> dict[str, Any]:
-    """uvicorn's logging with its access log on stderr: stdout carries the decision log, one JSON line each."""
-    import uvicorn.config
-
-    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
-    config["handlers"]["access"]["stream"] = "ext://sys.stderr"
-    return config
 
 
 def unwritable(paths: list[Path]) -> str | None:

@@ -1,7 +1,8 @@
-"""`gateway status`: a running gateway's readiness (``GET /readyz``): each upstream's state, the policy revision.
+"""`gateway status`: a running gateway's readiness (``GET /readyz``): each upstream's state, the store's,
+the policy revision.
 
-Exit codes: 0 ready (every upstream is up); 1 not ready; 2 the gateway could not be reached or did
-not answer as a gateway does.
+Exit codes: 0 ready (every upstream is up, the store answers); 1 not ready; 2 the gateway could not be
+reached or did not answer as a gateway does.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ __all__ = ["register", "status"]
 def register(sub: Any) -> None:
     """Add `status` to the `gateway` parser's subparsers."""
     parser = sub.add_parser("status", parents=[options(None)],
-                            help="a running gateway's readiness: each upstream's state")
+                            help="a running gateway's readiness: each upstream's state and the store's")
     parser.set_defaults(func=status)
 
 
@@ -60,4 +61,10 @@ def _render(body: dict[str, Any]) -> str:
         lines.append(line)
     if not upstreams:
         lines.append("  no upstreams")
+    store = body.get("store")
+    if isinstance(store, dict):  # gateways before issue 18 did not say
+        line = f"  {clean(store.get('state')):<8} store"
+        if store.get("last_error"):
+            line += f"  last error: {clean(store.get('last_error'))}"
+        lines.append(line)
     return "\n".join(lines)

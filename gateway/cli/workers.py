@@ -81,18 +81,15 @@ def _worker(config_file: str, host: str, port: int, log_level: str, listener: so
 
     from gateway.app import build_app, server_options
     from gateway.config.load import load_config
-    from gateway.observe.logs import use_json_logs, uvicorn_json_config
+    from gateway.observe.logs import configure_logs, uvicorn_log_config
 
-    if json_logs:
-        use_json_logs(getattr(logging, log_level.upper()))
-    else:
-        logging.basicConfig(level=getattr(logging, log_level.upper()), stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     config = load_config(config_file)
+    configure_logs(getattr(logging, log_level.upper()), json_lines=json_logs,
+                   libraries=config.spec.logging.libraries == "verbose", worker=True)
     config.spec.listen.host, config.spec.listen.port = host, port
     config.spec.store.shared = True
     app = build_app(config)
-    log_config = uvicorn_json_config() if json_logs else uvicorn.config.LOGGING_CONFIG
+    log_config = uvicorn_log_config(json_lines=json_logs, access_on_stdout=not config.spec.audit.stdout)
     server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level=log_level, log_config=log_config,
                                            **server_options(config)))
     server.run(sockets=[listener])

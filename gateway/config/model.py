@@ -464,6 +464,10 @@ class LoggingSpec(_Strict):
     """The gateway's own log lines (not the audit log): text, or one JSON object a line."""
 
     format: Literal["text", "json"] = "text"
+    # quiet: libraries (httpx2, the MCP SDK, sse-starlette...) log warnings and errors only, whatever
+    # --log-level says: their debug and info lines carry upstream URLs and message bodies, argument values
+    # included. verbose: they log at --log-level too (troubleshooting only: values reach the log).
+    libraries: Literal["quiet", "verbose"] = "quiet"
 
 
 class GatewayConfig(_Strict):

@@ -175,7 +175,11 @@ def _schemas() -> Json:
                     "since": {"type": "string", "format": "date-time"},
                     "last_error": {"type": ["string", "null"],
                                    "description": "A short reason (no URL, path or secret); details are in the log."},
-                    "tools": {"type": "integer", "minimum": 0}}}}}},
+                    "tools": {"type": "integer", "minimum": 0}}}},
+            "store": {"type": "object", "required": ["state", "last_error"], "properties": {
+                "state": {"enum": ["up", "down"]},
+                "last_error": {"type": ["string", "null"],
+                               "description": "A short reason (no address or secret); details are in the log."}}}}},
     }
 
 
@@ -243,11 +247,12 @@ def _operations() -> Json:
             "operationId": "health", "summary": "Liveness, the policy revision and the number of tools.",
             "security": [], "responses": {"200": _body(_ref("Health"), "The gateway is serving.")}}},
         "/readyz": {"get": {
-            "operationId": "ready", "summary": "Readiness: every upstream's state, and the policy revision.",
+            "operationId": "ready",
+            "summary": "Readiness: every upstream's state, the store's, and the policy revision.",
             "security": [], "responses": {
-                "200": _body(_ref("Readiness"), "Every upstream is up."),
+                "200": _body(_ref("Readiness"), "Every upstream is up, and the store answers."),
                 "503": _body(_ref("Readiness"), "At least one upstream is starting or down (retried in the "
-                                                "background).")}}},
+                                                "background), or the store cannot be read.")}}},
         "/metrics": {"get": {
             "operationId": "metrics",
             "summary": "Prometheus metrics (keys with metrics: true or admin: true; docs/observability.md).",

@@ -43,6 +43,10 @@ def _not_found() -> JSONResponse:
     return error_response(404, "session-not-found", "No such session.")
 
 
+def _unavailable(exc: StoreUnavailable) -> JSONResponse:
+    return error_response(503, exc.code, str(exc))
+
+
 def session_admin_routes(gateway: Gateway) -> list[Route]:
     """Routes for administrators (they expect ``RequireIdentity`` in front)."""
     store = gateway.store
@@ -72,8 +76,11 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
         if not (1 <= limit <= MAX_SESSIONS_PAGE and 0 <= offset < 2**63):  # SQLite integers are 64-bit
             return error_response(400, "invalid-page", f"limit must be 1..{MAX_SESSIONS_PAGE}, offset 0 or more")
         await store.flushed()  # rows are written behind: the list shows every call counted so far
-        page, total = await store.run(store.list_sessions, principal, flags["implicit"], flags["terminated"],
-                                      limit, offset)
+        try:
+            page, total = await store.run(store.list_sessions, principal, flags["implicit"], flags["terminated"],
+                                          limit, offset)
+        except StoreUnavailable as exc:
+            return _unavailable(exc)
         return JSONResponse({"sessions": [s.to_dict() for s in page], "total": total, "offset": offset,
                              "limit": limit})
 
@@ -81,7 +88,7 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
         try:
             found = await store.find_session(request.path_params["principal"], request.path_params["session_id"])
         except StoreUnavailable as exc:
-            return error_response(503, exc.code, str(exc))
+            return _unavailable(exc)
         return _not_found() if found is None else found
 
     async def show(request: Request) -> JSONResponse:

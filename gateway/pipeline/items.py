@@ -119,7 +119,8 @@ class ItemGate:
         try:
             await item.owner.subscribe(item.info.upstream_name, self.gateway.call_timeout, on=False)
         except UpstreamError as exc:  # the client is unsubscribed here whatever the upstream says
-            log.info("unsubscribe from %s: %s", item.info.name, exc)
+            log.info("unsubscribe from a resource of upstream %s failed (%s)", item.info.upstream,
+                     type(exc).__name__)  # no URI nor the upstream's text: a URI holds values
 
     def _known(self, request: ItemRequest) -> ExposedItem:
         """The item asked for, when it exists for this caller; ``UnclearUriError`` when its URI has two readings."""
@@ -149,7 +150,7 @@ class ItemGate:
         try:
             decision = policy_set.decide(call)
         except Exception:  # the engine should never raise; if it does, fail closed
-            log.exception("policy evaluation raised for %s", request.name)
+            log.exception("policy evaluation raised for %s (audit event %s)", request.method, trace.audit_id)
             decision = Decision(Verdict.REJECT, Stage.REQUEST, call.args, call.args, policy_set.revision,
                                 "The policies could not be evaluated for this request, so it was refused.",
                                 "engine-error")
@@ -173,7 +174,9 @@ class ItemGate:
             raise UnknownItemError(request.kind, request.name) from None
         except UpstreamError as exc:
             trace.upstream_ms = (time.perf_counter() - started) * 1e3
-            log.warning("%s %s failed: %s", request.method, request.name, exc)
+            # neither the URI nor the upstream's text (it quotes the URI): template variables hold values
+            log.warning("%s failed at upstream %s (%s); audit event %s has the details", request.method,
+                        item.info.upstream, type(exc).__name__, trace.audit_id)
             message = FAILED.format(kind=request.kind, done=_DONE[request.method])
             trace.error = str(exc)[:MAX_AUDIT_ERROR_CHARS]  # the details, for operators only
             self._record(trace, item, message, "allow", "error")
@@ -218,7 +221,7 @@ class ItemGate:
         try:
             self.gateway.audit.write(event)
         except AuditWriteError:
-            log.error("the audit event of %s %s could not be written", request.method, request.name)
+            log.error("the audit event %s of %s could not be written", trace.audit_id, request.method)
             if strict:
                 raise
 

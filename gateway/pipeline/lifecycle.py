@@ -30,7 +30,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamNotReached,
 )
-from gateway.limits import MAX_AUDIT_ERROR_CHARS, MAX_ID_CHARS
+from gateway.limits import MAX_AUDIT_ERROR_CHARS
 from gateway.observe.observer import CallObserver
 from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
 from gateway.pipeline.audit import AuditLog
@@ -57,7 +57,7 @@ from gateway.store.base import SessionStore
 from gateway.store.model import SessionState, now_rfc3339
 from gateway.upstreams.client_requests import Declares, calling_client, undeclared
 from gateway.upstreams.registry import ExposedTool, ToolRegistry
-from gateway.values import Profile, printable, problem
+from gateway.values import Profile, door_problem, printable, problem
 
 __all__ = ["Gateway"]
 
@@ -516,10 +516,4 @@ def _input_problem(request: CallRequest) -> str | None:
     """Why the values of a call cannot go to policies and the tool exactly as given, or None."""
     if request.refused is not None:
         return request.refused
-    for name, value in (("call id", request.call_id), ("session id", request.session_id)):
-        if len(value) > MAX_ID_CHARS:
-            return f"the {name} is longer than {MAX_ID_CHARS} characters"
-        why = problem(value)
-        if why is not None:
-            return f"the {name} {why.removeprefix('/ ')}"
-    return problem(request.arguments, where="/arguments")
+    return door_problem(request.call_id, request.session_id, request.arguments)

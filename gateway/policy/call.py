@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.policy.decision import Stage
+from gateway.values import door_problem
 
 __all__ = ["ITEM_KINDS", "CallInfo", "ItemInfo", "Principal", "ResultInfo", "SessionInfo", "ToolCall", "ToolInfo",
            "UsageInfo"]
@@ -169,6 +170,12 @@ class ToolCall:
     original_args: dict[str, Any] | None = None  # defaults to args
     usage: Mapping[str, UsageInfo] = field(default_factory=dict)  # window name (config usage_windows) -> counts
     item: ItemInfo | None = None  # a resource read or prompt get; None: a tool call
+
+    def refused_at_door(self) -> str | None:
+        """The message the gateway refuses this call with (``invalid_input``) before any policy sees it, or
+        None: `gateway explain` and `gateway test` decide only calls the gateway would let in."""
+        why = door_problem(self.call.id, self.session.id, self.args)
+        return None if why is None else f"The call was refused: {why}."
 
     def item_cel(self) -> dict[str, Any]:
         """The ``request``, ``resource`` and ``prompt`` maps."""

@@ -15,11 +15,20 @@ from gateway.policy.compile import CompiledRule
 from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet
 
-__all__ = ["explain", "render_text"]
+__all__ = ["INVALID_INPUT", "explain", "render_text"]
+
+# The decision of a call refused at the door, before any policy (the gateway's outcome of the same name).
+INVALID_INPUT = "invalid_input"
 
 
 def explain(policy_set: PolicySet, call: ToolCall) -> dict[str, Any]:
-    """The decision plus a trace entry for every rule of the set."""
+    """The decision plus a trace entry for every rule of the set; a call the gateway refuses at the door
+    (``invalid_input``) is decided by no rule, as in the gateway."""
+    refused = call.refused_at_door()
+    if refused is not None:
+        return {"decision": INVALID_INPUT, "stage": str(call.stage), "message": refused, "decided_by": None,
+                "tool": call.tool.name, "revision": policy_set.revision, "engine": policy_set.engine.name,
+                "trace": []}
     decision = policy_set.decide(call)
     by_rule = {r.rule: r for r in decision.rules}
     trace = []
@@ -64,6 +73,10 @@ def _clauses(policy_set: PolicySet, call: ToolCall, decision: Decision, rule: Co
 
 def render_text(report: dict[str, Any]) -> str:
     """A person-readable rendering of ``explain``'s output."""
+    if report["decision"] == INVALID_INPUT:
+        return "\n".join([f"decision: {INVALID_INPUT}  (tool {report['tool']}, stage {report['stage']})",
+                          "decided by: the gateway's check of every call's values, before any policy",
+                          f"message: {report['message']}", f"revision {report['revision']}, engine {report['engine']}"])
     lines = [
         f"decision: {report['decision']}  (tool {report['tool']}, stage {report['stage']})",
         f"decided by: {report['decided_by'] or 'no rule fired; the default is ' + report['default']}",

@@ -65,6 +65,10 @@ class SessionStore(Protocol):
         """One page of sessions (blocking: call through ``run`` after ``flushed``)."""
         ...
 
+    async def unreachable(self) -> str | None:
+        """Why the database cannot be read now (a short reason, no address), or None when it answers."""
+        ...
+
     async def run(self, work: Callable[..., T], *args: Any) -> T:
         """Run blocking database work on the store's worker thread."""
         ...

@@ -21,11 +21,11 @@ from typing import Any
 
 import psycopg
 import psycopg.errors
-from psycopg.conninfo import conninfo_to_dict
 
 from gateway.errors import StoreUnavailable
 from gateway.limits import DEFAULT_RUN_IDLE_SECONDS, POSTGRES_CONNECT_TIMEOUT_SECONDS, STORE_LISTEN_RETRY_SECONDS
 from gateway.store.db import Cursor, Db, DbError, DbIntegrityError, Dialect
+from gateway.store.dsn import DsnScrubber, describe_dsn
 from gateway.store.migrations import Migration, migrate, statements
 from gateway.store.sql import SqlStore
 
@@ -65,21 +65,13 @@ SESSION_MIGRATIONS = (Migration(1, "sessions, usage buckets and implicit runs", 
 )""")),)
 
 
-def describe_dsn(dsn: str) -> str:
-    """The database a DSN names, for messages: host, port and database, never the password."""
-    try:
-        parts = conninfo_to_dict(dsn)
-    except psycopg.Error:
-        return "the configured PostgreSQL database"
-    return f"postgresql://{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
-
-
 class PostgresStore(SqlStore):
     """Sessions (and approvals, see gateway/approvals/store.py) in PostgreSQL."""
 
     def __init__(self, dsn: str, *, usage_windows: Mapping[str, float] | None = None,
                  idle_timeout: float = DEFAULT_RUN_IDLE_SECONDS, write_through: bool = True) -> None:
         self._dsn = dsn
+        self._scrub = DsnScrubber(dsn)  # libpq quotes a DSN it cannot parse, password and all
         self._listeners: list[threading.Thread] = []
         self._stop = threading.Event()
         where = describe_dsn(dsn)
@@ -87,11 +79,16 @@ class PostgresStore(SqlStore):
             super().__init__(lambda: PostgresDb(self._open), where, usage_windows=usage_windows,
                              idle_timeout=idle_timeout, write_through=write_through)
         except DbError as exc:  # not reachable at start: say which database, never the password
-            raise StoreUnavailable(f"cannot connect to {where}: {str(exc).strip()}") from exc
+            raise StoreUnavailable(f"cannot connect to {where}: {self._scrub(str(exc))}") from None
 
     def _open(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self._dsn, autocommit=True, connect_timeout=POSTGRES_CONNECT_TIMEOUT_SECONDS,
-                               application_name="agent-policy-gateway")
+        """A new connection; a failure is a ``DbError`` whose text (and chain: none) holds no secret of the DSN."""
+        try:
+            return psycopg.connect(self._dsn, autocommit=True, connect_timeout=POSTGRES_CONNECT_TIMEOUT_SECONDS,
+                                   application_name="agent-policy-gateway")
+        except psycopg.Error as exc:
+            message = self._scrub(str(exc)) or type(exc).__name__
+        raise DbError(message)  # outside the handler: no __context__ carries libpq's own text
 
     def _migrate(self, db: Db) -> None:
         migrate(db, "sessions", SESSION_MIGRATIONS, self.where)
@@ -115,7 +112,7 @@ class PostgresStore(SqlStore):
                         for note in conn.notifies(timeout=STORE_LISTEN_RETRY_SECONDS):
                             wake(note.payload)
             except psycopg.Error as exc:
-                log.warning("listening for %s failed, retrying: %s", channel, exc)
+                log.warning("listening for %s failed, retrying: %s", channel, self._scrub(str(exc)))
                 self._stop.wait(STORE_LISTEN_RETRY_SECONDS)
 
     def close(self) -> None:

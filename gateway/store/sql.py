@@ -33,6 +33,8 @@ from gateway.limits import (
     MAX_CACHED_SESSIONS,
     SESSION_READ_ATTEMPTS,
     SESSION_WRITE_WAIT_SECONDS,
+    STORE_READY_CACHE_SECONDS,
+    STORE_READY_TIMEOUT_SECONDS,
     STORE_WRITE_COALESCE_SECONDS,
     STORE_WRITE_RETRY_SECONDS,
 )
@@ -98,6 +100,8 @@ class SqlStore:
         self._pruned_bucket = 0
         self.usage = UsageCounter(usage_windows or {}, self._usage_changed, self._usage_rows)
         self.implicit_runs = ImplicitRuns(idle_timeout, self._implicit_changed, self._implicit_row)
+        self._probe: asyncio.Future[None] | None = None  # the readiness probe under way, if any
+        self._probed: tuple[float, str | None] = (-STORE_READY_CACHE_SECONDS, None)  # when, and its answer
 
     def _migrate(self, db: Db) -> None:
         """Bring the sessions' tables up to this code's schema (see migrations.py)."""
@@ -117,6 +121,32 @@ class SqlStore:
         """Call ``wake(payload)`` (from a thread) for each notification on ``channel``; False if this
         database cannot push them (then waiters poll)."""
         return False
+
+    async def unreachable(self) -> str | None:
+        """Why a call's session read would fail now (a short reason, no address), or None when the database
+        answers; for ``/readyz``. Asked on the reader thread, as every call's read is, at most once per
+        ``STORE_READY_CACHE_SECONDS`` however often it is asked (the probe is open to anyone)."""
+        loop = asyncio.get_running_loop()
+        at, why = self._probed
+        if loop.time() - at < STORE_READY_CACHE_SECONDS:
+            return why
+        if self._probe is None or self._probe.done():
+            self._probe = loop.run_in_executor(self._read_worker, self._ping)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._probe), STORE_READY_TIMEOUT_SECONDS)
+            why = None
+        except DB_ERRORS as exc:
+            log.warning("the store is unreachable: %s", exc)
+            why = "not reachable"
+        except TimeoutError:
+            why = "not answering"
+        except RuntimeError:  # the reader was shut down: the gateway is stopping
+            why = "closed"
+        self._probed = (loop.time(), why)
+        return why
+
+    def _ping(self) -> None:
+        self._reader.execute("SELECT 1").fetchone()
 
     async def run(self, work: Callable[..., T], *args: Any) -> T:
         """Run blocking database work on the store's worker thread, and await its result."""
@@ -286,12 +316,23 @@ class SqlStore:
         if (principal, session_id) in self._sessions:
             return await self.session(principal, session_id)
         loop = asyncio.get_running_loop()
-        row = await loop.run_in_executor(self._read_worker, self._read_row, self._reader, principal, session_id)
+        try:
+            row = await loop.run_in_executor(self._read_worker, self._read_row, self._reader, principal, session_id)
+        except DB_ERRORS as exc:
+            raise StoreUnavailable(f"the sessions database is unavailable ({exc})") from exc
         return None if row is None else await self.session(principal, session_id)
 
     def list_sessions(self, principal: str | None, implicit: bool | None, terminated: bool | None,
                       limit: int, offset: int) -> tuple[list[SessionState], int]:
-        """One page of sessions, newest first, and how many match (call through ``run`` after ``flushed``)."""
+        """One page of sessions, newest first, and how many match (call through ``run`` after ``flushed``);
+        ``StoreUnavailable`` if they cannot be read."""
+        try:
+            return self._list_sessions(principal, implicit, terminated, limit, offset)
+        except DB_ERRORS as exc:
+            raise StoreUnavailable(f"the sessions database is unavailable ({exc})") from exc
+
+    def _list_sessions(self, principal: str | None, implicit: bool | None, terminated: bool | None,
+                       limit: int, offset: int) -> tuple[list[SessionState], int]:
         where, params = [], []
         for column, value in (("principal", principal), ("implicit", implicit), ("terminated", terminated)):
             if value is not None:

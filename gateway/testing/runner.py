@@ -12,6 +12,7 @@ from typing import Any
 from gateway.diagnostics import Diagnostic
 from gateway.policy.call import ToolCall
 from gateway.policy.decision import Decision
+from gateway.policy.explain import INVALID_INPUT
 from gateway.policy.load import check_policies, discover
 from gateway.policy.policyset import PolicySet
 from gateway.testing.suite import Case, LoadedSuite, load_suite
@@ -38,12 +39,14 @@ class CaseReport:
     status: Status
     problems: list[str] = field(default_factory=list)
     decision: Decision | None = None
+    refused: str | None = None  # the gateway's message when it refuses the call at the door (invalid_input)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
         return {"suite": self.suite, "name": self.name, "file": self.file, "line": self.line,
                 "status": str(self.status), "problems": self.problems,
-                "decision": self.decision.to_dict() if self.decision else None}
+                "decision": self.decision.to_dict() if self.decision else
+                {"decision": INVALID_INPUT, "message": self.refused} if self.refused else None}
 
 
 @dataclass(slots=True)
@@ -107,10 +110,16 @@ def _run_case(suite: LoadedSuite, case: Case, line: int, policy_set: PolicySet,
     report = CaseReport(suite.name, case.name, str(suite.path), line, Status.PASS)
     try:
         call = case.call.to_call(suite.spec.principals, suite.spec.tools, suite.spec.env)
-        decision = policy_set.decide(call)
+        report.refused = call.refused_at_door()
+        decision = None if report.refused else policy_set.decide(call)
     except Exception as exc:  # a case must never stop the run; say what broke
         report.status = Status.ERROR
         report.problems.append(f"{type(exc).__name__}: {exc}")
+        return report
+    if decision is None:  # refused before any policy, as the gateway does: no rule was considered
+        report.problems = _compare_refused(case, report.refused or "")
+        if report.problems:
+            report.status = Status.FAIL
         return report
     report.decision = decision
     if observe is not None:
@@ -121,10 +130,20 @@ def _run_case(suite: LoadedSuite, case: Case, line: int, policy_set: PolicySet,
     return report
 
 
+def _compare_refused(case: Case, message: str) -> list[str]:
+    """A case whose call the gateway refuses at the door passes only when it expects that."""
+    expect = case.expect
+    if expect.decision != INVALID_INPUT:
+        return [f"decision: expected {expect.decision}, got {INVALID_INPUT} ({message})"]
+    if expect.message is not None and message != expect.message:
+        return [f"message: expected {expect.message!r}, got {message!r}"]
+    return []
+
+
 def _compare(case: Case, decision: Decision) -> list[str]:
     expect = case.expect
     problems = []
-    if decision.verdict is not expect.decision:
+    if decision.verdict != expect.decision:
         why = f" (decided by {decision.decided_by}" + (f": {decision.message}" if decision.message else "") + ")" \
             if decision.decided_by else ""
         problems.append(f"decision: expected {expect.decision}, got {decision.verdict}{why}")

@@ -9,7 +9,7 @@
       - name: large transfer needs approval
         call: {tool: transfer, args: {amount: 20000}, principal: alice}
         expect:
-          decision: approve              # allow | reject | approve | skip | terminate
+          decision: approve              # allow | reject | approve | skip | terminate | invalid_input
           message: ...                   # exact
           args: {...}                    # the final arguments, exactly
           rules: {payments/large-transfer: fired}   # outcomes of the named rules
@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,7 +40,8 @@ class _Strict(BaseModel):
 class Expectation(_Strict):
     """What a case expects of the decision; only the keys given are checked."""
 
-    decision: Verdict
+    # invalid_input: the gateway refuses the call before any policy (a value policies cannot see exactly)
+    decision: Verdict | Literal["invalid_input"]
     message: str | None = None
     args: dict[str, Any] | None = None
     rules: dict[str, Outcome] = Field(default_factory=dict)

@@ -8,6 +8,7 @@ import json
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -82,3 +83,69 @@ async def test_text_logs_stay_the_default(tmp_path):
     lines = await _serve_and_read_stderr(_write(tmp_path))
     assert any(line.startswith("gateway: listening on") for line in lines)
     assert not any(line.startswith("{") for line in lines)
+
+
+# --- no argument value in the log (issue 18, item 17) ----------------------------------------------
+
+MARKER = "SSN-778-41-9920"  # an argument value: in an upstream URL's path and query, an MCP argument
+UPSTREAM_MCP_SERVER = Path(__file__).resolve().parents[1] / "gateway" / "upstream_mcp_server.py"
+
+
+def _item_app() -> Any:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def item(request: Request) -> JSONResponse:
+        return JSONResponse({"id": request.path_params["item_id"], "query": dict(request.query_params)})
+
+    return Starlette(routes=[Route("/items/{item_id}", item)])
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+async def test_no_argument_value_reaches_the_log_at_debug(tmp_path, log_format):
+    from loopback import serve_app
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    tool = {"name": "get_item", "method": "GET", "path": "/items/{item_id}", "query": ["q"],
+            "input_schema": {"type": "object", "properties": {"item_id": {"type": "string"}, "q": {"type": "string"}}}}
+    async with serve_app(_item_app()) as api_url:
+        config = _write(tmp_path, upstreams=[
+            {"name": "api", "http": {"base_url": api_url, "tools": [tool]}},
+            {"name": "up", "mcp": {"command": sys.executable, "args": [str(UPSTREAM_MCP_SERVER)]}}])
+        port = _free_port()
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway", "serve", str(config), "--port", str(port), "--log-level", "debug",
+            "--log-format", log_format, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        base = f"http://127.0.0.1:{port}"
+        headers = {"Authorization": f"Bearer {KEY}"}
+        try:
+            async with httpx2.AsyncClient(base_url=base, headers=headers, timeout=60) as client:
+                for _ in range(600):  # the stdio upstream imports the MCP SDK: seconds on a busy machine
+                    assert process.returncode is None, "the gateway exited"
+                    with contextlib.suppress(httpx2.TransportError):
+                        if (await client.get("/readyz")).status_code == 200:
+                            break
+                    await asyncio.sleep(0.1)
+                answer = await client.post(f"/v1/tools/api_get_item/invoke?note={MARKER}",
+                                           json={"arguments": {"item_id": MARKER, "q": f"{MARKER}-q"}})
+                assert MARKER in answer.text  # the call went through, with the value in the upstream's URL
+                async with Client(streamable_http_client(f"{base}/mcp", http_client=client), mode="legacy") as mcp:
+                    result = await mcp.call_tool("up_echo", {"text": f"{MARKER}-mcp"})
+                    assert f"{MARKER}-mcp" in str(result.content)
+                    read = await mcp.read_resource(f"gateway://up/notes://users/{MARKER}-uri")  # a variable
+                    assert f"{MARKER}-uri" in str(read.contents)
+        finally:
+            if process.returncode is None:
+                process.terminate()
+            assert process.stdout is not None and process.stderr is not None
+            out, err = await asyncio.wait_for(asyncio.gather(process.stdout.read(), process.stderr.read()), 30)
+            await asyncio.wait_for(process.wait(), 30)
+    lines = (out + err).decode().splitlines()
+    leaked = [line for line in lines if MARKER in line]
+    assert leaked == []
+    # the log was on and saw the calls: the access log has them, the query cut off
+    assert any("/v1/tools/api_get_item/invoke?…" in line for line in lines), lines[-20:]

@@ -64,6 +64,7 @@ async def test_status_says_not_ready_then_ready(tmp_path):
         assert lines[0].startswith("NOT READY: policy revision ")
         assert lines[1].split()[:2] == ["down", "svc"]
         assert lines[1].endswith("1 tools  last error: not reachable")
+        assert lines[2].split() == ["up", "store"]
 
         async with serve_app(json_app({}), port=port):
             for _ in range(100):

@@ -379,3 +379,37 @@ async def test_a_reload_that_cannot_be_audited_is_not_made_until_it_can_be(start
     assert after["errors"] == []
     [event] = reload_events(gateway)
     assert (event["revision"], event["rules_removed"]) == (after["revision"], ["guard/creating-needs-approval"])
+
+
+# --- the warning at start (issue 18, item 8) -------------------------------------------------------
+
+
+def _partial_set_warnings(caplog: Any) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and "policies reload without a manifest" in r.getMessage()]
+
+
+async def test_serving_without_a_manifest_warns_at_start_how_to_deploy_safely(start_gateway, configs, http_api,
+                                                                             caplog):
+    # A deploy that pauses longer than the settle interval loads the files written so far: say so at start.
+    caplog.set_level(logging.WARNING, logger="gateway")
+    await start_gateway(reload_config(configs, http_api), {"guard.yaml": GUARD})
+    [warning] = _partial_set_warnings(caplog)
+    assert f"reload.settle ({SETTLE:g}s)" in warning
+    assert "gateway check --config CONFIG --write-manifest" in warning and "reload.manifest" in warning
+    assert "(policies)" in warning  # the policy path as shown, never the host path
+
+
+async def test_no_warning_with_a_manifest_or_a_configmap(start_gateway, configs, http_api, caplog, tmp_path):
+    caplog.set_level(logging.WARNING, logger="gateway")
+    signed = tmp_path / "signed"
+    config = reload_config(configs, http_api, manifest="policies/policies.manifest.json")
+    write_manifest(configs.write(signed, config, {"guard.yaml": GUARD}))
+    await start_gateway(config, {}, root=signed)
+
+    k8s = tmp_path / "k8s"
+    version = configmap_version(k8s / "policies", "..2026_11_30_10_00_00.000000001", {"guard.yaml": GUARD})
+    (k8s / "policies" / "..data").symlink_to(version.name)
+    (k8s / "policies" / "guard.yaml").symlink_to("..data/guard.yaml")
+    await start_gateway(reload_config(configs, http_api), {}, root=k8s)
+    assert _partial_set_warnings(caplog) == []
