@@ -358,3 +358,11 @@ TASK_POLL_INTERVAL_MS = 500
 # A 2026-07-28 client that declared the tasks extension gets a plain result when the call ends within this
 # time, and a task otherwise (a held call, a long-running or task-only tool).
 TASK_GRACE_SECONDS = 1.0
+
+# issue 18 (h)
+# `gateway serve --workers N` starts a dead worker again. One that dies within WORKER_QUICK_DEATH_SECONDS of
+# starting WORKER_CRASH_LOOP_LIMIT times in a row is in a crash loop (a config broken on disk since the start,
+# a store it cannot open): the gateway then stops, exit status 1, so the orchestrator sees it, instead of
+# restarting it forever on a shrinking fleet.
+WORKER_QUICK_DEATH_SECONDS = 30.0
+WORKER_CRASH_LOOP_LIMIT = 5
