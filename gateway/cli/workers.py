@@ -114,8 +114,8 @@ def _supervise(slots: list[_Slot], start: Callable[[str], BaseProcess], stopping
                 return (f"worker {slot.name} died within {WORKER_QUICK_DEATH_SECONDS:g} s of starting"
                         f" {slot.quick_deaths} times in a row (last: it {how}): stopping the gateway. Its own"
                         " error is above; fix it, then start the gateway again.")
-            _reap(old)
             slot.process, slot.started = start(slot.name), time.monotonic()
+            _reap(old)  # only now: should the start fail, the dead one stays in its slot for _stop_all
             log.warning("worker %s (pid %s) %s after %.1f s; started it again (pid %s)", slot.name, pid, how, lived,
                         slot.process.pid)
     return None
