@@ -44,7 +44,7 @@ from gateway.limits import (
 from gateway.models import ModelProxy, ModelRoute
 from gateway.models.upstream import ModelUpstream
 from gateway.observe import CallObserver, Metrics
-from gateway.observe.endpoint import metrics_routes
+from gateway.observe.endpoint import METRICS_PATH, metrics_routes
 from gateway.observe.metrics import counting_reloads
 from gateway.observe.tracing import build_tracing
 from gateway.pipeline import Gateway
@@ -280,15 +280,21 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway),
            *session_admin_routes(gateway), *(chat_routes(models) if models.routes else [])]
     open_routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/readyz", readyz), *openapi_routes()]
+    scrape_routes: list[BaseRoute] = []
     if gateway.observer.metrics is not None:
-        api.extend(metrics_routes(gateway.observer.metrics))
+        # the one app that admits scrape-only keys; every route in `api` refuses them at the door
+        scrape = Starlette(routes=metrics_routes(gateway.observer.metrics),
+                           middleware=[Middleware(RequireIdentity, auth=auth, scrapers=True)],
+                           exception_handlers=json_http_errors())
+        scrape.router.redirect_slashes = False
+        scrape_routes.append(Route(METRICS_PATH, scrape, methods=["GET"]))
     if isinstance(gateway.approvals, ApprovalService):
         api.extend(approval_routes(gateway.approvals))
         open_routes.extend(approvals_page_routes())
     protected = Starlette(routes=api, middleware=[Middleware(RequireIdentity, auth=auth)],
                           exception_handlers=json_http_errors())
-    app = Starlette(routes=[*open_routes, Mount("/", app=protected)], lifespan=lifespan, middleware=edge,
-                    exception_handlers=json_http_errors())
+    app = Starlette(routes=[*open_routes, *scrape_routes, Mount("/", app=protected)], lifespan=lifespan,
+                    middleware=edge, exception_handlers=json_http_errors())
     for router in (protected.router, app.router):
         # No 307 to the slash-less path: an API answers the path it was asked, as JSON (404 if unknown).
         router.redirect_slashes = False

@@ -33,7 +33,7 @@ class Identity:
     principal: Principal
     approver: bool = False
     admin: bool = False  # sees every approval request (still decides only what qualifies them)
-    metrics: bool = False  # may scrape /metrics (admins may too)
+    metrics: bool = False  # scrape-only: /metrics and nothing else (admins may scrape too)
 
 
 class Authenticator:

@@ -391,3 +391,11 @@ STORE_READY_CACHE_SECONDS = 1.0
 
 # How long that question may take before the store counts as not answering (seconds).
 STORE_READY_TIMEOUT_SECONDS = 2.0
+
+# issue 18 (h)
+# `gateway serve --workers N` starts a dead worker again. One that dies within WORKER_QUICK_DEATH_SECONDS of
+# starting WORKER_CRASH_LOOP_LIMIT times in a row is in a crash loop (a config broken on disk since the start,
+# a store it cannot open): the gateway then stops, exit status 1, so the orchestrator sees it, instead of
+# restarting it forever on a shrinking fleet.
+WORKER_QUICK_DEATH_SECONDS = 30.0
+WORKER_CRASH_LOOP_LIMIT = 5

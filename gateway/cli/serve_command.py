@@ -13,7 +13,7 @@ from gateway.diagnostics import SourceLines, render
 from gateway.errors import ConfigError, PolicyLoadError, StoreSchemaError, StoreUnavailable
 from gateway.observe.logs import configure_logs, uvicorn_log_config
 
-__all__ = ["serve"]
+__all__ = ["START_ERRORS", "report_start_error", "serve"]
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -47,16 +47,8 @@ def serve(args: argparse.Namespace) -> int:
 
             return serve_workers(args, config, json_logs=json_logs)
         app = build_app(config)
-    except (ConfigError, PolicyLoadError) as exc:
-        sources = SourceLines()
-        for d in exc.diagnostics:
-            print(render(d, sources), file=sys.stderr)
-        return 1
-    except (OSError, sqlite3.Error) as exc:  # a data file that looked fine but cannot be opened after all
-        print(f"gateway: cannot open the gateway's data files: {exc}", file=sys.stderr)
-        return 1
-    except (StoreSchemaError, StoreUnavailable) as exc:  # a newer schema, or PostgreSQL out of reach
-        print(f"gateway: {exc}", file=sys.stderr)
+    except START_ERRORS as exc:
+        report_start_error(exc)
         return 1
     host, port = config.spec.listen.host, config.spec.listen.port
     listening = f"listening on http://{host}:{port} (MCP at /mcp, REST at /v1)"
@@ -68,6 +60,22 @@ def serve(args: argparse.Namespace) -> int:
     uvicorn.run(app, host=host, port=port, log_level=args.log_level, lifespan="on", log_config=log_config,
                 **server_options(config))
     return 0
+
+
+# What stops the gateway from starting, said without a traceback (by `gateway serve` and by each worker).
+START_ERRORS = (ConfigError, PolicyLoadError, OSError, sqlite3.Error, StoreSchemaError, StoreUnavailable)
+
+
+def report_start_error(exc: BaseException) -> None:
+    """Print why the gateway cannot start on stderr: diagnostics with file:line, or one line."""
+    if isinstance(exc, (ConfigError, PolicyLoadError)):
+        sources = SourceLines()
+        for d in exc.diagnostics:
+            print(render(d, sources), file=sys.stderr)
+    elif isinstance(exc, (OSError, sqlite3.Error)):  # a data file that looked fine but cannot be opened after all
+        print(f"gateway: cannot open the gateway's data files: {exc}", file=sys.stderr)
+    else:  # a newer schema, or PostgreSQL out of reach
+        print(f"gateway: {exc}", file=sys.stderr)
 
 
 def unwritable(paths: list[Path]) -> str | None:

@@ -147,12 +147,16 @@ class ApiKeySpec(_Strict):
     key: SecretRef | None = None
     approver: bool = False  # may decide approvals (issue: approvals)
     admin: bool = False  # an approver who sees every approval request, not only those their groups may decide
-    metrics: bool = False  # may scrape GET /metrics and nothing more of the admin API (docs/observability.md)
+    metrics: bool = False  # a scrape-only key: GET /metrics and nothing else (docs/observability.md)
 
     @model_validator(mode="after")
     def _one(self) -> ApiKeySpec:
         if (self.sha256 is None) == (self.key is None):
             raise ValueError("give exactly one of 'sha256' or 'key' ({env: NAME} or {file: PATH})")
+        if self.metrics and (self.approver or self.admin):
+            # a scrape-only key that is also an approver would be neither: say so rather than pick one
+            raise ValueError("'metrics: true' makes a scrape-only key and cannot be combined with 'approver' or"
+                             " 'admin' (admin keys may scrape already): give the scraper its own key")
         return self
 
 

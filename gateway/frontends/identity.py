@@ -24,11 +24,17 @@ def unauthorized_body() -> bytes:
 
 
 class RequireIdentity:
-    """ASGI middleware: authenticate, put the identity in the scope, or answer 401."""
+    """ASGI middleware: authenticate, put the identity in the scope, or answer 401.
 
-    def __init__(self, app: ASGIApp, auth: Authenticator) -> None:
+    A scrape-only key (``metrics: true``) is refused with 403 unless ``scrapers`` says this app is
+    the one that serves them (only ``/metrics``): every other endpoint is closed to it by default,
+    including any added later.
+    """
+
+    def __init__(self, app: ASGIApp, auth: Authenticator, scrapers: bool = False) -> None:
         self.app = app
         self.auth = auth
+        self.scrapers = scrapers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -41,6 +47,9 @@ class RequireIdentity:
             return
         if identity is None:
             await _refuse(send, 401, unauthorized_body())
+            return
+        if identity.metrics and not self.scrapers:
+            await _refuse(send, 403, _SCRAPE_ONLY, challenge=False)
             return
         scope[IDENTITY_KEY] = identity
         scope["user"] = session_owner(identity)
@@ -58,10 +67,16 @@ def session_owner(identity: Identity) -> AuthenticatedUser:
                                          scopes=list(principal.groups)))
 
 
-async def _refuse(send: Send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        (b"www-authenticate", b'Bearer realm="gateway"')]})
+_SCRAPE_ONLY = json.dumps({"error": {"code": "metrics-key-scrape-only", "message": (
+    "This API key has metrics: true: it may only scrape GET /metrics. Call tools, the model proxy,"
+    " approvals and the admin API with another key.")}}).encode()
+
+
+async def _refuse(send: Send, status: int, body: bytes, challenge: bool = True) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if challenge:  # the credential is missing or unusable: say which scheme to send
+        headers.append((b"www-authenticate", b'Bearer realm="gateway"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -32,8 +32,8 @@ async def test_the_example_refuses_rewrites_and_runs_its_gateway_tools(
     config.spec.models[0].base_url = f"{model_url}/v1"
     config.spec.store.sqlite = str(tmp_path / "gateway.sqlite3")  # nothing written into the repository
     config.spec.audit.file = str(tmp_path / "audit.jsonl")
-    prompt = script(("run_shell", {"command": "rm -rf /"}), ("notes_search", {"query": "q3"}),
-                    ("run_shell", {"command": "df -h"}))
+    prompt = script(("run_shell", {"command": "rm -rf /"}), ("run_shell", {"command": "rm --recursive --force /"}),
+                    ("notes_search", {"query": "q3"}), ("run_shell", {"command": "df -h"}))
     async with serve_app(build_app(config), startup=STEP_SECONDS, options=server_options(config)) as url, \
             gateway_model_client(url, APPROVER_KEY, "example-run") as client:
         response = await client.chat.completions.create(
@@ -42,13 +42,16 @@ async def test_the_example_refuses_rewrites_and_runs_its_gateway_tools(
     assert json.loads(call.function.arguments) == {"command": "df -h", "cwd": "/tmp/sandbox"}
     calls = (response.model_extra or {})["gateway"]["calls"]
     assert [(c["tool"], c["decision"], c["status"]) for c in calls] == [
-        ("run_shell", "reject", "answered"), ("notes_search", "allow", "answered"), ("run_shell", "allow", "returned")]
+        ("run_shell", "reject", "answered"), ("run_shell", "reject", "answered"), ("notes_search", "allow", "answered"),
+        ("run_shell", "allow", "returned")]
     seen = [m["content"] for m in model.requests[-1]["messages"] if m["role"] == "tool"]
-    assert seen[0] == "That command is destructive and is not allowed; use a safer one."
-    assert "Q3 report" in seen[1]  # the notes server ran the search
+    assert seen[0] == seen[1] == "That command is destructive and is not allowed; use a safer one."
+    assert "Q3 report" in seen[2]  # the notes server ran the search
 
 
 def test_the_examples_check_and_test_commands_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(EXAMPLE.parents[1])
     assert main(["check", "examples/model-proxy/policies", "--tools", "examples/model-proxy/tools.json"]) == 0
     assert main(["test", "examples/model-proxy/policies"]) == 0
+    # the shell rule's suite (every spelling of rm -rf) passes on the other engine too
+    assert main(["test", "examples/model-proxy/policies", "--engine", "cel-python"]) == 0

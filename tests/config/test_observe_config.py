@@ -32,6 +32,14 @@ def test_defaults_are_metrics_on_tracing_off_text_logs():
     assert build_tracing(False, "otlp", None, "gateway.yaml").provider is None
 
 
+@pytest.mark.parametrize("role", ["admin", "approver"])
+def test_a_metrics_key_cannot_also_be_an_approver_or_admin(role):
+    # metrics: true makes a scrape-only key: combined with a role that acts, one of the two would be a lie
+    key = {"principal": {"id": "prometheus"}, "sha256": "0" * 64, "metrics": True, role: True}
+    with pytest.raises(ValueError, match="scrape-only"):
+        GatewayConfig.model_validate({"auth": {"api_keys": [key]}})
+
+
 def test_unknown_exporter_and_log_format_are_config_errors():
     with pytest.raises(ValueError, match="exporter"):
         GatewayConfig.model_validate({"tracing": {"enabled": True, "exporter": "zipkin"}})

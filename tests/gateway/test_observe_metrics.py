@@ -4,6 +4,7 @@ with `metrics: true` or `admin: true` may scrape."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,10 @@ def value(series: Series, name: str, **labels: str) -> float:
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def observed(start_gateway, configs):
-    config = configs.base(configs.mcp_upstream("up", timeout="1s"), auth={"api_keys": _keys(configs)})
+async def observed(start_gateway, configs, closed_port):
+    # a model route too, so the model proxy's door is there to knock on (its upstream is never reached)
+    config = configs.base(configs.mcp_upstream("up", timeout="1s"), auth={"api_keys": _keys(configs)},
+                          models=[{"name": "*", "base_url": f"http://127.0.0.1:{closed_port}/v1"}])
     return await start_gateway(config, {"obs.yaml": POLICY})
 
 
@@ -175,6 +178,54 @@ async def test_a_metrics_key_may_not_use_the_admin_api(observed):
     async with httpx2.AsyncClient(base_url=observed.url, headers={"Authorization": f"Bearer {SCRAPER_KEY}"}) as c:
         response = await c.get("/v1/admin/sessions")
     assert response.status_code == 403
+
+
+_MCP = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "scraper", "version": "1"}}}
+_CALL = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "up_echo", "arguments": {"text": "hi"}}}
+_CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
+
+# Every door of the gateway but /metrics: (method, path, JSON body, extra headers).
+DOORS = [
+    ("GET", "/v1/tools", None, {}),
+    ("POST", "/v1/tools/up_echo/invoke", {"arguments": {"text": "hi"}}, {}),
+    ("GET", "/v1/policies", None, {}),
+    ("POST", "/mcp", _INITIALIZE, _MCP),
+    ("POST", "/mcp", _CALL, _MCP),
+    ("GET", "/mcp", None, _MCP),
+    ("DELETE", "/mcp", None, _MCP),
+    ("POST", "/v1/chat/completions", _CHAT, {}),
+    ("GET", "/v1/approvals", None, {}),
+    ("GET", "/v1/approvals/a-1", None, {}),
+    ("POST", "/v1/approvals/a-1/decision", {"approve": True}, {}),
+    ("GET", "/v1/admin/sessions", None, {}),
+    ("POST", "/v1/admin/sessions/s-1/reset", {}, {}),
+    ("POST", "/metrics", {}, {}),
+    ("GET", "/v1/nothing-here", None, {}),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "headers"), DOORS, ids=[f"{m} {p}" for m, p, *_ in DOORS])
+async def test_a_metrics_key_is_refused_at_every_door_but_the_scrape(observed, method, path, body, headers):
+    # hostile: the scrape key Prometheus holds (often in a shared secret store) tries to act as an agent
+    async with httpx2.AsyncClient(base_url=observed.url, headers={"Authorization": f"Bearer {SCRAPER_KEY}"}) as c:
+        response = await c.request(method, path, json=body, headers=headers)
+    assert response.status_code == 403, (response.status_code, response.text)
+    error = response.json()["error"]
+    assert error["code"] == "metrics-key-scrape-only"
+    assert "GET /metrics" in error["message"]
+
+
+async def test_a_metrics_key_calls_no_tool_and_still_scrapes(observed, rest, rest_call):
+    async with httpx2.AsyncClient(base_url=observed.url, headers={"Authorization": f"Bearer {SCRAPER_KEY}"}) as c:
+        refused = await c.post("/v1/tools/up_echo/invoke", json={"arguments": {"text": "scraper-was-here"}})
+        assert (await c.get("/healthz")).status_code == 200
+    assert refused.status_code == 403
+    assert not [e for e in observed.audit_events() if "scraper-was-here" in json.dumps(e)]
+    await scrape(observed)  # the one thing it may do
+    allowed = await rest_call(rest(observed), "up_echo", {"text": "hi"})  # an agent key is not affected
+    assert allowed["decision"] == "allow"
 
 
 async def test_metrics_off_means_no_route(start_gateway, configs):

@@ -1,9 +1,13 @@
-"""`gateway serve --workers N` on SQLite, and a store that refuses to start."""
+"""`gateway serve --workers N` on SQLite (a killed worker is started again, a crash loop ends the gateway), and a
+store that refuses to start."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -16,6 +20,7 @@ from loopback import serve_app
 from test_multiprocess import KEYS, Gateway, Upstream, _tools
 
 from gateway.auth import hash_key
+from gateway.limits import WORKER_CRASH_LOOP_LIMIT
 
 POLICY = "policy: plain\nrules:\n  - id: all\n    tools: ['*']\n    action: allow\n"
 
@@ -62,6 +67,133 @@ async def test_two_workers_on_one_sqlite_file_count_every_call_once(tmp_path: Pa
     assert session["calls"] == 60
     assert counting.runs["ping"] == 60
     assert "2 workers listening" in gateway.log.read_text()
+
+
+def _serve_workers(gateway: Gateway, workers: int = 2) -> None:
+    """`gateway serve --workers N` at info level: the parent logs each worker's pid as it starts one."""
+    with gateway.log.open("ab") as log:
+        gateway.proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", str(gateway.config), "--port", str(gateway.port),
+             "--workers", str(workers), "--log-level", "info"], stdout=subprocess.DEVNULL, stderr=log,
+            cwd=gateway.config.parent)
+
+
+def _started(gateway: Gateway) -> list[int]:
+    """The pids of the workers the parent started so far, in order (first starts, then restarts)."""
+    text = gateway.log.read_text()
+    return [int(p) for p in re.findall(r"worker gateway-worker-\d started \(pid (\d+)\)"
+                                       r"|started it again \(pid (\d+)\)", text) for p in p if p]
+
+
+_SEEN: set[int] = set()  # every worker pid a test saw, so none outlives it
+
+
+def _workers(gateway: Gateway) -> set[int]:
+    """The parent's worker processes alive now (its children that run multiprocessing's spawn_main)."""
+    assert gateway.proc is not None
+    found = set()
+    with contextlib.suppress(FileNotFoundError):  # the parent has gone
+        for task in Path(f"/proc/{gateway.proc.pid}/task").iterdir():
+            for pid in (task / "children").read_text().split():
+                with contextlib.suppress(FileNotFoundError):
+                    if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        found.add(int(pid))
+    _SEEN.update(found)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _stop(gateway: Gateway) -> None:
+    """Stop the gateway; then kill any worker it left behind (the test fails on its own if that mattered)."""
+    gateway.stop()
+    for pid in {*_SEEN, *_started(gateway)}:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _SEEN.clear()
+
+
+def _serving(gateway: Gateway, pid: int) -> bool:
+    """Whether this worker's app has started serving (it logged so, under its pid)."""
+    return f"[{pid}]: serving" in gateway.log.read_text()
+
+
+async def _until(check, what: str, gateway: Gateway, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"not within {seconds} s: {what}\n{gateway.log.read_text()}"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_killed_worker_is_started_again_while_the_others_keep_answering(tmp_path: Path) -> None:
+    counting = Upstream()
+    async with serve_app(counting.app()) as url:
+        gateway = Gateway(_config(tmp_path, url), "restart")
+        _serve_workers(gateway)
+        try:
+            await gateway.ready()
+            await _until(lambda: len(_workers(gateway)) == 2, "two workers started", gateway)
+            first = _workers(gateway)
+            victim = min(first)
+            os.kill(victim, signal.SIGKILL)  # hostile: the OOM killer, or an operator's kill -9
+            answered = 0
+
+            def replaced() -> int | None:
+                new = _workers(gateway) - first
+                return next((pid for pid in new if _serving(gateway, pid)), None)
+
+            # a fresh connection per call, so the kernel hands each to a live worker
+            async with httpx2.AsyncClient(base_url=gateway.url, limits=httpx2.Limits(max_keepalive_connections=0),
+                                          headers={"Authorization": f"Bearer {KEYS['alice']}"}) as alice:
+                deadline = time.monotonic() + 90
+                while (fresh := replaced()) is None:
+                    assert time.monotonic() < deadline, gateway.log.read_text()
+                    assert gateway.proc is not None and gateway.proc.poll() is None, gateway.log.read_text()
+                    response = await alice.post("/v1/tools/up_ping/invoke", json={"arguments": {}})
+                    assert response.status_code == 200, response.text
+                    answered += 1
+                    await asyncio.sleep(0.05)
+                after = await alice.post("/v1/tools/up_ping/invoke", json={"arguments": {}})
+            assert after.status_code == 200
+            assert gateway.proc.poll() is None  # the gateway never stopped
+            assert _workers(gateway) == {*(first - {victim}), fresh}
+            log = gateway.log.read_text()
+            assert f"(pid {victim}) was killed by SIGKILL" in log and f"started it again (pid {fresh})" in log
+        finally:
+            _stop(gateway)
+        assert gateway.proc.returncode == 0, gateway.log.read_text()
+    assert counting.runs["ping"] == answered + 1
+
+
+async def test_a_worker_that_dies_at_once_again_and_again_stops_the_gateway_with_the_reason(tmp_path: Path) -> None:
+    async with serve_app(Upstream().app()) as url:
+        gateway = Gateway(_config(tmp_path, url), "crash-loop")
+        _serve_workers(gateway)
+        try:
+            await gateway.ready()
+            await _until(lambda: len(_workers(gateway)) == 2, "two workers started", gateway)
+            # hostile: the config is broken on disk after the start, then a worker dies; each new one dies at once
+            gateway.config.write_text(gateway.config.read_text().replace("upstreams:", "upstreams: [\n"))
+            os.kill(min(_workers(gateway)), signal.SIGKILL)
+            assert gateway.proc is not None
+            await _until(lambda: gateway.proc.poll() is not None, "the gateway stopped", gateway, seconds=240)
+            # it stopped the worker that still served, too
+            assert not [pid for pid in {*_SEEN, *_started(gateway)} if _alive(pid)]
+        finally:
+            _stop(gateway)
+    log = gateway.log.read_text()
+    assert gateway.proc.returncode == 1, log
+    assert f"of starting {WORKER_CRASH_LOOP_LIMIT} times in a row" in log and "stopping the gateway" in log, log
+    assert "exited with status 1" in log
+    assert "error[" in log and "Traceback" not in log, log  # each worker said why, as `gateway serve` would
+    # no restart after the limit (the killed worker counts too when it had lived less than the quick-death time)
+    assert 2 + WORKER_CRASH_LOOP_LIMIT - 1 <= len(_started(gateway)) <= 2 + WORKER_CRASH_LOOP_LIMIT
 
 
 def test_a_database_from_a_newer_gateway_is_refused_at_start(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
     glob(s, pattern)       glob match of the whole string: * ** ? [abc] [!abc]; case-sensitive
     url(s)                 the URL as a WHATWG parser (browsers, Node, curl) reads it
     cidrContains(cidr, ip) whether the IP address lies inside the CIDR block
-    isPrivateIP(host)      anything but a public unicast address, or "localhost"
+    isPrivateIP(host)      anything but a public unicast address, or a local name ("localhost", "ip6-loopback")
 
 None of them does I/O: isPrivateIP never resolves a name, so a policy that must stop DNS-based
 SSRF should also restrict hosts to an allow-list. Every malformed input is an evaluation error,
@@ -24,6 +24,7 @@ from gateway.policy.cel.netaddr import (
     Address,
     canonical_host,
     embedded_ipv4,
+    is_local_name,
     is_private_address,
     parse_address,
     parse_cidr,
@@ -108,7 +109,8 @@ def _within(address: Address, network: Any) -> bool:
 
 
 def is_private_ip(host: str) -> bool:
-    """True for "localhost", "*.localhost" and every address that is not public unicast.
+    """True for "localhost", "*.localhost", the hosts-file aliases of loopback (``LOCAL_NAMES``) and every
+    address that is not public unicast.
 
     The host is read as a WHATWG parser reads it (``10.0.0.%31``, ``127。0。0。1`` and ``0x7f.1``
     are addresses); another host name is false (no DNS lookup); a string that is not a host at
@@ -116,8 +118,7 @@ def is_private_ip(host: str) -> bool:
     """
     canonical = canonical_host(host)
     if isinstance(canonical, str):
-        name = canonical.rstrip(".")
-        return name == "localhost" or name.endswith(".localhost")
+        return is_local_name(canonical)
     return is_private_address(canonical)
 
 

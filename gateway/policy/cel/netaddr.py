@@ -23,10 +23,13 @@ __all__ = [
     "IPV4_NOT_PUBLIC",
     "IPV6_EMBEDDING",
     "IPV6_NOT_PUBLIC",
+    "LOCAL_NAMES",
+    "LOCAL_SUFFIXES",
     "Address",
     "Network",
     "canonical_host",
     "embedded_ipv4",
+    "is_local_name",
     "is_private_address",
     "parse_address",
     "parse_cidr",
@@ -82,6 +85,19 @@ IPV6_NOT_PUBLIC: tuple[tuple[IPv6Network, str], ...] = tuple((IPv6Network(block)
     ("fec0::/10", "site-local (deprecated)"),
     ("ff00::/8", "multicast"),
 ))
+
+# Host names that mean this machine or its local network wherever they are resolved: RFC 6761's
+# localhost, the aliases hosts files ship for loopback and the IPv6 special addresses (Debian,
+# Ubuntu and Docker: ip6-*; RHEL and Fedora: localhost4/6 and .localdomain; macOS: broadcasthost),
+# and the names systemd-resolved answers itself (_gateway is the default router, _outbound a local
+# address). A DNS name that only resolves to loopback (127.0.0.1.nip.io) is not here: no DNS.
+LOCAL_NAMES = frozenset({
+    "localhost", "localhost.localdomain", "localhost4", "localhost4.localdomain4", "localhost6",
+    "localhost6.localdomain6", "ip6-localhost", "ip6-loopback", "ip6-localnet", "ip6-mcastprefix",
+    "ip6-allnodes", "ip6-allrouters", "ip6-allhosts", "broadcasthost", "_gateway", "_outbound",
+})
+# ... and every name under these (RFC 6761 for .localhost; systemd-resolved for .localhost.localdomain).
+LOCAL_SUFFIXES = (".localhost", ".localhost.localdomain")
 
 # The tables as integer ranges: a lookup per call is then a few comparisons.
 _V4_RANGES = tuple((int(n.network_address), int(n.broadcast_address)) for n, _ in IPV4_NOT_PUBLIC)
@@ -193,3 +209,10 @@ def quoted(text: str) -> str:
     """``text`` quoted for an error message, cut at 100 characters."""
     # error messages quote the value, but never a megabyte of it
     return repr(text if len(text) <= 100 else text[:100] + "...")
+
+
+def is_local_name(name: str) -> bool:
+    """Whether a lower-case host name (as ``canonical_host`` gives it) is one of ``LOCAL_NAMES`` or under
+    ``LOCAL_SUFFIXES``; trailing dots (the absolute form of the same name) are ignored."""
+    name = name.rstrip(".")
+    return name in LOCAL_NAMES or name.endswith(LOCAL_SUFFIXES)

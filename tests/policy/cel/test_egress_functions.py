@@ -181,9 +181,15 @@ PRIVATE = [
     "fd00:ec2::254", "fe80::1", "febf::1", "fec0::1", "feff::1", "ff02::1", "4000::1", "::2:3:4:5",
     "0x7f.1", "2130706433", "0177.0.0.1", "127.1", "10.0.0.%31", "127。0。0。1", "１２７.０.０.１",
     "%6c%6f%63%61%6c%68%6f%73%74", "ｌｏｃａｌｈｏｓｔ",
+    # hosts-file and resolver aliases of loopback and the IPv6 special addresses, in any case or absolute form
+    "localhost.localdomain", "LOCALHOST.LOCALDOMAIN", "localhost.localdomain.", "api.localhost.localdomain",
+    "localhost4", "localhost4.localdomain4", "localhost6", "localhost6.localdomain6", "ip6-localhost",
+    "Ip6-LocalHost", "ip6-loopback", "ip6-loopback.", "ip6-localnet", "ip6-allnodes", "ip6-allrouters",
+    "broadcasthost", "_gateway", "_outbound", "ｉｐ６-ｌｏｏｐｂａｃｋ",
 ]
 PUBLIC = [
-    "example.com", "localhost.example.com", "xn--bcher-kva.de", "1.1.1.1", "8.8.8.8", "93.184.216.34",
+    "example.com", "localhost.example.com", "localhost6.example.com", "ip6-loopback.example.com",
+    "localhost.localdomain.example.com", "my-localhost", "xn--bcher-kva.de", "1.1.1.1", "8.8.8.8", "93.184.216.34",
     "100.63.255.255", "100.128.0.0", "172.32.0.1", "192.0.1.1", "192.31.196.1", "192.52.193.1",
     "192.175.48.1", "198.20.0.1", "223.255.255.255", "::ffff:8.8.8.8", "64:ff9b::808:808",
     "2002:808:808::1", "2001:0:4136:e378:8000:63bf:f7f7:f7f7", "2606:4700:4700::1111",
@@ -205,6 +211,15 @@ def test_public_hosts(engine: str, host: str) -> None:
                                   "x#y", "1.2.3.4.5", "08.0.0.1", "[1:2:3]", "::1]"])
 def test_a_string_that_is_not_a_host_is_an_evaluation_error(engine: str, host: str) -> None:
     assert outcome(engine, "isPrivateIP(args.h)", h=host) is FAILS
+
+
+def test_every_local_name_is_private_in_any_case_and_absolute_form() -> None:
+    from gateway.policy.cel.functions import is_private_ip
+    from gateway.policy.cel.netaddr import LOCAL_NAMES, LOCAL_SUFFIXES
+
+    for name in [*LOCAL_NAMES, *(f"x{suffix}" for suffix in LOCAL_SUFFIXES)]:
+        for form in (name, name.upper(), f"{name}.", name.title()):
+            assert is_private_ip(form), form
 
 
 def test_every_table_block_is_private_at_both_ends() -> None:
