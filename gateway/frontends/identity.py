@@ -12,7 +12,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.auth import Authenticator, Identity
 from gateway.errors import CredentialError
 
-__all__ = ["IDENTITY_KEY", "RequireIdentity", "identity_of", "session_owner", "unauthorized_body"]
+__all__ = ["IDENTITY_KEY", "RequireIdentity", "identity_of", "refuse_unidentified", "session_owner",
+           "unauthorized_body"]
 
 IDENTITY_KEY = "gateway.identity"
 
@@ -34,13 +35,15 @@ class RequireIdentity:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        try:
-            identity = self.auth.identify(scope["headers"])
-        except CredentialError as exc:
-            await _refuse(send, exc.status, json.dumps({"error": {"code": exc.code, "message": str(exc)}}).encode())
-            return
+        identity = scope.get(IDENTITY_KEY)  # found already by the connection shares (gateway/frontends/shares.py)
         if identity is None:
-            await _refuse(send, 401, unauthorized_body())
+            try:
+                identity = self.auth.identify(scope["headers"])
+            except CredentialError as exc:
+                await refuse_unidentified(send, exc)
+                return
+        if identity is None:
+            await refuse_unidentified(send, None)
             return
         scope[IDENTITY_KEY] = identity
         scope["user"] = session_owner(identity)
@@ -58,10 +61,18 @@ def session_owner(identity: Identity) -> AuthenticatedUser:
                                          scopes=list(principal.groups)))
 
 
-async def _refuse(send: Send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        (b"www-authenticate", b'Bearer realm="gateway"')]})
+async def refuse_unidentified(send: Send, exc: CredentialError | None, close: bool = False) -> None:
+    """Answer a request whose credential cannot be used (``exc``) or that sent none: 401 or the error's status.
+    ``close``: the request body was not read, so the connection closes after the answer."""
+    if exc is None:
+        status, body = 401, unauthorized_body()
+    else:
+        status, body = exc.status, json.dumps({"error": {"code": exc.code, "message": str(exc)}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"www-authenticate", b'Bearer realm="gateway"')]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
