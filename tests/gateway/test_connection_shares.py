@@ -206,3 +206,32 @@ async def _at_least(count: Any, wanted: int) -> bool:
 
 async def _done(tasks: list[asyncio.Task[Any]], count: int) -> bool:
     return sum(t.done() for t in tasks) >= count
+
+
+async def test_streams_and_slow_bodies_their_clients_close_give_their_slots_back(start_gateway, shares_config, until):
+    gateway = await start_gateway(shares_config(40, 2, 4), {"p.yaml": POLICY})
+    shares = _shares(gateway)
+    async with clients(gateway, "agent-a") as c:
+        for _ in range(3):  # each round fills the share, then the clients go away
+            async with contextlib.AsyncExitStack() as open_:
+                assert [await open_stream(open_, c["agent-a"]) for _ in range(2)] == [200, 200]
+                assert (await c["agent-a"].get("/v1/tools")).status_code == 429
+            await until(lambda: _holds(shares, "agent-a", 0))
+            async with contextlib.AsyncExitStack() as open_:
+                for _ in range(2):
+                    await slow_body(gateway, "agent-a", open_)
+                await until(lambda: _holds(shares, "agent-a", 2))
+            await until(lambda: _holds(shares, "agent-a", 0))
+        assert (await c["agent-a"].get("/v1/tools")).status_code == 200
+
+
+def _shares(gateway: Any) -> Any:
+    """The running gateway's Shares (the middleware's own object, found on the built middleware stack)."""
+    app = gateway.app.middleware_stack
+    while not hasattr(app, "shares"):
+        app = app.app
+    return app.shares
+
+
+async def _holds(shares: Any, key: str, count: int) -> bool:
+    return bool(shares.holding(key) == count)
