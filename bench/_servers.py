@@ -276,8 +276,10 @@ finally:
 
 
 def write_gateway_config(directory: Path, *, upstreams: list[dict[str, Any]], policy: dict[str, Any],
-                         api_keys: list[dict[str, Any]], env: dict[str, Any] | None = None) -> Path:
-    """A gateway.yaml in ``directory`` (free port, sqlite + audit beside it) and its one policy file."""
+                         api_keys: list[dict[str, Any]], env: dict[str, Any] | None = None,
+                         extra: dict[str, Any] | None = None) -> Path:
+    """A gateway.yaml in ``directory`` (free port, sqlite + audit beside it, then ``extra``'s sections) and its
+    one policy file."""
     policies = directory / "policies"
     policies.mkdir(exist_ok=True)
     (policies / f"{policy['policy']}.yaml").write_text(yaml.safe_dump(policy, sort_keys=False, width=200))
@@ -289,6 +291,7 @@ def write_gateway_config(directory: Path, *, upstreams: list[dict[str, Any]], po
         "audit": {"file": str(directory / "audit.jsonl")},
         "auth": {"api_keys": api_keys},
         "upstreams": upstreams,
+        **(extra or {}),
     }
     path = directory / "gateway.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False, width=200))

@@ -258,8 +258,10 @@ async def agent_clients(n: int, key: str, wait_s: float) -> AsyncIterator[list[h
             for _ in range(math.ceil(n / CALLERS_PER_CLIENT))]
 
 
-def gateway_config(directory: Path, upstream: Process, agent_digest: str, approver_digest: str) -> Path:
-    """The config: the counting upstream, the approval policy, an agent key and an approver key."""
+def gateway_config(directory: Path, upstream: Process, agent_digest: str, approver_digest: str, n: int) -> Path:
+    """The config: the counting upstream, the approval policy, an agent key and an approver key, and room for
+    the agent key's ``n`` held calls at once (its running calls, held calls and connection share; a key
+    takes at most a third of the connections others do not hold, so three times as many of those)."""
     return write_gateway_config(
         directory,
         upstreams=[{"name": "ledger", "http": {"base_url": upstream.url, "tools": [
@@ -273,6 +275,8 @@ def gateway_config(directory: Path, upstream: Process, agent_digest: str, approv
         api_keys=[{"principal": {"id": "bench-agent", "groups": ["agents"]}, "sha256": agent_digest},
                   {"principal": {"id": "alice", "groups": ["finance-approvers"]}, "sha256": approver_digest,
                    "approver": True}],
+        extra={"limits": {"per_principal": {"max_concurrent_calls": n + 64, "max_held_calls": n}},
+               "http": {"max_connections": 3 * n + 256, "max_connections_per_principal": n + 64}},
     )
 
 
@@ -282,7 +286,7 @@ async def run(directory: Path, processes: Processes, n: int, hold_s: float, wait
     upstream = start_upstream(processes, "http", directory)
     agent_key, agent_digest = new_api_key()
     approver_key, approver_digest = new_api_key()
-    gateway = start_gateway(processes, gateway_config(directory, upstream, agent_digest, approver_digest),
+    gateway = start_gateway(processes, gateway_config(directory, upstream, agent_digest, approver_digest, n),
                             profile=profile)
     db = directory / "gateway.sqlite3"
     invoke_url = f"{gateway.url}/v1/tools/{TOOL}/invoke?wait={wait_s:g}s"

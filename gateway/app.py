@@ -13,7 +13,8 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Match, Mount, Route
+from starlette.types import Scope
 
 from gateway.approvals.service import ApprovalService
 from gateway.approvals.store import ApprovalStore
@@ -34,6 +35,7 @@ from gateway.frontends.mcp import McpFrontend
 from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.rest import rest_routes
 from gateway.frontends.sessions_api import session_admin_routes
+from gateway.frontends.shares import ConnectionShares, Shares
 from gateway.limits import (
     BODY_OVERHEAD_BYTES,
     DEFAULT_MAX_BODY_BYTES,
@@ -175,7 +177,8 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     if metrics is not None:
         metrics.count_open_approvals(lambda: approvals.store.list_requests("pending", 1, 0)[1])
     per_principal = spec.limits.per_principal
-    limits = PrincipalLimits(per_principal.max_concurrent_calls, per_principal.calls_per_minute)
+    limits = PrincipalLimits(per_principal.max_concurrent_calls, per_principal.calls_per_minute,
+                             max_held=per_principal.max_held_calls)
     tracing = build_tracing(spec.tracing.enabled, spec.tracing.exporter, spec.tracing.service_name, str(config.file))
     return Gateway(policies, registry, store, audit, env=spec.env, call_timeout=config.call_timeout,
                    max_argument_bytes=spec.limits.max_argument_bytes, approvals=approvals, limits=limits,
@@ -291,6 +294,8 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     if isinstance(gateway.approvals, ApprovalService):
         api.extend(approval_routes(gateway.approvals))
         open_routes.extend(approvals_page_routes())
+    # each key's share of the connections, counted before the body is read (BodyLimit, the last of the edge)
+    edge.insert(-1, _connection_shares(config, auth, gateway, open_routes))
     protected = Starlette(routes=api, middleware=[Middleware(RequireIdentity, auth=auth)],
                           exception_handlers=json_http_errors())
     app = Starlette(routes=[*open_routes, *scrape_routes, Mount("/", app=protected)], lifespan=lifespan,
@@ -310,6 +315,20 @@ def server_options(config: LoadedConfig) -> dict[str, Any]:
     http = config.spec.http
     return {"http": edge_protocol(http.max_header_bytes, parse_duration(http.header_timeout), http.max_connections),
             "ws": "none"}
+
+
+def _connection_shares(config: LoadedConfig, auth: Authenticator, gateway: Gateway,
+                       open_routes: list[BaseRoute]) -> Middleware:
+    """Each key's share of the connections, and those reserved for approvers and admins, from `http:`."""
+    http = config.spec.http
+    reserved = http.reserved()
+    shares = Shares(http.max_connections - reserved, reserved, http.connection_share())
+
+    def open_route(scope: Scope) -> bool:  # served without a key, answered at once: holds no share
+        return any(route.matches(scope)[0] is Match.FULL for route in open_routes)
+
+    return Middleware(ConnectionShares, auth=auth, shares=shares, open_route=open_route,
+                      refused=gateway.observer.share_refused)
 
 
 def _edge_middleware(config: LoadedConfig) -> list[Middleware]:

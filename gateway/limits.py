@@ -399,3 +399,25 @@ STORE_READY_TIMEOUT_SECONDS = 2.0
 # restarting it forever on a shrinking fleet.
 WORKER_QUICK_DEATH_SECONDS = 30.0
 WORKER_CRASH_LOOP_LIMIT = 5
+
+# issue 18 (d) -- shares of connections and held calls (gateway/frontends/shares.py) ------------------
+
+# One key's share of the connections when `http.max_connections_per_principal` is not set: this
+# fraction of `http.max_connections` (64 of the default 512), so one key, or a few, cannot take them all.
+CONNECTION_SHARE_DIVISOR = 8
+
+# Connections kept for approvers, admins and metrics keys on the approvals API, the admin API and
+# /metrics when `http.reserved_connections` is not set: this fraction of `http.max_connections` (32 of
+# 512), at least one, so a decision can be made while agents have filled the rest.
+RESERVED_CONNECTION_DIVISOR = 16
+
+# Retry-After (seconds) of a request refused for its share: held calls answer within their hold and
+# most requests within a second, so a slot is usually free again by then.
+SHARE_RETRY_AFTER_SECONDS = 1
+
+# Calls one principal may hold open on a connection while they wait for an approval, when
+# `limits.per_principal.max_held_calls` is not set. Past it, such a call is answered "pending, call
+# again" at once (MCP and the model proxy may answer later; a REST `?wait=` is the caller's choice and
+# counts too): waiting calls of one key cannot fill its connection share, let alone the gateway's.
+# Calls made as MCP tasks hold no connection and do not count (MAX_TASKS_PER_PRINCIPAL bounds them).
+DEFAULT_MAX_HELD_CALLS_PER_PRINCIPAL = 16

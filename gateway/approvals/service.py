@@ -151,12 +151,12 @@ class ApprovalService:
         approval = await self._find_or_create(held)
         # REST callers say how long they wait (?wait=); an MCP call is held for the rule's ``hold``, then
         # answered "pending, call again" before the client's own read timeout gives up on it.
-        wait = held.request.wait_seconds
+        wait = 0.0 if held.answer_now else held.request.wait_seconds
         if wait is None:
             wait = min((a.hold_seconds for a in held.decision.approvals), default=DEFAULT_APPROVAL_HOLD_SECONDS)
         deadline = self._clock() + wait
         elicit: Elicit | None = held.request.elicit
-        if approval.state is not ApprovalState.PENDING or elicit is None \
+        if approval.state is not ApprovalState.PENDING or elicit is None or held.answer_now \
                 or not any(r.via == "elicitation" and r.satisfied_by is None for r in approval.requirements):
             return await self._await(approval.id, held, deadline)
         if held.request.wait_seconds is None:

@@ -174,6 +174,8 @@ class PerPrincipalLimitsSpec(_Strict):
 
     max_concurrent_calls: int | None = Field(DEFAULT_MAX_CONCURRENT_CALLS, ge=1)
     calls_per_minute: int | None = Field(None, ge=1)
+    # calls held open on a connection for an approval; past it they are answered "pending" at once
+    max_held_calls: int | None = Field(limits.DEFAULT_MAX_HELD_CALLS_PER_PRINCIPAL, ge=0)
 
 
 class LimitsSpec(_Strict):
@@ -206,8 +208,32 @@ class HttpSpec(_Strict):
     header_timeout: str | int | float = limits.DEFAULT_HEADER_TIMEOUT_SECONDS
     body_timeout: str | int | float = limits.DEFAULT_BODY_TIMEOUT_SECONDS
     max_connections: int = Field(limits.DEFAULT_MAX_CONNECTIONS, ge=1)
+    # requests one principal may have open at once (default: max_connections / CONNECTION_SHARE_DIVISOR)
+    max_connections_per_principal: int | None = Field(None, ge=1)
+    # connections only approvers, admins and metrics keys may use, on the approvals and admin APIs and /metrics
+    # (default: max_connections / RESERVED_CONNECTION_DIVISOR, at least 1)
+    reserved_connections: int | None = Field(None, ge=0)
 
     _timeouts = field_validator("header_timeout", "body_timeout")(_duration)
+
+    @model_validator(mode="after")
+    def _reserve_fits(self) -> HttpSpec:
+        if self.reserved_connections is not None and self.reserved_connections >= self.max_connections:
+            raise ValueError(f"reserved_connections ({self.reserved_connections}) must be smaller than"
+                             f" max_connections ({self.max_connections}): the rest is what agents use")
+        return self
+
+    def connection_share(self) -> int:
+        """Requests one principal may have open at once."""
+        if self.max_connections_per_principal is not None:
+            return self.max_connections_per_principal
+        return max(1, self.max_connections // limits.CONNECTION_SHARE_DIVISOR)
+
+    def reserved(self) -> int:
+        """Connections reserved for approvers, admins and metrics keys."""
+        if self.reserved_connections is not None:
+            return self.reserved_connections
+        return min(self.max_connections - 1, max(1, self.max_connections // limits.RESERVED_CONNECTION_DIVISOR))
 
     @field_validator("allowed_origins")
     @classmethod

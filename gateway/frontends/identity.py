@@ -12,7 +12,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.auth import Authenticator, Identity
 from gateway.errors import CredentialError
 
-__all__ = ["IDENTITY_KEY", "RequireIdentity", "identity_of", "session_owner", "unauthorized_body"]
+__all__ = ["IDENTITY_KEY", "RequireIdentity", "identity_of", "refuse_unidentified", "session_owner",
+           "unauthorized_body"]
 
 IDENTITY_KEY = "gateway.identity"
 
@@ -40,13 +41,15 @@ class RequireIdentity:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        try:
-            identity = self.auth.identify(scope["headers"])
-        except CredentialError as exc:
-            await _refuse(send, exc.status, json.dumps({"error": {"code": exc.code, "message": str(exc)}}).encode())
-            return
+        identity = scope.get(IDENTITY_KEY)  # found already by the connection shares (gateway/frontends/shares.py)
         if identity is None:
-            await _refuse(send, 401, unauthorized_body())
+            try:
+                identity = self.auth.identify(scope["headers"])
+            except CredentialError as exc:
+                await refuse_unidentified(send, exc)
+                return
+        if identity is None:
+            await refuse_unidentified(send, None)
             return
         if identity.metrics and not self.scrapers:
             await _refuse(send, 403, _SCRAPE_ONLY, challenge=False)
@@ -72,10 +75,22 @@ _SCRAPE_ONLY = json.dumps({"error": {"code": "metrics-key-scrape-only", "message
     " approvals and the admin API with another key.")}}).encode()
 
 
-async def _refuse(send: Send, status: int, body: bytes, challenge: bool = True) -> None:
+async def refuse_unidentified(send: Send, exc: CredentialError | None, close: bool = False) -> None:
+    """Answer a request whose credential cannot be used (``exc``) or that sent none: 401 or the error's status.
+    ``close``: the request body was not read, so the connection closes after the answer."""
+    if exc is None:
+        status, body = 401, unauthorized_body()
+    else:
+        status, body = exc.status, json.dumps({"error": {"code": exc.code, "message": str(exc)}}).encode()
+    await _refuse(send, status, body, close=close)
+
+
+async def _refuse(send: Send, status: int, body: bytes, challenge: bool = True, close: bool = False) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if challenge:  # the credential is missing or unusable: say which scheme to send
         headers.append((b"www-authenticate", b'Bearer realm="gateway"'))
+    if close:
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

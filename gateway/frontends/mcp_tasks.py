@@ -237,6 +237,7 @@ class McpTasks:
         # is relayed while the request lasts, best effort: a quick call that needs no task keeps its progress).
         request.progress = request.elicit = None
         request.wait_seconds = ttl / 1000  # a held call waits for its decision, up to the task's TTL
+        request.holds_connection = False  # ... on no connection: not in the principal's held calls
         request.timeout = self.timeout  # a task's tool may run longer than a call a client waits on
         request.task_id = task.id  # the audit events name the task
         if not request.call_id_given:

@@ -99,6 +99,9 @@ class Metrics:
         self.audit_failures = Counter("gateway_audit_write_failures", "Audit events that could not be written",
                                       registry=r)
         self.reloads = Counter("gateway_policy_reloads", "Policy reloads by result", ["result"], registry=r)
+        self.share_refusals = Counter("gateway_share_refusals", "Requests refused past a share of connections"
+                                      " (principal, pool, reserved) and calls answered at once past the held-call"
+                                      " share (held)", ["share"], registry=r)
         self.active_runs = Gauge("gateway_active_runs", "Runs (sessions) with a call in progress",
                                  registry=r, multiprocess_mode="livesum")
         self.in_flight = Gauge("gateway_calls_in_flight", "Calls in progress", registry=r,
@@ -171,6 +174,10 @@ class Metrics:
     def audit_failed(self) -> None:
         """An audit event could not be written."""
         self.audit_failures.inc()
+
+    def share_refused(self, share: str) -> None:
+        """A request refused past a share of connections, or a call not held past its principal's held calls."""
+        self.share_refusals.labels(share).inc()
 
     def reloaded(self, result: str) -> None:
         """A policy reload: applied, refused (invalid files) or unrecorded (the audit log failed)."""

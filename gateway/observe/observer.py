@@ -74,6 +74,11 @@ class CallObserver:
         self.tracing = tracing or Tracing()
         self._quiet = metrics is None and not self.tracing.enabled
 
+    def share_refused(self, share: str) -> None:
+        """A request or a hold past a share (gateway/frontends/shares.py, held calls): counted when metrics are on."""
+        if self.metrics is not None:
+            self.metrics.share_refused(share)
+
     async def call(self, request: _Request, run: Awaitable[Out], registry: _Registry) -> Out:
         """Run one call (``run``) inside its span, counting it in flight and its outcome when done."""
         if self._quiet and request.traceparent is None:

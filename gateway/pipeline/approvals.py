@@ -23,6 +23,7 @@ class HeldCall:
     request: CallRequest
     tool: ExposedTool
     decision: Decision
+    answer_now: bool = False  # the principal's held calls are at their share: answer "pending" without waiting
 
 
 @dataclass(frozen=True, slots=True)

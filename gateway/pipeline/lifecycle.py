@@ -3,9 +3,10 @@
     per-principal limits → admit the values (policies must see exactly what the tool gets) →
     resolve tool → check the values sent against the tool's input schema (types, ranges: what policies
     read) → request-stage policies (mutate, validate) → check final args against the tool's input
-    schema (what a rewrite may mend: missing or extra arguments) → approval (the gate) → execute upstream
-    with a timeout → admit the result's values → response-stage policies → the frontend's result →
-    audit event → session counters
+    schema (what a rewrite may mend: missing or extra arguments) → approval (the gate; held on a
+    connection only within the principal's held-call share, else answered pending at once) → execute
+    upstream with a timeout → admit the result's values → response-stage policies → the frontend's
+    result → audit event → session counters
 
 Every call gets exactly one outcome paired with its call id; a tool that is not exposed is the
 only case that raises (``UnknownToolError``, which frontends turn into a protocol error).
@@ -271,11 +272,21 @@ class Gateway:
                                     call: ToolCall, decision: Decision) -> CallOutcome:
         """Hold for approval; run at most once; every retry gets that one run's result."""
         request = trace.request
+        # A call held on an open connection takes one of its principal's held-call slots; past them it is
+        # answered "pending" at once (the client calls again), so waiting calls cannot fill the connections.
+        waits = request.holds_connection and request.wait_seconds != 0
+        holding = waits and self.limits.hold(request.principal.id)
+        if waits and not holding:
+            self.observer.share_refused("held")
         try:
-            approval = await self.observer.held(self.approvals.hold(HeldCall(request, tool, decision)))
+            approval = await self.observer.held(self.approvals.hold(HeldCall(request, tool, decision,
+                                                                             answer_now=waits and not holding)))
         except asyncio.CancelledError:  # the caller stopped waiting (an MCP task cancelled, ...): on the record too
             self._record_cancelled(trace, tool, policy_set, UNHELD)
             raise
+        finally:
+            if holding:
+                self.limits.unhold(request.principal.id)
         trace.approval = {"id": approval.approval_id, "approved": approval.approved, "pending": approval.pending,
                           "replayed": approval.replay is not None}
         if approval.replay is not None or approval.pending:

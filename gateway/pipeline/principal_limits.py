@@ -1,8 +1,9 @@
-"""Per-principal limits: calls running at once, and calls per minute (a token bucket).
+"""Per-principal limits: calls running at once, calls per minute (a token bucket), calls held for approval.
 
 One key must not be able to take every upstream connection or drown the audit log, and what it
 uses must not count against anyone else. Every call a frontend hands in counts, whatever its
-outcome: a poll of a pending approval is a request too.
+outcome: a poll of a pending approval is a request too. Calls held open on a connection while they
+wait for an approval count separately (``hold``): past that share they are answered "pending" at once.
 """
 
 from __future__ import annotations
@@ -28,15 +29,17 @@ class _Usage:
     running: int
     tokens: float
     updated: float
+    held: int = 0
 
 
 class PrincipalLimits:
     """Counts each principal's running calls and spends its per-minute budget."""
 
     def __init__(self, max_concurrent: int | None = None, per_minute: int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_held: int | None = None) -> None:
         self.max_concurrent = max_concurrent
         self.per_minute = per_minute
+        self.max_held = max_held
         self._clock = clock
         self._usage: dict[str, _Usage] = {}  # one entry per principal: bounded by the configured keys
 
@@ -66,3 +69,18 @@ class PrincipalLimits:
         usage = self._usage.get(principal)
         if usage is not None and usage.running > 0:
             usage.running -= 1
+
+    def hold(self, principal: str) -> bool:
+        """Take one of the principal's held-call slots (a running call's, so ``acquire`` came first);
+        False when they are all taken. A taken one must be given back with ``unhold``."""
+        usage = self._usage.get(principal)
+        if usage is None or (self.max_held is not None and usage.held >= self.max_held):
+            return False
+        usage.held += 1
+        return True
+
+    def unhold(self, principal: str) -> None:
+        """Give back the held-call slot ``hold`` took."""
+        usage = self._usage.get(principal)
+        if usage is not None and usage.held > 0:
+            usage.held -= 1

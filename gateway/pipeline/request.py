@@ -72,6 +72,7 @@ class CallRequest:
     progress: Progress | None = None
     frontend: str = "mcp"
     wait_seconds: float | None = None  # how long the caller will wait for an approval (None: until expiry)
+    holds_connection: bool = True  # the caller waits on an open connection (not an MCP task): held calls count
     elicit: Any = None  # a frontend's way to ask the end user directly (MCP elicitation), if it has one
     refused: str | None = None  # why the frontend could not read the call: it is refused, and audited
     # False when the gateway made the call id up: a retry is then recognised by its run, tool and

@@ -194,13 +194,15 @@ class Bench:
 
     # gateways
 
-    def write(self, policy_text: str, root: Path | None = None) -> Path:
-        """gateway.yaml (the ``ops`` upstream, ``PEOPLE``'s keys, ``PUBLIC_URL``) and the policy, in ``root``."""
+    def write(self, policy_text: str, root: Path | None = None, **overrides: Any) -> Path:
+        """gateway.yaml (the ``ops`` upstream, ``PEOPLE``'s keys, ``PUBLIC_URL``, then ``overrides``) and the
+        policy, in ``root``."""
         if root is None:
             self._count += 1
             root = self.root / f"gw-{self._count}"
         config = self.configs.base({"name": "ops", "mcp": {"url": f"{self.upstream.url}/mcp"}},
-                                   auth={"api_keys": api_keys()}, approvals={"public_url": PUBLIC_URL})
+                                   auth={"api_keys": api_keys()}, approvals={"public_url": PUBLIC_URL},
+                                   **overrides)
         path: Path = self.configs.write(root, config, {"approvals.yaml": policy_text})
         return path
 
@@ -209,9 +211,9 @@ class Bench:
         cm: contextlib.AbstractAsyncContextManager[Any] = self.configs.run(config_file)
         return cm
 
-    async def start(self, policy_text: str) -> Any:
-        """A gateway with this policy, stopped when the test ends."""
-        return await self.stack.enter_async_context(self.gateway(self.write(policy_text)))
+    async def start(self, policy_text: str, **overrides: Any) -> Any:
+        """A gateway with this policy (and gateway.yaml ``overrides``), stopped when the test ends."""
+        return await self.stack.enter_async_context(self.gateway(self.write(policy_text, **overrides)))
 
     # clients
 

@@ -217,7 +217,8 @@ async def test_a_result_that_cannot_be_stored_yet_is_still_returned_and_stored_o
 
 
 async def test_two_hundred_concurrent_retries_of_an_approved_call_all_get_its_outcome(bench, call_id):
-    gw = await bench.start(SLOW)
+    # one key with 200 requests at once: its share, and a pool where that is less than a third (the rest stays free)
+    gw = await bench.start(SLOW, http={"max_connections": 1000, "max_connections_per_principal": 200})
     cid = call_id()
     args = {"seconds": "0.5"}
     await _approved(bench, gw, "ops_slow", args, cid)

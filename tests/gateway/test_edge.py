@@ -317,19 +317,38 @@ async def test_slow_connections_beyond_the_cap_do_not_starve_legitimate_requests
             writer.close()
 
 
-async def test_past_the_cap_of_busy_connections_a_new_one_gets_503(edge, http_api):
+async def test_one_key_gets_its_share_of_the_connections_and_the_rest_stay_free(edge, keys, until):
+    # Issue 18 item 4: one key could fill every connection, and then every other key got 503. Now the
+    # anonymous principal gets its share (max_connections / 8 = 3 requests at once) and 429 past it.
+    share = MAX_CONNECTIONS // 8
     async with httpx2.AsyncClient(base_url=edge.url, limits=httpx2.Limits(max_connections=100),
-                                  timeout=30) as http:
-        naps = [asyncio.create_task(http.post("/v1/tools/web_nap/invoke", json={"arguments": {"seconds": 2}}))
-                for _ in range(MAX_CONNECTIONS)]
-        await asyncio.sleep(0.8)  # all of them are inside the gateway now, waiting on the upstream
-        reader, writer = await raw(edge.url)
-        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        status, _ = await read_response(reader)
-        writer.close()
-        assert status == 503
-        assert [r.status_code for r in await asyncio.gather(*naps)] == [200] * MAX_CONNECTIONS
-        assert (await http.get("/healthz")).status_code == 200  # and once they are done, there is room again
+                                  timeout=60) as http:
+        held = [asyncio.create_task(http.post("/v1/tools/web_delete_item/invoke", params={"wait": "60s"},
+                                              json={"arguments": {"item_id": f"share-{i}"}}))
+                for i in range(MAX_CONNECTIONS)]  # each waits for carol, who never decides
+        try:
+            await until(lambda: _settled(held, MAX_CONNECTIONS - share))
+            reader, writer = await raw(edge.url)  # a new connection finds room
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            status, _ = await read_response(reader)
+            writer.close()
+            alice = await http.post("/v1/tools/web_search/invoke", json={"arguments": {"q": "room"}},
+                                    headers={"Authorization": f"Bearer {keys['alice']}"})
+            refused = [t.result() for t in held if t.done()]
+            still_held = sum(not t.done() for t in held)
+        finally:
+            for task in held:
+                task.cancel()
+            await asyncio.gather(*held, return_exceptions=True)
+    assert (status, alice.status_code, still_held) == (200, 200, share)
+    assert [r.status_code for r in refused] == [429] * (MAX_CONNECTIONS - share)
+    assert refused[0].headers["retry-after"] == "1"
+    assert refused[0].json()["error"]["code"] == "connection-share"
+    assert f"{share} requests open at once" in refused[0].json()["error"]["message"]
+
+
+async def _settled(tasks: list[asyncio.Task[Any]], count: int) -> bool:
+    return sum(t.done() for t in tasks) >= count
 
 
 async def test_1100_slow_connections_with_the_default_settings_do_not_starve_anyone(start_gateway, configs, http_api,

@@ -165,7 +165,8 @@ def pair(tmp_path: Path, upstream: tuple[Upstream, str],
             {"principal": {"id": "bob", "groups": ["ops"]}, "sha256": hash_key(KEYS["bob"]), "approver": True},
             {"principal": {"id": "dave", "groups": ["ops"]}, "sha256": hash_key(KEYS["dave"]), "approver": True,
              "admin": True}]},
-        "limits": {"call_timeout": 60, "per_principal": {"max_concurrent_calls": 5000, "calls_per_minute": 100000}},
+        "limits": {"call_timeout": 60, "per_principal": {"max_concurrent_calls": 5000, "calls_per_minute": 100000,
+                                                         "max_held_calls": 5000}},  # a thousand held at once
         "http": {"max_connections": 5000},
         "upstreams": [{"name": "up", "http": {"base_url": upstream[1], "tools": _tools(), "timeout": 60}}],
     }
