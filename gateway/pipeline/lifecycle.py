@@ -28,12 +28,12 @@ from gateway.errors import (
     UpstreamError,
     UpstreamNotReached,
 )
-from gateway.limits import MAX_AUDIT_ERROR_CHARS, MAX_ID_CHARS
+from gateway.limits import MAX_AUDIT_ERROR_CHARS
 from gateway.observe.observer import CallObserver
 from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
 from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.principal_limits import PrincipalLimits
-from gateway.pipeline.request import CallOutcome, CallRequest
+from gateway.pipeline.request import CallOutcome, CallRequest, id_problem, shown_id
 from gateway.pipeline.results import META, as_result_info, from_response_stage, pending, refusal, skipped, tool_result
 from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall, UsageInfo
 from gateway.policy.decision import Decision, Stage, Verdict
@@ -155,7 +155,8 @@ class Gateway:
         request = trace.request
         why = _input_problem(request)
         if why is not None:
-            outcome = refusal(printable(request.call_id), "invalid_input", f"The call was refused: {why}.")
+            request.call_id, request.session_id = shown_id(request.call_id), shown_id(request.session_id)
+            outcome = refusal(request.call_id, "invalid_input", f"The call was refused: {why}.")
             return self._finish(trace, None, None, outcome, policy_set)
         try:
             session = trace.session = await self.store.session(request.principal.id, request.session_id,
@@ -478,10 +479,8 @@ def _input_problem(request: CallRequest) -> str | None:
     """Why the values of a call cannot go to policies and the tool exactly as given, or None."""
     if request.refused is not None:
         return request.refused
-    for name, value in (("call id", request.call_id), ("session id", request.session_id)):
-        if len(value) > MAX_ID_CHARS:
-            return f"the {name} is longer than {MAX_ID_CHARS} characters"
-        why = problem(value)
+    for name, value in (("call id", request.call_id), ("run id", request.session_id)):
+        why = id_problem(name, value)
         if why is not None:
-            return f"the {name} {why.removeprefix('/ ')}"
+            return why
     return problem(request.arguments, where="/arguments")

@@ -8,14 +8,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.limits import MAX_ID_CHARS
 from gateway.policy.call import Principal
 from gateway.upstreams.base import ToolProgress
 from gateway.upstreams.client_requests import ClientChannel
 from gateway.upstreams.registry import ExposedTool
-from gateway.values import printable, text
+from gateway.values import printable, problem, text
 
-__all__ = ["CallOutcome", "CallRequest", "Progress", "call_id_of", "gave_call_id", "id_text", "iteration_of",
-           "new_call_id"]
+__all__ = ["CallOutcome", "CallRequest", "Progress", "call_id_of", "gave_call_id", "id_problem", "id_text",
+           "iteration_of", "new_call_id", "shown_id"]
 
 # The largest agent-loop iteration taken as given; anything else reads as not given.
 _MAX_ITERATION = 2**31 - 1
@@ -35,6 +36,33 @@ def id_text(value: Any) -> str:
     Never Python's ``str()``, which would make ``{"a":1}`` into ``{'a': 1}`` and null into ``None``.
     """
     return value if isinstance(value, str) else text(printable(value))
+
+
+def id_problem(name: str, value: str) -> str | None:
+    """Why an id a caller named (``name``: "call id", "run id") is refused at the door, or None.
+
+    An id is at most ``MAX_ID_CHARS`` printable characters (docs/runs.md): it is shown on the approvals
+    page, in ``gateway sessions`` and in the audit log, where a newline, an escape sequence or a bidi
+    override would forge or hide what an operator reads. The refusal names the character, never echoes it.
+    """
+    if len(value) > MAX_ID_CHARS:
+        return f"the {name} is longer than {MAX_ID_CHARS} characters"
+    why = problem(value)
+    if why is not None:
+        return f"the {name} {why.removeprefix('/ ')}"
+    if not value.isprintable():
+        bad = next(ch for ch in value if not ch.isprintable())
+        return f"the {name} holds U+{ord(bad):04X}, a control or other non-printable character"
+    return None
+
+
+def shown_id(value: str) -> str:
+    """An id as the audit log and the answer show it: every non-printable character escaped (``\\x85``,
+    ``\\u202e``, ``\\ud800``), so a refused id cannot break a log line for a reader that splits on
+    Unicode line boundaries (U+0085, U+2028) or hide itself in the text around it."""
+    if value.isprintable():
+        return value
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in value)
 
 
 def call_id_of(value: Any) -> str:
