@@ -42,7 +42,7 @@ def chat_routes(proxy: ModelProxy) -> list[Route]:
             return body
         explicit = explicit_run_id(request.headers)
         why = None if explicit is None else id_problem("run id", explicit)
-        if why is not None:  # refused at the door: no run is read or made, the model is not asked
+        if explicit is not None and why is not None:  # refused at the door: no run read or made, no model asked
             return _refused_run(proxy, identity.principal.id, explicit, why)
         run = await resolve_run(proxy.gateway.store, identity.principal.id, explicit,
                                 client_of(None, request.headers))
