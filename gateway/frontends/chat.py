@@ -1,8 +1,9 @@
 """The model proxy's endpoint: ``POST /v1/chat/completions``, OpenAI-compatible, plain or streamed (SSE).
 
 Authenticated like every other endpoint (``RequireIdentity``); the run is named as everywhere else
-(``X-Gateway-Session``, else the implicit run of the principal and its User-Agent: docs/runs.md). The
-work is gateway/models/proxy.py's; this module reads the request and writes the response.
+(``X-Gateway-Session``, else the implicit run of the principal, its User-Agent and how the conversation
+began: docs/runs.md). The work is gateway/models/proxy.py's; this module reads the request and writes the
+response.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from starlette.routing import Route
 from gateway.errors import AuditWriteError, ModelUpstreamError
 from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
-from gateway.frontends.runs import client_of, explicit_run_id, resolve_run
+from gateway.frontends.runs import client_of, conversation_of, explicit_run_id, resolve_run
 from gateway.models.proxy import Caller, ModelProxy, RequestProblem, UnknownModel
 from gateway.pipeline.request import id_problem, shown_id
 from gateway.store.model import now_rfc3339
@@ -45,7 +46,7 @@ def chat_routes(proxy: ModelProxy) -> list[Route]:
         if explicit is not None and why is not None:  # refused at the door: no run read or made, no model asked
             return _refused_run(proxy, identity.principal.id, explicit, why)
         run = await resolve_run(proxy.gateway.store, identity.principal.id, explicit,
-                                client_of(None, request.headers))
+                                client_of(None, request.headers, conversation_of(body.get("messages"))))
         caller = Caller(identity.principal, run)
         try:
             if body.get("stream") is True:

@@ -35,6 +35,7 @@ from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.principal_limits import PrincipalLimits
 from gateway.pipeline.request import CallOutcome, CallRequest, id_problem, shown_id
 from gateway.pipeline.results import META, as_result_info, from_response_stage, pending, refusal, skipped, tool_result
+from gateway.pipeline.run_end import terminated_text
 from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall, UsageInfo
 from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet, env_revision
@@ -168,7 +169,8 @@ class Gateway:
         if request.iteration is None:  # the client gave none: the calls the run has made (docs/runs.md)
             request.iteration = session.calls
         if session.terminated:
-            outcome = refusal(request.call_id, "terminated", session.terminate_message or "Session terminated.",
+            outcome = refusal(request.call_id, "terminated", terminated_text(
+                session, session.terminate_message or "Session terminated.", self.store.implicit_runs.idle_timeout),
                               terminated=True)
             return self._finish(trace, None, session, outcome, policy_set, count=False)
         tool = self._tool(request)
@@ -216,7 +218,8 @@ class Gateway:
         if verdict is Verdict.REJECT:
             return refusal(request.call_id, "reject", message)
         if verdict is Verdict.TERMINATE:
-            return refusal(request.call_id, "terminate", message, terminated=True)
+            return refusal(request.call_id, "terminate",
+                           terminated_text(session, message, self.store.implicit_runs.idle_timeout), terminated=True)
         if verdict is Verdict.SKIP:
             outcome = skipped(request.call_id, decision.result)
             return _withheld(request.call_id, outcome.content, outcome.structured, Profile.JSON) or outcome
@@ -339,7 +342,9 @@ class Gateway:
         if after.verdict is Verdict.REJECT:
             return refusal(request.call_id, "reject", after.message or "The result was withheld by policy.")
         if after.verdict is Verdict.TERMINATE:
-            return refusal(request.call_id, "terminate", after.message or "", terminated=True)
+            assert trace.session is not None
+            return refusal(request.call_id, "terminate", terminated_text(
+                trace.session, after.message or "", self.store.implicit_runs.idle_timeout), terminated=True)
         final = from_response_stage(result, after.result) if after.rewritten else result
         if after.rewritten and (withheld := _withheld(request.call_id, final.content, final.structured, Profile.JSON)):
             return withheld
