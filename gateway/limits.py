@@ -358,3 +358,9 @@ TASK_POLL_INTERVAL_MS = 500
 # A 2026-07-28 client that declared the tasks extension gets a plain result when the call ends within this
 # time, and a task otherwise (a held call, a long-running or task-only tool).
 TASK_GRACE_SECONDS = 1.0
+
+# issue 18 (e)
+# Protocol sessions (`Mcp-Session-Id`) whose implicit run each process remembers, and implicit runs whose owning
+# session it remembers (gateway/store/implicit_runs.py); the oldest are forgotten first, and a forgotten
+# session's next call is placed as a new session's would be.
+MAX_TRACKED_PROTOCOL_SESSIONS = 10_000

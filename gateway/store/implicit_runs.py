@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gateway.limits import MAX_CACHED_SESSIONS
+from gateway.limits import MAX_CACHED_SESSIONS, MAX_TRACKED_PROTOCOL_SESSIONS
 
 __all__ = ["ImplicitRuns", "new_run_id"]
 
@@ -59,10 +59,10 @@ _V = TypeVar("_V")
 
 
 def _keep(cache: OrderedDict[_K, _V], key: _K, value: _V) -> None:
-    """Put ``value`` in ``cache`` as its newest entry, dropping the oldest past ``MAX_CACHED_SESSIONS``."""
+    """Put ``value`` in ``cache`` as its newest entry, dropping the oldest past ``MAX_TRACKED_PROTOCOL_SESSIONS``."""
     cache[key] = value
     cache.move_to_end(key)
-    while len(cache) > MAX_CACHED_SESSIONS:
+    while len(cache) > MAX_TRACKED_PROTOCOL_SESSIONS:
         cache.popitem(last=False)
 
 
@@ -121,6 +121,7 @@ class ImplicitRuns:
         """A later call of a protocol session: its run, which it owns from its second call on."""
         bound.calls += 1
         bound.last_call = now
+        self._sessions.move_to_end((principal, session))  # the least recently used are forgotten first
         if bound.calls == 2:
             owner = self._owners.get((principal, bound.run_id))
             if owner is not None and owner != session:  # it joined a run another session keeps: one of its own
