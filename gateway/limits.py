@@ -421,3 +421,9 @@ SHARE_RETRY_AFTER_SECONDS = 1
 # counts too): waiting calls of one key cannot fill its connection share, let alone the gateway's.
 # Calls made as MCP tasks hold no connection and do not count (MAX_TASKS_PER_PRINCIPAL bounds them).
 DEFAULT_MAX_HELD_CALLS_PER_PRINCIPAL = 16
+
+# issue 18 (e)
+# Protocol sessions (`Mcp-Session-Id`) whose implicit run each process remembers, and implicit runs whose owning
+# session it remembers (gateway/store/implicit_runs.py); the oldest are forgotten first, and a forgotten
+# session's next call is placed as a new session's would be.
+MAX_TRACKED_PROTOCOL_SESSIONS = 10_000

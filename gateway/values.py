@@ -27,7 +27,7 @@ from typing import Any
 
 from gateway.limits import MAX_ID_CHARS, MAX_JSON_INTEGER_DIGITS, MAX_VALUE_NESTING
 
-__all__ = ["Profile", "door_problem", "loads", "printable", "problem", "text"]
+__all__ = ["Profile", "door_problem", "id_problem", "loads", "printable", "problem", "shown_id", "text"]
 
 _INT64 = (-(2**63), 2**63 - 1)
 _JSON_INT_LIMIT = 10**MAX_JSON_INTEGER_DIGITS
@@ -138,15 +138,40 @@ def problem(value: Any, profile: Profile = Profile.POLICY, *, where: str = "") -
     return None
 
 
-def door_problem(call_id: str, session_id: str, arguments: Any) -> str | None:
+def door_problem(call_id: str, run_id: str, arguments: Any) -> str | None:
     """Why a call cannot go to policies and the tool exactly as given (its ids, then its arguments), or None."""
-    for name, value in (("call id", call_id), ("session id", session_id)):
-        if len(value) > MAX_ID_CHARS:
-            return f"the {name} is longer than {MAX_ID_CHARS} characters"
-        why = problem(value)
+    for name, value in (("call id", call_id), ("run id", run_id)):
+        why = id_problem(name, value)
         if why is not None:
-            return f"the {name} {why.removeprefix('/ ')}"
+            return why
     return problem(arguments, where="/arguments")
+
+
+def id_problem(name: str, value: str) -> str | None:
+    """Why an id a caller named (``name``: "call id", "run id") is refused at the door, or None.
+
+    An id is at most ``MAX_ID_CHARS`` printable characters (docs/runs.md): it is shown on the approvals
+    page, in ``gateway sessions`` and in the audit log, where a newline, an escape sequence or a bidi
+    override would forge or hide what an operator reads. The refusal names the character, never echoes it.
+    """
+    if len(value) > MAX_ID_CHARS:
+        return f"the {name} is longer than {MAX_ID_CHARS} characters"
+    why = problem(value)
+    if why is not None:
+        return f"the {name} {why.removeprefix('/ ')}"
+    if not value.isprintable():
+        bad = next(ch for ch in value if not ch.isprintable())
+        return f"the {name} holds U+{ord(bad):04X}, a control or other non-printable character"
+    return None
+
+
+def shown_id(value: str) -> str:
+    """An id as the audit log and the answer show it: every non-printable character escaped (``\\x85``,
+    ``\\u202e``, ``\\ud800``), so a refused id cannot break a log line for a reader that splits on
+    Unicode line boundaries (U+0085, U+2028) or hide itself in the text around it."""
+    if value.isprintable():
+        return value
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in value)
 
 
 def _printable_scalar(value: Any) -> Any:

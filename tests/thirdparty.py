@@ -1,7 +1,8 @@
 """Third-party servers the tests run beside our own: installed from their registries on first use.
 
-``@modelcontextprotocol/server-everything`` is the MCP project's reference server, written by
-nobody here. It comes from npm at a pinned version into ``.cache/npm`` at the repository root
+``@modelcontextprotocol/server-everything`` is the MCP project's reference server, and
+``@modelcontextprotocol/inspector`` its Inspector (run here as a client, in CLI mode), written by
+nobody here. Each comes from npm at a pinned version into ``.cache/npm`` at the repository root
 (git-ignored), once per machine; Node.js and npm come from Debian (``bash .ci/install-system``).
 """
 
@@ -13,22 +14,35 @@ import subprocess
 from pathlib import Path
 
 SERVER_EVERYTHING_VERSION = "2026.8.31"
+INSPECTOR_VERSION = "2.12.0"
 _ROOT = Path(__file__).resolve().parent.parent
 _NPM_CACHE = _ROOT / ".cache" / "npm"
 
 
-def server_everything() -> list[str]:
-    """The command line that starts server-everything over stdio (``[node, script, "stdio"]``)."""
+def _npm_script(package: str, version: str, folder: str, script: str) -> list[str]:
+    """``[node, path]`` of ``script`` inside npm ``package@version``, installed into ``.cache/npm/folder`` once."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        raise RuntimeError("node and npm are needed for the third-party MCP server: bash .ci/install-system")
-    prefix = _NPM_CACHE / f"server-everything-{SERVER_EVERYTHING_VERSION}"
-    script = prefix / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+        raise RuntimeError(f"node and npm are needed for {package}: bash .ci/install-system")
+    prefix = _NPM_CACHE / f"{folder}-{version}"
+    path = prefix / "node_modules" / package / script
     prefix.mkdir(parents=True, exist_ok=True)
     with open(prefix / ".lock", "w") as lock:  # one installer at a time across test processes
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not script.exists():
+        if not path.exists():
             subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(prefix),
-                            f"@modelcontextprotocol/server-everything@{SERVER_EVERYTHING_VERSION}"],
-                           check=True, timeout=600)
-    return [node, str(script), "stdio"]
+                            f"{package}@{version}"], check=True, timeout=600)
+    return [node, str(path)]
+
+
+def server_everything() -> list[str]:
+    """The command line that starts server-everything over stdio (``[node, script, "stdio"]``)."""
+    return [*_npm_script("@modelcontextprotocol/server-everything", SERVER_EVERYTHING_VERSION, "server-everything",
+                         "dist/index.js"), "stdio"]
+
+
+def inspector_cli() -> list[str]:
+    """The command line of the MCP Inspector in its CLI mode (``[node, launcher, "--cli"]``): one MCP
+    session per invocation, as its users run it."""
+    return [*_npm_script("@modelcontextprotocol/inspector", INSPECTOR_VERSION, "inspector",
+                         "clients/launcher/build/index.js"), "--cli"]

@@ -1,8 +1,9 @@
 """The model proxy's endpoint: ``POST /v1/chat/completions``, OpenAI-compatible, plain or streamed (SSE).
 
 Authenticated like every other endpoint (``RequireIdentity``); the run is named as everywhere else
-(``X-Gateway-Session``, else the implicit run of the principal and its User-Agent: docs/runs.md). The
-work is gateway/models/proxy.py's; this module reads the request and writes the response.
+(``X-Gateway-Session``, else the implicit run of the principal, its User-Agent and how the conversation
+began: docs/runs.md). The work is gateway/models/proxy.py's; this module reads the request and writes the
+response.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.errors import ModelUpstreamError
+from gateway.errors import AuditWriteError, ModelUpstreamError
 from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
-from gateway.frontends.runs import client_of, explicit_run_id, resolve_run
+from gateway.frontends.runs import client_of, conversation_of, explicit_run_id, resolve_run
 from gateway.models.proxy import Caller, ModelProxy, RequestProblem, UnknownModel
+from gateway.store.model import now_rfc3339
+from gateway.values import id_problem, shown_id
 
 __all__ = ["chat_routes"]
 
@@ -38,8 +41,12 @@ def chat_routes(proxy: ModelProxy) -> list[Route]:
         body = await read_json_object(request)
         if isinstance(body, JSONResponse):
             return body
-        run = await resolve_run(proxy.gateway.store, identity.principal.id, explicit_run_id(request.headers),
-                                client_of(None, request.headers))
+        explicit = explicit_run_id(request.headers)
+        why = None if explicit is None else id_problem("run id", explicit)
+        if explicit is not None and why is not None:  # refused at the door: no run read or made, no model asked
+            return _refused_run(proxy, identity.principal.id, explicit, why)
+        run = await resolve_run(proxy.gateway.store, identity.principal.id, explicit,
+                                client_of(None, request.headers, conversation_of(body.get("messages"))))
         caller = Caller(identity.principal, run)
         try:
             if body.get("stream") is True:
@@ -56,6 +63,17 @@ def chat_routes(proxy: ModelProxy) -> list[Route]:
             return _upstream_failed(exc)
 
     return [Route("/v1/chat/completions", completions, methods=["POST"])]
+
+
+def _refused_run(proxy: ModelProxy, principal: str, run_id: str, why: str) -> JSONResponse:
+    """A 400 for a run id the gateway does not take, written to the audit log first (a 503 if it cannot be)."""
+    try:
+        proxy.gateway.audit.write({"event": "request.refused", "time": now_rfc3339(), "frontend": "model",
+                                   "principal": {"id": principal}, "session": shown_id(run_id),
+                                   "verdict": "invalid_input", "reason": why})
+    except AuditWriteError:
+        return error_response(503, "audit-failed", "The request could not be recorded, so it was refused.")
+    return error_response(400, "invalid-input", f"The request was refused: {why}.")
 
 
 async def _continue(first: bytes, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -35,7 +35,13 @@ from gateway.frontends.mcp_resources import McpItemHandlers, item_views
 from gateway.frontends.mcp_round_trips import InputRequired, RoundTrips
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.frontends.mcp_tasks import McpTasks, listed_execution, offers_tasks, with_tasks
-from gateway.frontends.runs import CLIENT_INFO_META, client_of, explicit_run_id, resolve_run
+from gateway.frontends.runs import (
+    CLIENT_INFO_META,
+    MCP_SESSION_HEADER,
+    client_of,
+    explicit_run_id,
+    resolve_run,
+)
 from gateway.limits import (
     DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
     DEFAULT_TASK_TIMEOUT_SECONDS,
@@ -176,7 +182,8 @@ class McpFrontend:
         """The pipeline's request for a tools/call, from the SDK path (``call_request``) or the lean one."""
         identity = identity_of(scope)
         run = await resolve_run(self.gateway.store, identity.principal.id, explicit_run_id(headers, meta),
-                                client_of(client_info_of(client_params, meta), headers))
+                                client_of(client_info_of(client_params, meta), headers),
+                                headers.get(MCP_SESSION_HEADER) or None)
         return CallRequest(
             tool=params.name,
             arguments=dict(params.arguments or {}),

@@ -30,6 +30,7 @@ from gateway.models.upstream import ModelUpstream
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import CallOutcome
 from gateway.pipeline.results import HANDED_OUT
+from gateway.pipeline.run_end import terminated_text
 from gateway.policy.call import Principal
 from gateway.policy.cel.globbing import glob_match
 from gateway.upstreams.registry import ExposedTool
@@ -172,7 +173,10 @@ class ModelProxy:
         """The run's terminate message, when the run was terminated (then the model is not asked)."""
         caller = conversation.caller
         session = await self.gateway.store.session(caller.principal.id, caller.run.id, caller.run.client)
-        return (session.terminate_message or "This run was terminated.") if session.terminated else None
+        if not session.terminated:
+            return None
+        return terminated_text(session, session.terminate_message or "This run was terminated.",
+                               self.gateway.store.implicit_runs.idle_timeout)
 
     async def complete(self, body: Json, caller: Caller) -> Json:
         """A whole chat completion for the agent."""

@@ -49,6 +49,7 @@ from gateway.pipeline.results import (
     skipped,
     tool_result,
 )
+from gateway.pipeline.run_end import terminated_text
 from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall, UsageInfo
 from gateway.policy.catalog import CLIENT_UPSTREAM
 from gateway.policy.decision import Decision, Stage, Verdict
@@ -58,7 +59,7 @@ from gateway.store.base import SessionStore
 from gateway.store.model import SessionState, now_rfc3339
 from gateway.upstreams.client_requests import Declares, calling_client, undeclared
 from gateway.upstreams.registry import ExposedTool, ToolRegistry
-from gateway.values import Profile, door_problem, printable, problem
+from gateway.values import Profile, door_problem, printable, problem, shown_id
 
 __all__ = ["Gateway"]
 
@@ -185,7 +186,8 @@ class Gateway:
         request = trace.request
         why = _input_problem(request)
         if why is not None:
-            outcome = refusal(printable(request.call_id), "invalid_input", f"The call was refused: {why}.")
+            request.call_id, request.session_id = shown_id(request.call_id), shown_id(request.session_id)
+            outcome = refusal(request.call_id, "invalid_input", f"The call was refused: {why}.")
             return self._finish(trace, None, None, outcome, policy_set)
         try:
             session = trace.session = await self.store.session(request.principal.id, request.session_id,
@@ -197,7 +199,8 @@ class Gateway:
         if request.iteration is None:  # the client gave none: the calls the run has made (docs/runs.md)
             request.iteration = session.calls
         if session.terminated:
-            outcome = refusal(request.call_id, "terminated", session.terminate_message or "Session terminated.",
+            outcome = refusal(request.call_id, "terminated", terminated_text(
+                session, session.terminate_message or "Session terminated.", self.store.implicit_runs.idle_timeout),
                               terminated=True)
             return self._finish(trace, None, session, outcome, policy_set, count=False)
         tool = self._tool(request)
@@ -255,7 +258,8 @@ class Gateway:
         if verdict is Verdict.REJECT:
             return refusal(request.call_id, "reject", message)
         if verdict is Verdict.TERMINATE:
-            return refusal(request.call_id, "terminate", message, terminated=True)
+            return refusal(request.call_id, "terminate",
+                           terminated_text(session, message, self.store.implicit_runs.idle_timeout), terminated=True)
         if verdict is Verdict.SKIP:
             outcome = skipped(request.call_id, decision.result)
             return _withheld(request.call_id, outcome.content, outcome.structured, Profile.JSON) or outcome
@@ -387,7 +391,9 @@ class Gateway:
         if after.verdict is Verdict.REJECT:
             return refusal(request.call_id, "reject", after.message or "The result was withheld by policy.")
         if after.verdict is Verdict.TERMINATE:
-            return refusal(request.call_id, "terminate", after.message or "", terminated=True)
+            assert trace.session is not None
+            return refusal(request.call_id, "terminate", terminated_text(
+                trace.session, after.message or "", self.store.implicit_runs.idle_timeout), terminated=True)
         final = from_response_stage(result, after.result) if after.rewritten else result
         if after.rewritten and (withheld := _withheld(request.call_id, final.content, final.structured, Profile.JSON)):
             return withheld

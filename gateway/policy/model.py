@@ -20,6 +20,7 @@ __all__ = [
     "RuleDefaults",
     "RuleSpec",
     "VariableSpec",
+    "duration_text",
     "parse_duration",
 ]
 
@@ -41,6 +42,14 @@ def parse_duration(value: str | int | float) -> float:
     if total <= 0:
         raise ValueError("a duration must be positive")
     return float(total)
+
+
+def duration_text(seconds: float) -> str:
+    """A duration as ``parse_duration`` reads it back: ``10m``, ``1h30m``, ``45s`` (whole seconds)."""
+    whole = max(int(seconds), 1)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return "".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
 
 
 class _Strict(BaseModel):

@@ -31,8 +31,9 @@ class SessionStore(Protocol):
         """The session as the database has it now (counts from every process), created on first sight."""
         ...
 
-    async def implicit_run(self, principal: str, client: str) -> str:
-        """The current implicit run of (principal, client), read from the database off the event loop."""
+    async def implicit_run(self, principal: str, client: str, session: str | None = None) -> str:
+        """The current implicit run of (principal, client) for a call of protocol ``session`` (if any), read
+        from the database off the event loop (gateway/store/implicit_runs.py)."""
         ...
 
     async def usage_now(self, principal: str) -> dict[str, Totals]:

@@ -423,13 +423,15 @@ class SqlStore:
                 (principal, after)).fetchall()
         return [(int(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
 
-    async def implicit_run(self, principal: str, client: str) -> str:
-        """The current implicit run of (principal, client); its first look here reads on the read worker."""
+    async def implicit_run(self, principal: str, client: str, session: str | None = None) -> str:
+        """The current implicit run of (principal, client) for a call of protocol ``session`` (if any); its
+        first look here reads on the read worker."""
         if self.implicit_runs.cached(principal, client):
-            return self.implicit_runs.run_for(principal, client)
+            return self.implicit_runs.run_for(principal, client, session=session)
         loop = asyncio.get_running_loop()
         stored = await loop.run_in_executor(self._read_worker, self._implicit_row, principal, client)
-        return self.implicit_runs.run_for(principal, client, stored)  # a pair cached meanwhile keeps its run
+        # a pair cached meanwhile keeps its run
+        return self.implicit_runs.run_for(principal, client, stored, session=session)
 
     def _implicit_changed(self, principal: str, client: str, run_id: str, last_call: float) -> None:
         self._write_behind(("implicit_runs", principal, client), _UPSERT_IMPLICIT,
