@@ -358,3 +358,9 @@ TASK_POLL_INTERVAL_MS = 500
 # A 2026-07-28 client that declared the tasks extension gets a plain result when the call ends within this
 # time, and a task otherwise (a held call, a long-running or task-only tool).
 TASK_GRACE_SECONDS = 1.0
+
+# issue 18 (c)
+# How many times a held call looks its approval request up again when the request it found was set aside
+# meanwhile (the policies now need other approvers) or replaced by another process; after that the call is
+# refused as if the database were busy (fail closed). Each pass is one change by someone else.
+APPROVAL_LOOKUP_ATTEMPTS = 4

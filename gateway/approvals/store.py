@@ -8,8 +8,10 @@ locked past the busy timeout (or a server that cannot be reached) raises ``Store
 On PostgreSQL each change is announced (``NOTIFY gateway_approvals``) so held calls on every
 replica wake at once; SQLite's waiters poll.
 
-A request holds its key — (principal, tool, call id, digest), or (principal, run, tool, digest) for a
-call that came without a call id — while it is not *retired*; the unique indexes cover only those
+A request holds its key — (principal, upstream, tool, call id, digest); for a call that came without a
+call id (principal, upstream, run, tool, digest), the run being "" for one bound across the principal's
+implicit runs (``Binding.PRINCIPAL``: the ``session`` column is the run that binds it, the data keeps the
+run it came in) — while it is not *retired*; the unique indexes cover only those
 rows, so a request whose approval lapsed (or whose outcome was given) leaves room for a new one.
 When it was retired is kept (``retired_ts``): a run-bound retry that came in before then is still its own.
 Who may decide a request is kept as rows of ``approval_audience`` ("group:NAME", "user:ID", "*"),
@@ -144,7 +146,7 @@ def _load(row: tuple[Any, ...]) -> Approval:
     return Approval(
         id=d["id"], call_id=d["call_id"], digest=d["args_digest"],
         principal=Principal(p["id"], tuple(p["groups"]), p.get("claims") or {}), session_id=d["session"],
-        tool=d["tool"], original_args=d["original_args"], final_args=d["final_args"],
+        tool=d["tool"], upstream=d.get("upstream", ""), original_args=d["original_args"], final_args=d["final_args"],
         requirements=[Requirement(r["rule"], r["message"], r["approvers"], r["satisfied_by"], r.get("via", "page"))
                       for r in d["requirements"]],
         created_at=d["created_at"], expires_at=d["expires_at"], expires_ts=d["expires_ts"],
@@ -155,7 +157,8 @@ def _load(row: tuple[Any, ...]) -> Approval:
         valid_for=float(d.get("valid_for_seconds", DEFAULT_APPROVAL_VALID_SECONDS)),
         decided_ts=d.get("decided_ts", _timestamp(d.get("decided_at"))),
         owner=owner, lease_ts=lease_ts, retired=bool(retired),
-        by_run=d.get("bound_by") == "run", executed_at=d.get("executed_at"),
+        by_run=d.get("bound_by") in ("run", "principal"), across_runs=d.get("bound_by") == "principal",
+        executed_at=d.get("executed_at"),
     )
 
 
@@ -232,10 +235,10 @@ class ApprovalStore:
             try:
                 self._db.execute(
                     "INSERT INTO approvals (id, call_id, principal, digest, state, expires_ts, created_at, data, tool,"
-                    " session, by_run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " session, by_run, upstream) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (approval.id, approval.call_id, approval.principal.id, approval.digest, str(approval.state),
                      approval.expires_ts, approval.created_at, _dump(approval), approval.tool,
-                     approval.session_id, int(approval.by_run)))
+                     approval.run_key, int(approval.by_run), approval.upstream))
                 self._add_audience(approval)
                 self._db.commit()
             except INTEGRITY_ERRORS:
@@ -253,31 +256,33 @@ class ApprovalStore:
     def _holder(self, approval: Approval) -> Approval | None:
         """The live request holding ``approval``'s key, if any."""
         if approval.by_run:
-            return self._find_by_run(approval.principal.id, approval.session_id, approval.tool, approval.digest)
-        return self._find(approval.principal.id, approval.tool, approval.call_id, approval.digest)
+            return self._find_by_run(approval.principal.id, approval.upstream, approval.run_key, approval.tool,
+                                     approval.digest)
+        return self._find(approval.principal.id, approval.upstream, approval.tool, approval.call_id, approval.digest)
 
-    def _find_by_run(self, principal: str, session: str, tool: str, digest: str) -> Approval | None:
+    def _find_by_run(self, principal: str, upstream: str, run: str, tool: str, digest: str) -> Approval | None:
         row = self._db.execute(
-            f"SELECT {_COLUMNS} FROM approvals WHERE principal = ? AND session = ? AND tool = ? AND digest = ?"
-            " AND by_run = 1 AND retired = 0", (principal, session, tool, digest)).fetchone()
+            f"SELECT {_COLUMNS} FROM approvals WHERE principal = ? AND upstream = ? AND session = ? AND tool = ?"
+            " AND digest = ? AND by_run = 1 AND retired = 0", (principal, upstream, run, tool, digest)).fetchone()
         return _load(row) if row else None
 
     @_guarded
-    def find_by_run(self, principal: str, session: str, tool: str, digest: str,
+    def find_by_run(self, principal: str, upstream: str, run: str, tool: str, digest: str,
                     received_ts: float | None = None) -> Approval | None:
-        """The request for a call without a call id: this principal's run, ``tool`` and arguments.
+        """The request for a call without a call id: this principal's run ("": any implicit run), the upstream's
+        ``tool`` and the arguments.
 
         The live one; else, for a call the gateway took in at ``received_ts``, the one that let go of its
         key after that (a retry sent together with the one that was given the outcome is still its retry).
         """
         with self._lock:
-            found = self._find_by_run(principal, session, tool, digest)
+            found = self._find_by_run(principal, upstream, run, tool, digest)
             if found is not None or received_ts is None:
                 return found
             row = self._db.execute(
                 f"SELECT {_COLUMNS} FROM approvals WHERE principal = ? AND session = ? AND tool = ? AND digest = ?"
-                " AND by_run = 1 AND retired = 1 AND retired_ts >= ? ORDER BY retired_ts DESC LIMIT 1",
-                (principal, session, tool, digest, received_ts)).fetchone()
+                " AND upstream = ? AND by_run = 1 AND retired = 1 AND retired_ts >= ? ORDER BY retired_ts DESC LIMIT 1",
+                (principal, run, tool, digest, upstream, received_ts)).fetchone()
             return _load(row) if row else None
 
     @_guarded
@@ -287,17 +292,17 @@ class ApprovalStore:
             self._db.execute("UPDATE approvals SET retired = 1, retired_ts = COALESCE(retired_ts, ?) WHERE id = ?",
                              (time.time(), approval_id))
 
-    def _find(self, principal: str, tool: str, call_id: str, digest: str) -> Approval | None:
+    def _find(self, principal: str, upstream: str, tool: str, call_id: str, digest: str) -> Approval | None:
         row = self._db.execute(
-            f"SELECT {_COLUMNS} FROM approvals WHERE principal = ? AND tool = ? AND call_id = ? AND digest = ?"
-            " AND retired = 0", (principal, tool, call_id, digest)).fetchone()
+            f"SELECT {_COLUMNS} FROM approvals WHERE principal = ? AND upstream = ? AND tool = ? AND call_id = ?"
+            " AND digest = ? AND retired = 0", (principal, upstream, tool, call_id, digest)).fetchone()
         return _load(row) if row else None
 
     @_guarded
-    def find(self, principal: str, tool: str, call_id: str, digest: str) -> Approval | None:
-        """The live request for this principal's call of ``tool`` with this id and these arguments."""
+    def find(self, principal: str, upstream: str, tool: str, call_id: str, digest: str) -> Approval | None:
+        """The live request for this principal's call of the upstream's ``tool`` with this id and these arguments."""
         with self._lock:
-            return self._find(principal, tool, call_id, digest)
+            return self._find(principal, upstream, tool, call_id, digest)
 
     @_guarded
     def for_call(self, principal: str, call_id: str, tool: str) -> list[Approval]:
@@ -424,10 +429,24 @@ _RETIRED_AT = (
     " WHERE by_run = 1 AND retired = 1",
 )
 
+# Version 3: the upstream joins both keys, so an agent-run tool's approval (upstream "client") never releases
+# a gateway tool of the same name. Rows from before have upstream "": no call finds them by key any more (a
+# retry asks afresh, failing closed); they are still listed, decided and given their outcome by id.
+_UPSTREAM_KEYS = (
+    "DROP INDEX IF EXISTS approvals_key",
+    "DROP INDEX IF EXISTS approvals_run_key",
+    "CREATE UNIQUE INDEX IF NOT EXISTS approvals_key ON approvals (principal, upstream, tool, call_id, digest)"
+    " WHERE retired = 0",
+    "CREATE UNIQUE INDEX IF NOT EXISTS approvals_run_key ON approvals (principal, upstream, session, tool, digest)"
+    " WHERE retired = 0 AND by_run = 1",
+)
+
 SQLITE_MIGRATIONS = (
     Migration(1, "approval requests and their audience", _adopt_sqlite),
     Migration(2, "when a request let go of its key", statements(
         "ALTER TABLE approvals ADD COLUMN retired_ts REAL", *_RETIRED_AT)),
+    Migration(3, "the upstream joins the keys", statements(
+        "ALTER TABLE approvals ADD COLUMN upstream TEXT NOT NULL DEFAULT ''", *_UPSTREAM_KEYS)),
 )
 
 POSTGRES_MIGRATIONS = (Migration(1, "approval requests and their audience", statements(
@@ -456,4 +475,6 @@ POSTGRES_MIGRATIONS = (Migration(1, "approval requests and their audience", stat
     "CREATE INDEX IF NOT EXISTS approvals_state ON approvals (state, expires_ts)",
     *_KEY_INDEX[1:],
 )), Migration(2, "when a request let go of its key", statements(
-    "ALTER TABLE approvals ADD COLUMN IF NOT EXISTS retired_ts DOUBLE PRECISION", *_RETIRED_AT)))
+    "ALTER TABLE approvals ADD COLUMN IF NOT EXISTS retired_ts DOUBLE PRECISION", *_RETIRED_AT)),
+    Migration(3, "the upstream joins the keys", statements(
+    "ALTER TABLE approvals ADD COLUMN IF NOT EXISTS upstream TEXT NOT NULL DEFAULT ''", *_UPSTREAM_KEYS)))
