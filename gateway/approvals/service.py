@@ -65,6 +65,7 @@ from gateway.limits import (
 )
 from gateway.pipeline.approvals import ApprovalResult, HeldCall
 from gateway.policy.call import Principal
+from gateway.policy.catalog import CLIENT_UPSTREAM
 from gateway.policy.decision import Decision, Verdict
 from gateway.store.model import now_rfc3339
 
@@ -516,6 +517,8 @@ class ApprovalService:
 
     async def _orphaned(self, principal_id: str, call_id: str, tool: str) -> dict[str, Any] | None:
         for approval in await self._db(self.store.for_call, principal_id, call_id, tool):
+            if approval.upstream == CLIENT_UPSTREAM:
+                continue  # an agent-run tool never leaves a registry: it is not the gone tool of this call
             if approval.state is ApprovalState.EXECUTED and approval.result is not None:
                 return approval.result
             if approval.state is ApprovalState.APPROVED:

@@ -131,3 +131,19 @@ async def test_a_retry_in_another_implicit_run_finds_its_approval_and_runs_once(
     # A named run keeps its own requests: another run's approval never releases it.
     named = await service.hold(_call(GATEWAY_TOOL, decision, "named-run"))
     assert named.pending and named.approval_id != asked.approval_id
+
+
+async def test_a_gone_gateway_tool_never_uses_up_an_agent_tools_approval(approval_desk: Any) -> None:
+    """A call naming the model's call id for a tool the registry no longer has must not spend the agent's approval."""
+    service: ApprovalService = approval_desk.service
+    assert isinstance(AGENT_TOOL, dict)
+    agent_call = _call(AGENT_TOOL["send_email"], _decision("model/agent-mail", "group:developers"))
+    asked = await service.hold(agent_call)
+    assert asked.approval_id is not None
+    await service.decide(asked.approval_id, DEVELOPER, True)
+    model_call_id = agent_call.request.call_id
+
+    assert await service.orphaned(AGENT.id, model_call_id, "send_email") is None
+    kept = await service.get(asked.approval_id)
+    assert kept is not None and kept.state.value == "approved"
+    assert (await service.hold(agent_call)).approved
