@@ -427,3 +427,9 @@ DEFAULT_MAX_HELD_CALLS_PER_PRINCIPAL = 16
 # session it remembers (gateway/store/implicit_runs.py); the oldest are forgotten first, and a forgotten
 # session's next call is placed as a new session's would be.
 MAX_TRACKED_PROTOCOL_SESSIONS = 10_000
+
+# issue 18 (c)
+# How many times a held call looks its approval request up again when the request it found was set aside
+# meanwhile (the policies now need other approvers) or replaced by another process; after that the call is
+# refused as if the database were busy (fail closed). Each pass is one change by someone else.
+APPROVAL_LOOKUP_ATTEMPTS = 4

@@ -157,7 +157,8 @@ class ApprovalDesk:
 
     def add(self, tool: str = "payments_refund", args: dict[str, Any] | None = None,
             final_args: dict[str, Any] | None = None, principal: str = "alice",
-            requirements: list[Requirement] | None = None, seconds: float = 600.0) -> Approval:
+            requirements: list[Requirement] | None = None, seconds: float = 600.0, upstream: str = "payments",
+            ) -> Approval:
         """Store a pending request, as ``ApprovalService.hold`` would for a held call."""
         args = {"order": "A-1001", "amount": 250} if args is None else args
         final = dict(args) if final_args is None else final_args
@@ -169,7 +170,7 @@ class ApprovalDesk:
             requirements=requirements or [Requirement("big-refund", "Refunds over 100 need a manager",
                                                       ["group:managers", "alice"])],
             created_at=now_rfc3339(), expires_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + seconds)),
-            expires_ts=now + seconds, on_timeout="reject")
+            expires_ts=now + seconds, on_timeout="reject", upstream=upstream)
         return self.service.store.insert(approval)
 
     def app(self) -> Starlette:

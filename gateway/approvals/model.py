@@ -26,9 +26,13 @@ from typing import Any
 
 from gateway.limits import DEFAULT_APPROVAL_VALID_SECONDS
 from gateway.policy.call import Principal
+from gateway.policy.decision import REQUESTER
 
-__all__ = ["Approval", "ApprovalState", "Requirement", "Vote", "args_digest", "audience_of", "json_safe", "qualifies",
-           "rfc3339", "seen_as"]
+__all__ = ["POLICY_CHANGE", "Approval", "ApprovalState", "Binding", "Requirement", "Vote", "args_digest",
+           "audience_of", "json_safe", "qualifies", "rfc3339", "seen_as", "uncovered"]
+
+# The voter recorded when a request is set aside because the policies now need approvers it did not have.
+POLICY_CHANGE = "policy"
 
 
 class ApprovalState(StrEnum):
@@ -69,10 +73,11 @@ def json_safe(value: Any) -> Any:
 
 
 def audience_of(approvers: list[str]) -> list[str]:
-    """Who may decide a requirement, as ``qualifies`` reads it: "group:NAME", "user:ID", "*" for anyone."""
+    """Who may decide a requirement on the page, as ``qualifies`` reads it: "group:NAME", "user:ID", "*" for
+    anyone (``self``, the requester, answers only through their client and is not in it)."""
     if not approvers:
         return ["*"]
-    return [entry if entry.partition(":")[2] else f"user:{entry}" for entry in approvers]
+    return [entry if entry.partition(":")[2] else f"user:{entry}" for entry in approvers if entry != REQUESTER]
 
 
 def seen_as(approver: Principal) -> list[str]:
@@ -88,6 +93,8 @@ def qualifies(approver: Principal, approvers: list[str]) -> bool:
     if not approvers:
         return True
     for entry in approvers:
+        if entry == REQUESTER:  # the requester's own client, never an approver on the page
+            continue
         kind, _, name = entry.partition(":")
         if not name:
             kind, name = "user", entry
@@ -106,10 +113,40 @@ class Requirement:
     satisfied_by: str | None = None
     via: str = "page"  # "elicitation": the end user may answer through their MCP client
 
+    @property
+    def asks_requester(self) -> bool:
+        """Whether the requester's own client may satisfy it: ``via: elicitation`` and ``self`` among its approvers."""
+        return self.via == "elicitation" and REQUESTER in self.approvers
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
         return {"rule": self.rule, "message": self.message, "approvers": self.approvers,
                 "satisfied_by": self.satisfied_by, "via": self.via}
+
+
+def uncovered(had: list[Requirement], needed: list[Requirement]) -> list[Requirement]:
+    """The requirements in ``needed`` that a request made with ``had`` does not cover.
+
+    One is covered by a requirement of the same rule whose approvers were no wider: everyone who could
+    decide it then may decide it now (an empty list is anyone; ``self`` only counts if still named).
+    """
+
+    def covered(need: Requirement) -> bool:
+        wanted = set(audience_of(need.approvers))
+        return any(h.rule == need.rule and ("*" in wanted or set(audience_of(h.approvers)) <= wanted)
+                   and (need.asks_requester or not h.asks_requester) for h in had)
+
+    return [n for n in needed if not covered(n)]
+
+
+class Binding(StrEnum):
+    """What finds a request again when its call is retried."""
+
+    CALL_ID = "call_id"  # the caller named the call: (principal, upstream, tool, call id, digest)
+    RUN = "run"  # no call id, a named run: (principal, upstream, run, tool, digest)
+    # No call id and no named run (an implicit run, which a client opening a session per call changes on
+    # every call): (principal, upstream, tool, digest), whatever the run, until its outcome is given.
+    PRINCIPAL = "principal"
 
 
 @dataclass(slots=True)
@@ -159,6 +196,20 @@ class Approval:
     # call in the same run finds it until its outcome has been given to a caller.
     by_run: bool = False
     executed_at: str | None = None  # when the one execution's outcome was recorded
+    upstream: str = ""  # the upstream of the tool it was asked for ("client": an agent-run tool); "" before 3
+    across_runs: bool = False  # bound by (principal, upstream, tool, digest) whatever the run (Binding.PRINCIPAL)
+
+    @property
+    def binding(self) -> Binding:
+        """What finds this request again (see ``Binding``)."""
+        if not self.by_run:
+            return Binding.CALL_ID
+        return Binding.PRINCIPAL if self.across_runs else Binding.RUN
+
+    @property
+    def run_key(self) -> str:
+        """The run that binds a run-bound request ("" when it is bound across the principal's runs)."""
+        return "" if self.across_runs else self.session_id
 
     @property
     def valid_until_ts(self) -> float | None:
@@ -183,13 +234,14 @@ class Approval:
         return {
             "id": self.id, "call_id": self.call_id, "args_digest": self.digest, "state": str(self.state),
             "principal": {"id": self.principal.id, "groups": list(self.principal.groups)},
-            "session": self.session_id, "tool": self.tool, "original_args": self.original_args,
-            "final_args": self.final_args, "requirements": [r.to_dict() for r in self.requirements],
+            "session": self.session_id, "tool": self.tool, "upstream": self.upstream,
+            "original_args": self.original_args, "final_args": self.final_args,
+            "requirements": [r.to_dict() for r in self.requirements],
             "created_at": self.created_at, "expires_at": self.expires_at, "on_timeout": self.on_timeout,
             "votes": [v.to_dict() for v in self.votes], "decided_at": self.decided_at,
             "valid_for_seconds": self.valid_for,
             "valid_until": None if self.valid_until_ts is None else rfc3339(self.valid_until_ts),
-            "bound_by": "run" if self.by_run else "call_id", "executed_at": self.executed_at,
+            "bound_by": str(self.binding), "executed_at": self.executed_at,
             "execution": self.execution(),
         }
 
@@ -212,6 +264,10 @@ class Approval:
             outcome = _outcome_of(self.result)
             at = self.executed_at or self.decided_at
             return _execution("ran", at, None, f"ran at {at}: {outcome}") | {"outcome": outcome}
+        superseded = next((v for v in self.votes if v.approver == POLICY_CHANGE), None)
+        if superseded is not None:
+            return _execution("superseded", superseded.at, None,
+                              f"not run: set aside at {superseded.at} ({superseded.comment})")
         if lapse is not None:
             return _execution("expired_unused", lapse.at, until, f"expired unused at {lapse.at} ({lapse.comment})")
         return _execution("not_run", self.decided_at, None, "not run")

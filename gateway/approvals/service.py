@@ -1,9 +1,13 @@
 """Hold calls for people to decide, exactly once.
 
 ``hold`` is the ``ApprovalGate`` the pipeline calls when the verdict is approve. It finds or
-creates the request bound to (principal, exposed tool, call id, digest of the final arguments),
-then waits — sending progress — until the request is decided, expires, or the caller stops
-waiting. An approved request is claimed (approved → executing) by exactly one caller, within its
+creates the request bound to (principal, upstream, exposed tool, call id, digest of the final
+arguments) — without a call id, to the run instead, or to no run for an implicit one (see
+``model.Binding``) — whose requirements cover the call's. A request found with requirements that do
+not (the policies now need other approvers) is set aside, and the call asks afresh; so is one found
+approved when the call, decided again by the policies in force at the claim, needs more. It then
+waits — sending progress — until the request is decided, expires, or the caller stops waiting.
+An approved request is claimed (approved → executing) by exactly one caller, within its
 ``valid_for``; everyone else, now or after a restart, waits for and gets the stored result of that
 one execution.
 
@@ -32,6 +36,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from gateway.approvals.model import (
+    POLICY_CHANGE,
     Approval,
     ApprovalState,
     Requirement,
@@ -41,12 +46,14 @@ from gateway.approvals.model import (
     qualifies,
     rfc3339,
     seen_as,
+    uncovered,
 )
 from gateway.approvals.store import ApprovalStore, ListFilter
 from gateway.errors import ApprovalConflict, ApprovalForbidden, ApprovalNotFound, StoreUnavailable
 from gateway.limits import (
     APPROVAL_HEARTBEAT_SECONDS,
     APPROVAL_LEASE_SECONDS,
+    APPROVAL_LOOKUP_ATTEMPTS,
     APPROVAL_NOTIFY_FALLBACK_SECONDS,
     APPROVAL_POLL_SECONDS,
     APPROVAL_PROGRESS_SECONDS,
@@ -58,6 +65,8 @@ from gateway.limits import (
 )
 from gateway.pipeline.approvals import ApprovalResult, HeldCall
 from gateway.policy.call import Principal
+from gateway.policy.catalog import CLIENT_UPSTREAM
+from gateway.policy.decision import Decision, Verdict
 from gateway.store.model import now_rfc3339
 
 __all__ = ["STORE_UNAVAILABLE", "ApprovalService", "Notifier"]
@@ -74,6 +83,8 @@ Elicit = Callable[[str], Awaitable[bool | None]]
 
 STORE_UNAVAILABLE = ("The approval could not be read or recorded (the gateway's database is busy), so the call "
                      "was not run. Try again shortly.")
+POLICIES_CHANGED = ("The policies changed while this call waited for its approval, so it was not run. Call again "
+                    "with the same arguments: the policies in force now decide it.")
 NOT_REACHED_WAITER = ("The approved call was tried, but its service could not be reached, so it was not sent. "
                       "The approval is still valid: call again to run it.")
 
@@ -148,16 +159,26 @@ class ApprovalService:
             return ApprovalResult(False, STORE_UNAVAILABLE, decision="store_unavailable")
 
     async def _hold(self, held: HeldCall) -> ApprovalResult:
-        approval = await self._find_or_create(held)
         # REST callers say how long they wait (?wait=); an MCP call is held for the rule's ``hold``, then
         # answered "pending, call again" before the client's own read timeout gives up on it.
         wait = 0.0 if held.answer_now else held.request.wait_seconds
         if wait is None:
             wait = min((a.hold_seconds for a in held.decision.approvals), default=DEFAULT_APPROVAL_HOLD_SECONDS)
         deadline = self._clock() + wait
+        for _ in range(APPROVAL_LOOKUP_ATTEMPTS):
+            outcome = await self._hold_request(held, deadline)
+            if isinstance(outcome, ApprovalResult):
+                return outcome
+            # A reload changed what the call needs while it waited: the request it waited on was set
+            # aside, and the call now waits on one made for the current decision.
+            held = HeldCall(held.request, held.tool, outcome, held.recheck, held.answer_now)
+        raise StoreUnavailable("the call's approval request kept being set aside by policy reloads")
+
+    async def _hold_request(self, held: HeldCall, deadline: float) -> ApprovalResult | Decision:
+        approval = await self._find_or_create(held)
         elicit: Elicit | None = held.request.elicit
         if approval.state is not ApprovalState.PENDING or elicit is None or held.answer_now \
-                or not any(r.via == "elicitation" and r.satisfied_by is None for r in approval.requirements):
+                or not any(r.asks_requester and r.satisfied_by is None for r in approval.requirements):
             return await self._await(approval.id, held, deadline)
         if held.request.wait_seconds is None:
             # The client declared elicitation and its user is being asked: the question is the client's
@@ -173,38 +194,71 @@ class ApprovalService:
             await asyncio.gather(asking, return_exceptions=True)
 
     async def _find_or_create(self, held: HeldCall) -> Approval:
+        """The request the call belongs to: the one its key finds, if that covers the call's requirements."""
+        needed = _requirements(held.decision)
+        for _ in range(APPROVAL_LOOKUP_ATTEMPTS):
+            found = await self._find(held)
+            if found is not None and found.retired and _set_aside_by(found) is not None:
+                found = None  # one that no longer applied answers no call (a retry that came in meanwhile asks afresh)
+            if found is None:
+                approval = self._new_request(held, needed)
+                found = await self._db(self.store.insert, approval)
+                if found.id == approval.id:
+                    log.info("approval %s created for %s (call %s)", approval.id, approval.tool, approval.call_id)
+                    self._notify("approval.created", approval)
+                    return found
+            missing = uncovered(found.requirements, needed)
+            if not missing or found.state not in (ApprovalState.PENDING, ApprovalState.APPROVED):
+                return found  # (one that ran, or was refused, keeps its outcome for every retry)
+            await self._set_aside(found, missing)
+        raise StoreUnavailable("the call's approval request kept changing under it")
+
+    async def _find(self, held: HeldCall) -> Approval | None:
+        request, upstream = held.request, held.tool.upstream.name
+        digest = args_digest(held.decision.args)  # over the real arguments; the stored copy is made JSON-safe
+        if request.call_id_given:
+            return await self._db(self.store.find, request.principal.id, upstream, request.tool, request.call_id,
+                                  digest)
+        # No call id: a retry is the same principal, upstream, tool and final arguments in the same run; in
+        # any of the principal's implicit runs when the client named none (a client may open a new MCP
+        # session, and so get a new implicit run, for every call).
+        run = "" if request.run_client is not None else request.session_id
+        return await self._db(self.store.find_by_run, request.principal.id, upstream, run, request.tool, digest,
+                              request.received_ts)
+
+    def _new_request(self, held: HeldCall, needed: list[Requirement]) -> Approval:
         request, decision = held.request, held.decision
-        digest = args_digest(decision.args)  # over the real arguments; the stored copy is made JSON-safe
-        by_run = not request.call_id_given
-        if by_run:  # no call id: a retry is the same principal, run, tool and final arguments
-            found = await self._db(self.store.find_by_run, request.principal.id, request.session_id, request.tool,
-                                   digest, request.received_ts)
-        else:
-            found = await self._db(self.store.find, request.principal.id, request.tool, request.call_id, digest)
-        if found is not None:
-            return found
         now = self._clock()
         timeout = min((a.timeout_seconds for a in decision.approvals), default=900.0)
         valid_for = min((a.valid_for_seconds for a in decision.approvals), default=DEFAULT_APPROVAL_VALID_SECONDS)
         on_timeout = "reject" if any(str(a.on_timeout) == "reject" for a in decision.approvals) else "allow"
+        by_run = not request.call_id_given
         approval = Approval(
-            id=uuid.uuid4().hex[:16], call_id=request.call_id, digest=digest, principal=request.principal,
-            session_id=request.session_id, tool=request.tool, original_args=json_safe(decision.original_args),
-            final_args=json_safe(decision.args),
-            requirements=[Requirement(a.rule, a.message or decision.message or "", list(a.approvers), None, a.via)
-                          for a in decision.approvals],
-            created_at=now_rfc3339(), expires_at=rfc3339(now + timeout), expires_ts=now + timeout,
-            on_timeout=on_timeout, valid_for=valid_for, by_run=by_run,
+            id=uuid.uuid4().hex[:16], call_id=request.call_id, digest=args_digest(decision.args),
+            principal=request.principal, session_id=request.session_id, tool=request.tool,
+            original_args=json_safe(decision.original_args), final_args=json_safe(decision.args),
+            requirements=needed, created_at=now_rfc3339(), expires_at=rfc3339(now + timeout),
+            expires_ts=now + timeout, on_timeout=on_timeout, valid_for=valid_for, by_run=by_run,
+            upstream=held.tool.upstream.name, across_runs=by_run and request.run_client is not None,
         )
-        if self._redact is not None:
-            approval = approval.redacted(self._redact)
-        stored = await self._db(self.store.insert, approval)
-        if stored.id == approval.id:
-            log.info("approval %s created for %s (call %s)", approval.id, approval.tool, approval.call_id)
-            self._notify("approval.created", approval)
-        return stored
+        return approval.redacted(self._redact) if self._redact is not None else approval
 
-    async def _await(self, approval_id: str, held: HeldCall, deadline: float) -> ApprovalResult:
+    async def _set_aside(self, approval: Approval, missing: list[Requirement]) -> None:
+        """Expire an undecided or unused request that does not cover the call's current requirements, and free
+        its key (if someone else changed it first, the caller finds what they made of it when it looks again)."""
+        expected = approval.state
+        reason = "the policies now need approval by " + "; ".join(
+            f"{r.rule}: {', '.join(r.approvers) or 'any approver'}" for r in missing)
+        approval.state, approval.retired, approval.owner, approval.lease_ts = ApprovalState.EXPIRED, True, None, None
+        approval.votes.append(Vote(POLICY_CHANGE, [], False, reason, now_rfc3339()))
+        approval.decided_at = approval.decided_at or approval.votes[-1].at
+        if await self._db(self.store.transition, approval, expected):
+            self._signal(approval.id)
+            self._notify("approval.expired", approval)
+            self._audit_event("approval.superseded", approval, reason=reason)
+            log.info("approval %s set aside: %s", approval.id, reason)
+
+    async def _await(self, approval_id: str, held: HeldCall, deadline: float) -> ApprovalResult | Decision:
         announced = False
         saw_running = False  # a run of this approval was under way while we waited
         next_progress = self._clock() + APPROVAL_PROGRESS_SECONDS
@@ -232,6 +286,12 @@ class ApprovalService:
                     return ApprovalResult(False, NOT_REACHED_WAITER, approval_id, decision="tool_failed")
                 if await self._lapsed(approval, now):
                     continue  # now expired: answered above on the next pass
+                current = self._rechecked(approval, held)
+                if isinstance(current, ApprovalResult):
+                    return current
+                if current is not None:  # the policies now need approvers it did not have
+                    await self._set_aside(approval, uncovered(approval.requirements, _requirements(current)))
+                    return current
                 if await self._claim(approval, now):
                     self._start_heartbeat(approval_id)
                     return ApprovalResult(True, approval_id=approval_id)
@@ -259,6 +319,19 @@ class ApprovalService:
                     and self._clock() >= next_progress:
                 next_progress = self._clock() + APPROVAL_PROGRESS_SECONDS
                 await self._progress(held, approval)
+
+    def _rechecked(self, approval: Approval, held: HeldCall) -> ApprovalResult | Decision | None:
+        """Before a claim: the call decided by the policies in force now (a reload may have come since it was
+        held). None: the approval covers it; a refusal: they no longer hold it for this approval; a decision
+        whose requirements the approval does not cover."""
+        if held.recheck is None:
+            return None
+        current = held.recheck()
+        if current is held.decision:
+            return None
+        if current.verdict is not Verdict.APPROVE or args_digest(current.args) != approval.digest:
+            return ApprovalResult(False, POLICIES_CHANGED, approval.id, decision="reject")
+        return current if uncovered(approval.requirements, _requirements(current)) else None
 
     def _pending_message(self, approval: Approval) -> str:
         """What the model reads when the hold is over: not run yet, which request, until when, what to do."""
@@ -335,7 +408,7 @@ class ApprovalService:
             log.info("progress for approval %s not delivered: %s", approval.id, exc)
 
     async def _elicit(self, approval: Approval, held: HeldCall, elicit: Elicit) -> None:
-        message = "; ".join(r.message for r in approval.requirements if r.via == "elicitation") or \
+        message = "; ".join(r.message for r in approval.requirements if r.asks_requester) or \
             f"Allow the call to {approval.tool}?"
         arguments = json.dumps(approval.final_args, ensure_ascii=False)
         answer = await elicit(f"{message}\nTool: {approval.tool}\nArguments: {arguments}")
@@ -444,6 +517,8 @@ class ApprovalService:
 
     async def _orphaned(self, principal_id: str, call_id: str, tool: str) -> dict[str, Any] | None:
         for approval in await self._db(self.store.for_call, principal_id, call_id, tool):
+            if approval.upstream == CLIENT_UPSTREAM:
+                continue  # an agent-run tool never leaves a registry: it is not the gone tool of this call
             if approval.state is ApprovalState.EXECUTED and approval.result is not None:
                 return approval.result
             if approval.state is ApprovalState.APPROVED:
@@ -509,8 +584,9 @@ class ApprovalService:
             raise ApprovalConflict(f"approval {approval_id} is already {approval.state}")
         if not elicitation and approver.id == approval.principal.id:
             raise ApprovalForbidden("you cannot approve your own call")
+        # The requester's own client answers only for a requirement that names the requester (``self``).
         open_reqs = [r for r in approval.requirements if r.satisfied_by is None
-                     and (r.via == "elicitation" if elicitation else qualifies(approver, r.approvers))]
+                     and (r.asks_requester if elicitation else qualifies(approver, r.approvers))]
         if not open_reqs:
             raise ApprovalForbidden("you are not an approver of any open requirement of this request")
         vote = Vote(approver.id, list(approver.groups), approve, comment, now_rfc3339())
@@ -602,12 +678,27 @@ def _denial_message(approval: Approval) -> str:
     return f"Denied by an approver: {comment}" if comment else "Denied by an approver."
 
 
+def _requirements(decision: Decision) -> list[Requirement]:
+    """The requirements of a decision to approve, as a request records them (none satisfied yet)."""
+    return [Requirement(a.rule, a.message or decision.message or "", list(a.approvers), None, a.via)
+            for a in decision.approvals]
+
+
 def _lapse_of(approval: Approval) -> Vote | None:
     """The record of an approval that expired unused (or was given too late), if it did."""
     return next((v for v in approval.votes if v.approver == "validity"), None)
 
 
+def _set_aside_by(approval: Approval) -> Vote | None:
+    """The record of a request set aside because the policies came to need other approvers, if it was."""
+    return next((v for v in approval.votes if v.approver == POLICY_CHANGE), None)
+
+
 def _expired_message(approval: Approval) -> str:
+    set_aside = _set_aside_by(approval)
+    if set_aside is not None:
+        return (f"Approval {approval.id} no longer applies ({set_aside.comment}), so the call was not run. "
+                "Call again with the same arguments to ask for the approval needed now.")
     if _lapse_of(approval) is None:
         return "Nobody approved this call in time, so it was not run."
     if approval.decided_ts is not None and approval.decided_ts > approval.expires_ts and \

@@ -99,13 +99,20 @@ def _table(approvals: list[dict[str, Any]], state: str) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
+def _whose(upstream: Any) -> str:
+    """Whose tool a request is for: an approval releases only that upstream's tool of the name."""
+    if upstream == "client":
+        return " (the agent's own tool, through the model proxy)"
+    return f" (upstream {clean(upstream)})" if isinstance(upstream, str) and upstream else ""
+
+
 def _details(a: dict[str, Any]) -> str:
     p = a["principal"]
     groups = f" (groups: {', '.join(clean(g) for g in p['groups'])})" if p["groups"] else ""
     left = f" ({_left(a)} left)" if a["state"] == "pending" else ""
     lines = [
         f"Approval {clean(a['id'])}: {a['state']}",
-        f"  Tool:          {clean(a['tool'])}",
+        f"  Tool:          {clean(a['tool'])}{_whose(a.get('upstream'))}",
         f"  Requested by:  {clean(p['id'])}{groups}",
         f"  Call:          {clean(a['call_id'])} (session {clean(a['session'])})",
         f"  Created:       {clean(a['created_at'])}",

@@ -127,6 +127,9 @@ def _schemas() -> Json:
                 "principal": {"type": "object", "properties": {
                     "id": {"type": "string"}, "groups": {"type": "array", "items": {"type": "string"}}}},
                 "session": {"type": "string"}, "tool": {"type": "string"},
+                "upstream": {"type": "string", "description": "Whose tool it was asked for (\"client\": an agent-run"
+                             " tool of the model proxy; \"\" for a request stored before upstreams were recorded)."},
+                "bound_by": {"enum": ["call_id", "run", "principal"]},
                 "original_args": any_object, "final_args": any_object,
                 "requirements": {"type": "array", "items": requirement},
                 "created_at": {"type": "string"}, "expires_at": {"type": "string"},

@@ -6,6 +6,7 @@ The gateway hands a ``HeldCall`` to an ``ApprovalGate`` and gets an ``ApprovalRe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -13,16 +14,22 @@ from gateway.pipeline.request import CallRequest
 from gateway.policy.decision import Decision
 from gateway.upstreams.registry import ExposedTool
 
-__all__ = ["ApprovalGate", "ApprovalResult", "HeldCall", "NoApprovals"]
+__all__ = ["ApprovalGate", "ApprovalResult", "HeldCall", "NoApprovals", "Recheck"]
+
+# The call decided again by the policies in force now; ``decision`` itself when they have not changed.
+Recheck = Callable[[], Decision]
 
 
 @dataclass(frozen=True, slots=True)
 class HeldCall:
-    """A call whose verdict is approve."""
+    """A call whose verdict is approve (``tool.upstream`` says whose tool it is: an approval is for one)."""
 
     request: CallRequest
     tool: ExposedTool
     decision: Decision
+    # Asked before an approved request is claimed: a reload while the call waited may have made its rule
+    # stricter, and an approval releases only a call whose current requirements it covers.
+    recheck: Recheck | None = None
     answer_now: bool = False  # the principal's held calls are at their share: answer "pending" without waiting
 
 

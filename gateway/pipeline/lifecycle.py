@@ -276,6 +276,11 @@ class Gateway:
                                     call: ToolCall, decision: Decision) -> CallOutcome:
         """Hold for approval; run at most once; every retry gets that one run's result."""
         request = trace.request
+
+        def recheck() -> Decision:  # before an approval is claimed: the policies in force then decide
+            current = self.policies.current
+            return decision if current.revision == policy_set.revision else _evaluate(current, call)
+
         # A call held on an open connection takes one of its principal's held-call slots; past them it is
         # answered "pending" at once (the client calls again), so waiting calls cannot fill the connections.
         waits = request.holds_connection and request.wait_seconds != 0
@@ -283,7 +288,7 @@ class Gateway:
         if waits and not holding:
             self.observer.share_refused("held")
         try:
-            approval = await self.observer.held(self.approvals.hold(HeldCall(request, tool, decision,
+            approval = await self.observer.held(self.approvals.hold(HeldCall(request, tool, decision, recheck,
                                                                              answer_now=waits and not holding)))
         except asyncio.CancelledError:  # the caller stopped waiting (an MCP task cancelled, ...): on the record too
             self._record_cancelled(trace, tool, policy_set, UNHELD)
@@ -401,12 +406,7 @@ class Gateway:
                            rewritten=(decision.rewritten or after.rewritten) or None)
 
     def _decide(self, trace: _Trace, policy_set: PolicySet, call: ToolCall) -> Decision:
-        try:
-            decision = policy_set.decide(call)
-        except Exception:  # the engine should never raise; if it does, fail closed, never crash
-            log.exception("policy evaluation raised for %s", call.tool.name)
-            decision = Decision(Verdict.REJECT, call.stage, call.args, call.original_args or call.args,
-                                policy_set.revision, POLICY_FAILED, "engine-error")
+        decision = _evaluate(policy_set, call)
         trace.policy_us += decision.elapsed_us
         self.observer.decided(decision)
         trace.decisions.append(decision)
@@ -517,6 +517,16 @@ class Gateway:
             "policy_decided_by": decision.decided_by,
             **extra,
         }, "/context")
+
+
+def _evaluate(policy_set: PolicySet, call: ToolCall) -> Decision:
+    """The policies' decision on ``call``; a refusal if the engine raises (it should never: fail closed)."""
+    try:
+        return policy_set.decide(call)
+    except Exception:
+        log.exception("policy evaluation raised for %s", call.tool.name)
+        return Decision(Verdict.REJECT, call.stage, call.args, call.original_args or call.args,
+                        policy_set.revision, POLICY_FAILED, "engine-error")
 
 
 _REFUSED = frozenset({"reject", "terminate", "invalid_arguments", "terminated"})

@@ -23,7 +23,7 @@ from gateway.policy.cel import VARIABLES, Engine, ExprType, Program
 from gateway.policy.cel.globbing import glob_problem
 from gateway.policy.cel.pure_check import INPUTS, Analysis, CelTypeError, analyse
 from gateway.policy.cel.types import DYN, ObjectType
-from gateway.policy.decision import Action, ApprovalRequirement, Mode, OnError, Stage, Verdict
+from gateway.policy.decision import REQUESTER, Action, ApprovalRequirement, Mode, OnError, Stage, Verdict
 from gateway.policy.model import PolicyFile, RuleSpec, parse_duration
 from gateway.policy.rewrite import PathParts, parse_path
 from gateway.policy.typed_env import RESULT, TypeEnvironment, rewrite_problem
@@ -422,6 +422,26 @@ def _check_shape(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> None
                 c.error((*path, key, index), "invalid-value", problem, rule_id,
                         "fix the [...] set: a range runs from the lower character to the higher")
     _check_items(c, rule, path, rule_id)
+    _check_approvers(c, rule, path, rule_id)
+
+
+def _check_approvers(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> None:
+    """``via: elicitation`` lets the requester's own client answer, so it must name the requester (``self``)
+    among the approvers; ``self`` means nothing on the page, where nobody approves their own call."""
+    spec = rule.approval
+    if spec is None:
+        return
+    asks_self = REQUESTER in spec.approvers
+    if spec.via == "elicitation" and not asks_self:
+        c.error((*path, "approval", "via"), "invalid-value",
+                "via: elicitation lets the requester's own client approve the call, but no approver is the"
+                " requester", rule_id,
+                "add self to approvers (approvers: [self], or [self, group:NAME] to let either decide),"
+                " or use via: page")
+    if asks_self and spec.via != "elicitation":
+        c.error((*path, "approval", "approvers", spec.approvers.index(REQUESTER)), "invalid-value",
+                "self (the requester) can only approve through their own client, and nobody may approve their"
+                " own call on the page", rule_id, "add via: elicitation, or remove self")
 
 
 def _check_items(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from gateway.limits import DEFAULT_APPROVAL_HOLD_SECONDS, DEFAULT_APPROVAL_VALID_SECONDS
 
 __all__ = [
+    "REQUESTER",
     "STRICTNESS",
     "Action",
     "ApprovalRequirement",
@@ -101,6 +102,11 @@ ACTION_VERDICT: dict[Action, Verdict | None] = {
 def failure_verdict(on_error: OnError) -> Verdict | None:
     """The effect of a rule whose expression failed: fail closed unless the rule says ignore."""
     return Verdict.REJECT if on_error is OnError.DENY else None
+
+
+# The approvers entry naming the requester (``approvers: [self]``): only their own client may answer for it,
+# through MCP elicitation (``via: elicitation``). A user whose id is "self" is written ``user:self``.
+REQUESTER = "self"
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,9 +59,12 @@ def test_an_old_database_is_migrated_and_the_tool_joins_the_key(tmp_path: Path) 
     sqlite = SqliteStore(db)
     try:
         store = ApprovalStore(sqlite)
-        found = store.find("agent", "notes_delete_note", "c-1", args_digest(ARGS))
+        # A row from before version 3 has no upstream: only a key without one finds it (a real call names its
+        # upstream, so its retry asks afresh rather than trust a request that does not say whose tool it was).
+        found = store.find("agent", "", "notes_delete_note", "c-1", args_digest(ARGS))
         assert found is not None and found.id == "old0000000000001"
-        assert store.find("agent", "payments_transfer", "c-1", args_digest(ARGS)) is None
+        assert store.find("agent", "notes", "notes_delete_note", "c-1", args_digest(ARGS)) is None
+        assert store.find("agent", "", "payments_transfer", "c-1", args_digest(ARGS)) is None
         # Same principal, call id and digest, another tool: no collision with the old key.
         other = store.insert(_approval("new0000000000002", "payments_transfer", "group:finance"))
         assert other.id == "new0000000000002"
@@ -85,14 +88,14 @@ def test_an_old_database_gets_the_run_binding_and_its_rows_keep_their_call_id_bi
         columns = {row[1] for row in sqlite.connection.execute("PRAGMA table_info(approvals)")}
         assert {"session", "by_run"} <= columns
         assert sqlite.connection.execute("SELECT session, by_run FROM approvals").fetchall() == [("s", 0)]
-        assert store.find_by_run("agent", "s", "notes_delete_note", args_digest(ARGS)) is None
+        assert store.find_by_run("agent", "", "s", "notes_delete_note", args_digest(ARGS)) is None
         first = _approval("run0000000000001", "notes_delete_note")
         first.call_id, first.by_run = "generated-1", True
         assert store.insert(first).id == first.id
         retry = _approval("run0000000000002", "notes_delete_note")
         retry.call_id, retry.by_run = "generated-2", True
         assert store.insert(retry).id == first.id  # the same run, tool and arguments: the same request
-        found = store.find_by_run("agent", "s", "notes_delete_note", args_digest(ARGS))
+        found = store.find_by_run("agent", "", "s", "notes_delete_note", args_digest(ARGS))
         assert found is not None and found.id == first.id and found.by_run
         store.retire(first.id)  # its outcome was given: the next identical call is a new request
         assert store.insert(retry).id == retry.id

@@ -59,6 +59,7 @@ async def test_list_and_show_as_text_and_json(serve: Any, approval_desk: Any) ->
     assert shown.code == 0, shown.err
     assert f"Approval {refund.id}: pending" in shown.out
     assert "Requested by:  alice (groups: support)" in shown.out
+    assert "Tool:          payments_refund (upstream payments)" in shown.out  # whose tool it is (issue 18)
     assert "The call:      waiting for a decision" in shown.out
     assert "[ ] big-refund: Refunds over 100 need a manager" in shown.out
     assert "approvers: group:managers, alice; waiting" in shown.out

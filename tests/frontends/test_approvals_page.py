@@ -107,6 +107,29 @@ async def test_an_approver_approves_from_a_phone(serve: Any, approval_desk: Any,
 
 
 @needs_browser
+async def test_the_page_shows_whose_tool_it_is_and_who_must_approve(serve: Any, approval_desk: Any,
+                                                                  phone: Page) -> None:
+    """An approval is for one upstream's tool under its requirements (issue 18, item 3): the page says which."""
+    gateway_tool = approval_desk.add(tool="send_email", requirements=[
+        Requirement("mail/admins", "Mail needs an admin", ["group:managers"])], upstream="mail")
+    agent_tool = approval_desk.add(tool="send_email", requirements=[
+        Requirement("model/mail", "Confirm the mail", ["self", "group:managers"], via="elicitation")],
+        upstream="client")
+    base = await serve(approval_desk.app())
+    await sign_in(phone, base, "bob-key")
+
+    mine = phone.locator(f'[data-approval-id="{gateway_tool.id}"]')
+    await expect(mine.get_by_test_id("upstream")).to_have_text("upstream mail")
+    await expect(mine.get_by_test_id("requirement")).to_contain_text("mail/admins")
+    await expect(mine.get_by_test_id("approvers")).to_have_text("group:managers")
+    agent = phone.locator(f'[data-approval-id="{agent_tool.id}"]')
+    await expect(agent.get_by_test_id("upstream")).to_have_text(
+        "the agent itself (a tool it runs, through the model proxy)")
+    await expect(agent.get_by_test_id("approvers")).to_have_text(
+        "the requester, through their own client, group:managers")
+
+
+@needs_browser
 async def test_the_requester_cannot_approve_their_own_call(serve: Any, approval_desk: Any, phone: Page) -> None:
     approval = approval_desk.add(principal="alice")
     base = await serve(approval_desk.app())

@@ -19,9 +19,9 @@ from approval_support import (
     text_of,
 )
 
-ASK_THE_USER = policy(approve_rule("confirm-deploys", via="elicitation", message="Really deploy?"))
-
-
+# The requester (self) may answer through their client; ops on the page.
+ASK_THE_USER = policy(approve_rule("confirm-deploys", approvers=["self", "group:ops"], via="elicitation",
+                                  message="Really deploy?"))
 
 
 class Answers:
@@ -123,7 +123,7 @@ async def test_an_approver_can_decide_while_the_end_user_has_not_answered_the_el
 
 
 async def test_an_unanswered_elicitation_does_not_outlive_the_approval_timeout(bench, call_id):
-    gw = await bench.start(policy(approve_rule("confirm-deploys", via="elicitation", timeout=1)))
+    gw = await bench.start(policy(approve_rule("confirm-deploys", approvers=["self"], via="elicitation", timeout=1)))
     user = NeverAnswers()
     async with bench.mcp(gw, "alice", elicit=user) as client, in_background(client.call_tool(
             "ops_deploy", {"service": "search"}, meta=call_meta(call_id()))) as call:

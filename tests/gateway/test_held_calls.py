@@ -300,7 +300,8 @@ async def cli(*args: str, url: str) -> str:
 
 async def test_an_end_user_answering_an_elicitation_is_not_cut_short_by_the_hold(bench):
     """A client that declared elicitation is asking its user: the hold does not end the call under them."""
-    gw = await bench.start(held_rule(hold="1s").replace('approvers: ["group:ops"]', "via: elicitation"))
+    gw = await bench.start(held_rule(hold="1s").replace('approvers: ["group:ops"]',
+                                                        "approvers: [self], via: elicitation"))
     asked: list[str] = []
 
     async def slow_yes(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:

@@ -14,7 +14,8 @@ import pytest
 from approval_support import STEP_SECONDS, approve_rule, policy, text_of
 from tasks_support import connect
 
-ASK_THE_USER = policy(approve_rule("confirm-deploys", via="elicitation", message="Really deploy?"))
+ASK_THE_USER = policy(approve_rule("confirm-deploys", approvers=["self", "group:ops"], via="elicitation",
+                                  message="Really deploy?"))
 
 
 class Answers:

@@ -30,7 +30,7 @@ _RULES = """
         action: approve
         message: Big.
         messageExpression: '"Paying " + string(args.amount) + " to " + args.to'
-        approval: {approvers: ["group:finance"], timeout: 1h, on_timeout: allow, via: elicitation}
+        approval: {approvers: ["group:finance", self], timeout: 1h, on_timeout: allow, via: elicitation}
       - id: reject-flag
         tools: [pay]
         when: has(args.flag) && args.flag  # dyn: a string at run time is an error, not true

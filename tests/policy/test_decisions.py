@@ -56,13 +56,13 @@ def test_approve_carries_approvers_timeout_and_on_timeout(load, decide):
             action: approve
             message: Big transfer.
             messageExpression: '"Transfer of " + string(args.amount)'
-            approval: {approvers: ["group:finance", "alice"], timeout: 1h30m, on_timeout: allow, via: elicitation}
+            approval: {approvers: ["group:finance", "alice", self], timeout: 1h30m, on_timeout: allow, via: elicitation}
     """)
     d = decide(ps, "transfer", {"amount": 500})
     assert d.verdict is Verdict.APPROVE
     assert d.message == "Transfer of 500"
     assert d.approvals == [ApprovalRequirement(
-        rule="p/big", message="Transfer of 500", approvers=("group:finance", "alice"),
+        rule="p/big", message="Transfer of 500", approvers=("group:finance", "alice", "self"),
         timeout_seconds=5400.0, on_timeout=Verdict.ALLOW, via="elicitation",
     )]
     assert decide(ps, "transfer", {"amount": 5}).approvals == []

@@ -200,7 +200,7 @@ def test_opening_records_the_schema_versions_and_reopening_changes_nothing(open_
     ApprovalStore(open_store())
     with contextlib_closing(_raw(open_store)) as db:
         rows = db.execute("SELECT component, version FROM schema_versions ORDER BY component").fetchall()
-    assert [tuple(r) for r in rows] == [("approvals", 2), ("sessions", 1)]
+    assert [tuple(r) for r in rows] == [("approvals", 3), ("sessions", 1)]
 
 
 def test_a_schema_newer_than_the_code_refuses_to_open(open_store: Opener) -> None:
@@ -270,7 +270,7 @@ async def test_a_run_bound_request_still_answers_calls_that_came_in_before_it_le
     ran = _approval()
     ran.by_run = True
     stored = await a.run(a.insert, ran)
-    key = ("alice", "s1", "refund", stored.digest)
+    key = ("alice", "", "s1", "refund", stored.digest)
     before = time.time()  # a retry the gateway took in while the request was live
     stored.state = ApprovalState.APPROVED
     assert await a.run(a.transition, stored, ApprovalState.PENDING)
@@ -287,9 +287,9 @@ async def test_a_run_bound_request_still_answers_calls_that_came_in_before_it_le
     denied = await a.run(a.insert, denied)
     asked = time.time()
     await a.run(a.retire, denied.id)  # its denial was told: it lets go of its key the other way
-    found = await b.run(b.find_by_run, "alice", "s1", "refund", denied.digest, asked)
+    found = await b.run(b.find_by_run, "alice", "", "s1", "refund", denied.digest, asked)
     assert found is not None and found.id == denied.id
-    assert await b.run(b.find_by_run, "alice", "s1", "refund", denied.digest, time.time() + 0.001) is None
+    assert await b.run(b.find_by_run, "alice", "", "s1", "refund", denied.digest, time.time() + 0.001) is None
 
 
 async def test_only_a_claim_whose_lease_ran_out_is_abandoned(open_store: Opener) -> None:

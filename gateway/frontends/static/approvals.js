@@ -253,6 +253,8 @@
       el("dt", {}, "Asked by"), el("dd", { "data-testid": "principal" }, a.principal.id, groups),
       el("dt", {}, "When"), el("dd", { title: a.created_at }, when(a.created_at)),
       el("dt", {}, "Call"), el("dd", { class: "mono" }, a.call_id, " · session ", a.session || "—"),
+      // Whose tool: an approval releases only this upstream's tool of that name ("client": the agent runs it).
+      el("dt", {}, "Tool of"), el("dd", { "data-testid": "upstream" }, upstreamLabel(a.upstream)),
       el("dt", {}, "If nobody decides"), el("dd", {}, a.on_timeout === "allow" ? "it runs" : "it is refused"),
       // What became of the call itself: an approval only runs when the agent calls again (within valid_until).
       el("dt", {}, "The call"), el("dd", { class: `execution execution-${a.execution ? a.execution.state : ""}`,
@@ -263,6 +265,16 @@
     return nodes;
   }
 
+  function upstreamLabel(upstream) {
+    if (upstream === "client") return "the agent itself (a tool it runs, through the model proxy)";
+    return upstream ? `upstream ${upstream}` : "— (asked before upstreams were recorded)";
+  }
+
+  function approversLabel(r) {
+    if (!r.approvers.length) return "any approver";
+    return r.approvers.map((a) => (a === "self" ? "the requester, through their own client" : a)).join(", ");
+  }
+
   function requirements(list) {
     return el("ul", { class: "requirements" }, ...list.map((r) => el("li", {
       class: r.satisfied_by ? "met" : "open", "data-testid": "requirement" },
@@ -270,8 +282,7 @@
     el("div", {},
       el("div", { class: "message", "data-testid": "message" }, r.message || "(no message)"),
       el("div", { class: "sub" },
-        el("code", {}, r.rule), " · approvers: ", r.approvers.length ? r.approvers.join(", ") : "any approver",
-        r.via === "elicitation" ? " · or the end user" : "",
+        el("code", {}, r.rule), " · approvers: ", el("span", { "data-testid": "approvers" }, approversLabel(r)),
         r.satisfied_by ? ` · approved by ${r.satisfied_by}` : " · waiting")))));
   }
 
