@@ -133,7 +133,8 @@ class SqlStore:
         if self._probe is None or self._probe.done():
             self._probe = loop.run_in_executor(self._read_worker, self._ping)
         try:
-            await asyncio.wait_for(asyncio.shield(self._probe), STORE_READY_TIMEOUT_SECONDS)
+            async with asyncio.timeout(STORE_READY_TIMEOUT_SECONDS):  # not wait_for: it can lose a cancel
+                await asyncio.shield(self._probe)
             why = None
         except DB_ERRORS as exc:
             log.warning("the store is unreachable: %s", exc)

@@ -58,7 +58,9 @@ def texts(responses: list[ChatCompletion]) -> list[str]:
 
 
 async def test_held_requests_waiting_on_one_approval_get_the_approved_call_once(stage: Stage) -> None:
-    await stage.start(POLICY, models=models(stage, "hold"))
+    # every waiter holds its connection: the key's held-call share (16 by default) must fit them all
+    await stage.start(POLICY, models=models(stage, "hold"),
+                      limits={"per_principal": {"max_held_calls": CONCURRENT}})
     run_id = f"run-{uuid.uuid4().hex}"
     waiting = asyncio.create_task(ask_at_once(stage, run_id, CONCURRENT))
     request = await stage.wait_pending("send_email")

@@ -394,7 +394,7 @@ def gateway_yaml(root: Path, spec: str, exclude: tuple[str, ...] = ()) -> Path:
         rules:
           - id: no-teapots
             tools: [bin_get_status_codes]
-            when: args.codes == 418
+            when: args.codes == "418"
             action: reject
             message: no teapots
         """)
@@ -413,7 +413,9 @@ async def test_the_gateway_exposes_and_calls_the_operations_of_a_spec_url(serve:
         called = await client.post("/v1/tools/bin_post_anything_anything/invoke", json={"arguments": {
             "anything": "x y", "dry_run": False, "name": "Rex", "owner": {"email": "o@example.com"}}})
         assert called.status_code == 200, called.text
-        refused = await client.post("/v1/tools/bin_get_status_codes/invoke", json={"arguments": {"codes": 418}})
+        # a path parameter without a type is a string (the call's values are checked against the schema
+        # before policies read them)
+        refused = await client.post("/v1/tools/bin_get_status_codes/invoke", json={"arguments": {"codes": "418"}})
         assert (refused.json()["decision"], refused.json()["is_error"]) == ("reject", True)
     # The call reached the service as the document describes it; the rejected one never did.
     assert app.state.requests == [{"method": "POST", "path": "/anything/x y", "query": [("dry_run", "false")],
