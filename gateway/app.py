@@ -32,6 +32,7 @@ from gateway.frontends.http_errors import json_http_errors
 from gateway.frontends.http_protocol import edge_protocol
 from gateway.frontends.identity import RequireIdentity
 from gateway.frontends.mcp import McpFrontend
+from gateway.frontends.metrics_api import METRICS_PATH, metrics_routes
 from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.rest import rest_routes
 from gateway.frontends.sessions_api import session_admin_routes
@@ -46,7 +47,6 @@ from gateway.limits import (
 from gateway.models import ModelProxy, ModelRoute
 from gateway.models.upstream import ModelUpstream
 from gateway.observe import CallObserver, Metrics
-from gateway.observe.endpoint import METRICS_PATH, metrics_routes
 from gateway.observe.metrics import counting_reloads
 from gateway.observe.tracing import build_tracing
 from gateway.pipeline import Gateway
