@@ -17,18 +17,18 @@ import asyncio
 import concurrent.futures
 import os
 import re
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import urljoin, urlsplit
 
 import httpx2
 
-from gateway.diagnostics import Diagnostic
-from gateway.errors import ConfigError
-from gateway.limits import MAX_RESPONSE_BYTES
+from gateway.core.diagnostics import Diagnostic
+from gateway.core.errors import ConfigError
+from gateway.core.limits import MAX_RESPONSE_BYTES
+from gateway.core.sourcemap import YamlDocument
 from gateway.policy.cel.functions import glob
-from gateway.sourcemap import YamlDocument
 from gateway.upstreams.base import UpstreamTool
 from gateway.upstreams.http import HttpOperation, HttpUpstream
 from gateway.upstreams.openapi_refs import LITERAL_KEYS, Bad, Resolver, Where
