@@ -173,7 +173,9 @@ def test_the_config_webhooks_read_their_secrets_and_name_a_missing_one(tmp_path:
     (tmp_path / "hook.secret").write_text("from-file\n")
     monkeypatch.setenv("HOOK_SECRET", "from-env")
     file = tmp_path / "gateway.yaml"
+    (tmp_path / "policies").mkdir()
     file.write_text(textwrap.dedent("""
+        policies: [policies]
         approvals:
           webhooks:
             - {url: "https://a.example/hook", secret: {env: HOOK_SECRET}, events: [approval.created]}
