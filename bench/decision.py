@@ -32,7 +32,7 @@ import yaml
 # benchmark) would shadow the `gateway` package; the repository root must come first.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.errors import PolicyLoadError
+from gateway.core.errors import PolicyLoadError
 from gateway.policy import (
     Outcome,
     PolicySet,

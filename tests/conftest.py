@@ -27,8 +27,7 @@ from starlette.types import ASGIApp
 from gateway.approvals.model import Approval, Requirement, args_digest
 from gateway.approvals.service import ApprovalService
 from gateway.approvals.store import ApprovalStore
-from gateway.auth import Authenticator, hash_key
-from gateway.config.model import AuthSpec
+from gateway.auth.keys import Authenticator, Identity, hash_key
 from gateway.frontends.approvals_api import approval_routes
 from gateway.frontends.approvals_page import approvals_page_routes
 from gateway.frontends.identity import RequireIdentity
@@ -151,9 +150,8 @@ class ApprovalDesk:
     def __init__(self, db: Path) -> None:
         self.sqlite = SqliteStore(db)
         self.service = ApprovalService(ApprovalStore(self.sqlite))
-        self.auth = Authenticator(AuthSpec.model_validate({"api_keys": [
-            {"principal": {"id": who, "groups": groups}, "sha256": hash_key(key), "approver": approver}
-            for key, (who, groups, approver) in APPROVER_KEYS.items()]}), db.parent)
+        self.auth = Authenticator([(hash_key(key), Identity(Principal(who, tuple(groups)), approver))
+                                   for key, (who, groups, approver) in APPROVER_KEYS.items()])
 
     def add(self, tool: str = "payments_refund", args: dict[str, Any] | None = None,
             final_args: dict[str, Any] | None = None, principal: str = "alice",
@@ -174,7 +172,7 @@ class ApprovalDesk:
         return self.service.store.insert(approval)
 
     def app(self) -> Starlette:
-        """The page (no auth) and the approver API (behind RequireIdentity), as gateway/app.py mounts them."""
+        """The page (no auth) and the approver API (behind RequireIdentity), as gateway/app/root.py mounts them."""
         protected = Starlette(routes=approval_routes(self.service),
                               middleware=[Middleware(RequireIdentity, auth=self.auth)])
         return Starlette(routes=[*approvals_page_routes(), Mount("/", app=protected)])

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.diagnostics import Diagnostic, SourceLines, render
-from gateway.limits import MAX_SNIPPET_CHARS
+from gateway.core.diagnostics import Diagnostic, SourceLines, render
+from gateway.core.limits import MAX_SNIPPET_CHARS
 
 
 def test_the_line_and_a_caret_under_the_column(tmp_path: Path):

@@ -6,9 +6,9 @@ import inspect
 
 import pytest
 
-import gateway.errors
+import gateway.core.errors
 import gateway.policy
-from gateway.errors import GatewayError
+from gateway.core.errors import GatewayError
 
 
 def test_policy_exports():
@@ -36,7 +36,7 @@ def test_policy_exports():
 
 
 def test_error_exports():
-    assert gateway.errors.__all__ == [
+    assert gateway.core.errors.__all__ == [
         "AmbiguousCredentials",
         "ApprovalConflict",
         "ApprovalError",
@@ -67,20 +67,20 @@ def test_error_exports():
     ]
 
 
-@pytest.mark.parametrize("module", [gateway.policy, gateway.errors])
+@pytest.mark.parametrize("module", [gateway.policy, gateway.core.errors])
 def test_every_exported_name_exists(module):
     for name in module.__all__:
         assert getattr(module, name) is not None, name
 
 
 def _error_classes() -> list[type[BaseException]]:
-    return [obj for _, obj in inspect.getmembers(gateway.errors, inspect.isclass)
-            if issubclass(obj, BaseException) and obj.__module__ == "gateway.errors"]
+    return [obj for _, obj in inspect.getmembers(gateway.core.errors, inspect.isclass)
+            if issubclass(obj, BaseException) and obj.__module__ == "gateway.core.errors"]
 
 
 def test_every_public_error_class_is_exported():
     public = {cls.__name__ for cls in _error_classes() if not cls.__name__.startswith("_")}
-    assert public == set(gateway.errors.__all__)
+    assert public == set(gateway.core.errors.__all__)
 
 
 @pytest.mark.parametrize("cls", _error_classes(), ids=lambda c: c.__name__)
@@ -97,6 +97,6 @@ def test_error_codes_are_unique():
 
 
 def test_every_error_class_is_drawn_in_the_module_docstring():
-    doc = gateway.errors.__doc__ or ""
-    for name in gateway.errors.__all__:
+    doc = gateway.core.errors.__doc__ or ""
+    for name in gateway.core.errors.__all__:
         assert name in doc, name

@@ -1,10 +1,10 @@
-"""gateway/scrub.py: credentials taken out of relayed text, ordinary text left alone."""
+"""gateway/core/scrub.py: credentials taken out of relayed text, ordinary text left alone."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.scrub import REDACTED, Scrubber
+from gateway.core.scrub import REDACTED, Scrubber
 
 KEY = "my-model-key-0123456789"
 

@@ -1,11 +1,11 @@
-"""``gateway.uris.normalise``: the one form of a resource URI, or a refusal that says why (a pure table)."""
+"""``gateway.core.uris.normalise``: the one form of a resource URI, or a refusal that says why (a pure table)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.errors import ItemRefusedError, UnclearUriError
-from gateway.uris import normalise
+from gateway.core.errors import ItemRefusedError, UnclearUriError
+from gateway.core.uris import normalise
 
 NORMAL = [
     # already normal

@@ -1,4 +1,4 @@
-"""gateway/values.py on its own: the walker cannot be crashed, and what it prints is always JSON."""
+"""gateway/core/values.py on its own: the walker cannot be crashed, and what it prints is always JSON."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.limits import MAX_VALUE_NESTING
-from gateway.values import Profile, loads, printable, problem, text
+from gateway.core.limits import MAX_VALUE_NESTING
+from gateway.core.values import Profile, loads, printable, problem, text
 
 
 def _nested(levels: int) -> Any:

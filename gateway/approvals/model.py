@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from gateway.limits import DEFAULT_APPROVAL_VALID_SECONDS
+from gateway.core.limits import DEFAULT_APPROVAL_VALID_SECONDS
 from gateway.policy.call import Principal
 from gateway.policy.decision import REQUESTER
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from gateway.approvals.model import Approval, ApprovalState, Requirement, Vote, json_safe
-from gateway.limits import DEFAULT_APPROVAL_VALID_SECONDS
+from gateway.core.limits import DEFAULT_APPROVAL_VALID_SECONDS
 from gateway.policy.call import Principal
 from gateway.store.db import Db
 from gateway.store.migrations import Migration, statements

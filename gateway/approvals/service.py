@@ -49,8 +49,8 @@ from gateway.approvals.model import (
     uncovered,
 )
 from gateway.approvals.store import ApprovalStore, ListFilter
-from gateway.errors import ApprovalConflict, ApprovalForbidden, ApprovalNotFound, StoreUnavailable
-from gateway.limits import (
+from gateway.core.errors import ApprovalConflict, ApprovalForbidden, ApprovalNotFound, StoreUnavailable
+from gateway.core.limits import (
     APPROVAL_HEARTBEAT_SECONDS,
     APPROVAL_LEASE_SECONDS,
     APPROVAL_LOOKUP_ATTEMPTS,

@@ -29,7 +29,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 
 from gateway.approvals.model import Approval, ApprovalState
 from gateway.approvals.schema import COLUMNS, POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS, add_audience, dump, load
-from gateway.errors import StoreUnavailable
+from gateway.core.errors import StoreUnavailable
 from gateway.store.db import DB_ERRORS, INTEGRITY_ERRORS, Db
 from gateway.store.migrations import migrate
 

@@ -33,16 +33,13 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import httpx2
 import standardwebhooks
 
 from gateway.approvals.model import Approval, ApprovalState
-from gateway.config.load import resolve_secret
-from gateway.config.model import WebhookSpec
-from gateway.limits import WEBHOOK_ATTEMPTS, WEBHOOK_FIRST_RETRY_SECONDS, WEBHOOK_TIMEOUT_SECONDS
+from gateway.core.limits import WEBHOOK_ATTEMPTS, WEBHOOK_FIRST_RETRY_SECONDS, WEBHOOK_TIMEOUT_SECONDS
 
 __all__ = ["Webhook", "WebhookNotifier", "sign", "signing_key", "verify"]
 
@@ -119,20 +116,6 @@ class WebhookNotifier:
         self._client = httpx2.AsyncClient(timeout=timeout, follow_redirects=False)
         self._tasks: set[asyncio.Task[None]] = set()  # held so deliveries are not garbage-collected
         self._closed = False
-
-    @classmethod
-    def from_specs(cls, specs: list[WebhookSpec], base: Path, page_url: str = "/approvals") -> WebhookNotifier:
-        """A notifier for the config's ``approvals.webhooks``; secrets are read now, failing loudly."""
-        webhooks = []
-        for i, spec in enumerate(specs):
-            try:
-                secret = None if spec.secret is None else resolve_secret(spec.secret, base)
-                if secret is not None:
-                    signing_key(secret)
-            except ValueError as exc:
-                raise ValueError(f"approvals.webhooks[{i}].secret ({spec.url}): {exc}") from None
-            webhooks.append(Webhook(spec.url, secret, spec.events))
-        return cls(webhooks, page_url)
 
     def notify(self, event: str, approval: Approval) -> None:
         """Queue delivery of ``event`` to its subscribers; returns at once and never raises."""

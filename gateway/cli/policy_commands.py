@@ -12,17 +12,17 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway.cli.tools_command import catalog_for_check
-from gateway.diagnostics import Diagnostic, Severity, SourceLines, render
-from gateway.manifest import MANIFEST_NAME, build_manifest, render_manifest, write_manifest
+from gateway.core.diagnostics import Diagnostic, Severity, SourceLines, render
+from gateway.core.validation import validate_document
 from gateway.policy.callspec import CallSpec
 from gateway.policy.catalog import Catalog
 from gateway.policy.explain import explain as explain_call
 from gateway.policy.explain import render_text
 from gateway.policy.load import check_policies, discover, read_document
 from gateway.policy.model import PolicyFile
+from gateway.reload.manifest import MANIFEST_NAME, build_manifest, render_manifest, write_manifest
 from gateway.testing import Status, run_tests
 from gateway.testing.coverage import CoverageCollector, coverage_exit
-from gateway.validation import validate_document
 
 __all__ = ["SCHEMAS", "check", "explain", "print_diagnostics", "schema", "test"]
 

@@ -68,7 +68,7 @@ def _probe(config_file: str) -> tuple[list[dict[str, Any]], bool]:
     """Each upstream's exposed tool names or its error; and whether any failed (names are checked too)."""
     from gateway.app import build_registry
     from gateway.config.load import load_config
-    from gateway.errors import GatewayError
+    from gateway.core.errors import GatewayError
     from gateway.upstreams.supervise import probe
 
     try:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gateway.diagnostics import Severity
+from gateway.core.diagnostics import Severity
 from gateway.policy.load import check_policies
 from gateway.testing.replay import Change, ReplayReport, read_events, replay
 

@@ -9,8 +9,8 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from gateway.diagnostics import SourceLines, render
-from gateway.errors import ConfigError, PolicyLoadError, StoreSchemaError, StoreUnavailable
+from gateway.core.diagnostics import SourceLines, render
+from gateway.core.errors import ConfigError, PolicyLoadError, StoreSchemaError, StoreUnavailable
 from gateway.observe.logs import configure_logs, uvicorn_log_config
 
 __all__ = ["START_ERRORS", "report_start_error", "serve"]

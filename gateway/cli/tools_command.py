@@ -14,8 +14,8 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway.diagnostics import Diagnostic
-from gateway.errors import GatewayError
+from gateway.core.diagnostics import Diagnostic
+from gateway.core.errors import GatewayError
 from gateway.policy.catalog import Catalog, CatalogTool
 
 T = TypeVar("T")

@@ -28,7 +28,7 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 
 from gateway.config.load import LoadedConfig
-from gateway.limits import (
+from gateway.core.limits import (
     WORKER_CRASH_LOOP_LIMIT,
     WORKER_POLL_SECONDS,
     WORKER_QUICK_DEATH_SECONDS,

@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gateway import limits
-from gateway.limits import (
+from gateway.core import limits
+from gateway.core.limits import (
     AUDIT_MAX_EVENT_BYTES,
     AUDIT_MAX_VALUE_BYTES,
     DEFAULT_MAX_CONCURRENT_CALLS,
@@ -184,7 +184,7 @@ class LimitsSpec(_Strict):
     call_timeout: str | int | float = "30s"
     task_timeout: str | int | float = "10m"  # how long a call the client made a task may run (docs/gateway.md "Tasks")
     max_argument_bytes: int = Field(1_000_000, gt=0)
-    max_response_bytes: int = Field(MAX_RESPONSE_BYTES, gt=0)  # per upstream response (see gateway/limits.py)
+    max_response_bytes: int = Field(MAX_RESPONSE_BYTES, gt=0)  # per upstream response (see gateway/core/limits.py)
     max_sessions_per_principal: int = Field(DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, ge=1)  # open MCP sessions
     per_principal: PerPrincipalLimitsSpec = Field(default_factory=PerPrincipalLimitsSpec)
 

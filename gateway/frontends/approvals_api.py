@@ -19,10 +19,10 @@ from starlette.routing import Route
 from gateway.approvals.model import ApprovalState
 from gateway.approvals.service import ApprovalService
 from gateway.approvals.store import ListFilter
-from gateway.errors import ApprovalError, StoreUnavailable
+from gateway.core.errors import ApprovalError, StoreUnavailable
+from gateway.core.limits import MAX_APPROVALS_FILTER_CHARS, MAX_APPROVALS_PAGE
 from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
-from gateway.limits import MAX_APPROVALS_FILTER_CHARS, MAX_APPROVALS_PAGE
 
 __all__ = ["approval_routes"]
 

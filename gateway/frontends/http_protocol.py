@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gateway.limits import LINGER_MAX_BYTES, LINGER_SECONDS
+from gateway.core.limits import LINGER_MAX_BYTES, LINGER_SECONDS
 
 __all__ = ["EdgeHttpProtocol", "edge_protocol"]
 

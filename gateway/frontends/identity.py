@@ -9,8 +9,8 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.auth import Authenticator, Identity
-from gateway.errors import CredentialError
+from gateway.auth.keys import Authenticator, Identity
+from gateway.core.errors import CredentialError
 
 __all__ = ["IDENTITY_KEY", "RequireIdentity", "identity_of", "refuse_unidentified", "session_owner",
            "unauthorized_body"]

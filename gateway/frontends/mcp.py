@@ -23,7 +23,13 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from starlette.requests import Request
 from starlette.types import Scope
 
-from gateway.errors import UnknownToolError
+from gateway.core.errors import UnknownToolError
+from gateway.core.limits import (
+    DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+    DEFAULT_TASK_TIMEOUT_SECONDS,
+    MAX_CACHED_SESSIONS,
+    TOOL_LIST_TTL_MS,
+)
 from gateway.frontends.identity import identity_of
 from gateway.frontends.mcp_client_channel import LogLevels, McpClientChannel, covers
 from gateway.frontends.mcp_fast import LeanCalls
@@ -35,23 +41,17 @@ from gateway.frontends.mcp_resources import McpItemHandlers, item_views
 from gateway.frontends.mcp_round_trips import InputRequired, RoundTrips
 from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
 from gateway.frontends.mcp_tasks import McpTasks, listed_execution, offers_tasks, with_tasks
-from gateway.frontends.runs import (
+from gateway.observe.tracing import client_traceparent
+from gateway.pipeline import CallRequest, Gateway
+from gateway.pipeline.items import ItemGate
+from gateway.pipeline.request import CallOutcome, Progress, call_id_of, gave_call_id, iteration_of
+from gateway.pipeline.runs import (
     CLIENT_INFO_META,
     MCP_SESSION_HEADER,
     client_of,
     explicit_run_id,
     resolve_run,
 )
-from gateway.limits import (
-    DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
-    DEFAULT_TASK_TIMEOUT_SECONDS,
-    MAX_CACHED_SESSIONS,
-    TOOL_LIST_TTL_MS,
-)
-from gateway.observe.tracing import client_traceparent
-from gateway.pipeline import CallRequest, Gateway
-from gateway.pipeline.items import ItemGate
-from gateway.pipeline.request import CallOutcome, Progress, call_id_of, gave_call_id, iteration_of
 from gateway.upstreams.base import ToolProgress
 from gateway.upstreams.client_requests import ClientChannel
 from gateway.upstreams.items import ItemCatalog

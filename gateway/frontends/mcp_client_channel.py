@@ -17,7 +17,7 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
-from gateway.limits import MAX_CACHED_SESSIONS
+from gateway.core.limits import MAX_CACHED_SESSIONS
 from gateway.upstreams.client_requests import ClientRequestKind
 
 __all__ = ["LogLevels", "McpClientChannel", "covers", "request_of"]

@@ -39,8 +39,8 @@ from mcp.shared.subscriptions import (
     event_to_notification,
 )
 
+from gateway.core.limits import MAX_CACHED_SESSIONS, MAX_LISTEN_STREAMS, MAX_LISTEN_STREAMS_PER_PRINCIPAL
 from gateway.frontends.identity import identity_of
-from gateway.limits import MAX_CACHED_SESSIONS, MAX_LISTEN_STREAMS, MAX_LISTEN_STREAMS_PER_PRINCIPAL
 from gateway.policy.call import Principal
 
 __all__ = ["SessionViews", "ToolListeners"]

@@ -21,9 +21,9 @@ import mcp_types as types
 from mcp import MCPError
 from mcp.server import Server, ServerRequestContext
 
-from gateway.errors import ItemRefusedError, UnknownItemError
+from gateway.core.errors import ItemRefusedError, UnknownItemError
+from gateway.core.limits import MAX_CACHED_SESSIONS
 from gateway.frontends.identity import identity_of
-from gateway.limits import MAX_CACHED_SESSIONS
 from gateway.pipeline.items import ItemGate, ItemRequest
 from gateway.policy.call import Principal
 

@@ -33,9 +33,8 @@ from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from gateway.errors import UnknownToolError
-from gateway.frontends.identity import identity_of
-from gateway.limits import (
+from gateway.core.errors import UnknownToolError
+from gateway.core.limits import (
     DEFAULT_TASK_TIMEOUT_SECONDS,
     DEFAULT_TASK_TTL_MS,
     MAX_TASK_TTL_MS,
@@ -43,6 +42,7 @@ from gateway.limits import (
     TASK_GRACE_SECONDS,
     TASK_POLL_INTERVAL_MS,
 )
+from gateway.frontends.identity import identity_of
 
 if TYPE_CHECKING:
     from gateway.frontends.mcp import McpFrontend

@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from gateway import __version__
 from gateway.approvals.model import ApprovalState
-from gateway.limits import MAX_APPROVALS_PAGE, MAX_REST_WAIT_SECONDS, MAX_SESSIONS_PAGE
+from gateway.core.limits import MAX_APPROVALS_PAGE, MAX_REST_WAIT_SECONDS, MAX_SESSIONS_PAGE
 
 __all__ = ["OPENAPI_PATH", "UNDESCRIBED_PATHS", "openapi_document", "openapi_routes"]
 

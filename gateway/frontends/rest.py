@@ -18,14 +18,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gateway.errors import UnknownToolError
+from gateway.core.errors import UnknownToolError
+from gateway.core.limits import MAX_REST_WAIT_SECONDS
+from gateway.core.values import loads
 from gateway.frontends.identity import identity_of
-from gateway.frontends.runs import client_of, explicit_run_id, resolve_run
-from gateway.limits import MAX_REST_WAIT_SECONDS
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import call_id_of, gave_call_id, iteration_of
+from gateway.pipeline.runs import client_of, explicit_run_id, resolve_run
 from gateway.policy.model import parse_duration
-from gateway.values import loads
 
 __all__ = ["error_response", "rest_routes"]
 

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.auth import Authenticator, Identity
-from gateway.errors import CredentialError
+from gateway.auth.keys import Authenticator, Identity
+from gateway.core.errors import CredentialError
+from gateway.core.limits import SHARE_RETRY_AFTER_SECONDS
 from gateway.frontends.identity import IDENTITY_KEY, refuse_unidentified
 from gateway.frontends.rest import error_response
-from gateway.limits import SHARE_RETRY_AFTER_SECONDS
 
 __all__ = ["OPERATOR_PATHS", "ConnectionShares", "OverShare", "Shares"]
 

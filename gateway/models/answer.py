@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from gateway.errors import ModelUpstreamError
+from gateway.core.errors import ModelUpstreamError
 
 __all__ = ["StreamedMessage", "as_object", "assistant_message"]
 

@@ -20,9 +20,9 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import UnknownToolError
-from gateway.frontends.runs import Run
-from gateway.limits import MODEL_SPLICES_KEPT
+from gateway.core.errors import UnknownToolError
+from gateway.core.limits import MODEL_SPLICES_KEPT
+from gateway.core.values import loads
 from gateway.models.answer import StreamedMessage, as_object, assistant_message
 from gateway.models.client_tools import admitted_args, client_tools, function_tool, undeclared_tools
 from gateway.models.splices import Splices
@@ -31,10 +31,10 @@ from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import CallOutcome
 from gateway.pipeline.results import HANDED_OUT
 from gateway.pipeline.run_end import terminated_text
+from gateway.pipeline.runs import Run
 from gateway.policy.call import Principal
 from gateway.policy.cel.globbing import glob_match
 from gateway.upstreams.registry import ExposedTool
-from gateway.values import loads
 
 __all__ = ["Caller", "ModelProxy", "ModelRoute", "RequestProblem", "UnknownModel"]
 

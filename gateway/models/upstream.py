@@ -5,7 +5,7 @@ for a whole answer, MAX_MODEL_STREAM_BYTES for all of a stream's events) and so 
 duration, streamed or not (the entry's ``timeout``, not per read). Its JSON is read strictly: NaN,
 Infinity or a lone surrogate make it a bad answer (502), never a response the gateway cannot write. Its
 error text reaches the agent without credentials: a 401 or 403 gets a fixed message, and the configured
-key and anything shaped like a key are taken out of every other message (gateway/scrub.py).
+key and anything shaped like a key are taken out of every other message (gateway/core/scrub.py).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx2
 
-from gateway.errors import ModelUpstreamError
-from gateway.limits import (
+from gateway.core.errors import ModelUpstreamError
+from gateway.core.limits import (
     MAX_MODEL_ERROR_CHARS,
     MAX_MODEL_RESPONSE_BYTES,
     MAX_MODEL_STREAM_BYTES,
@@ -26,8 +26,8 @@ from gateway.limits import (
     UPSTREAM_KEEPALIVE_SECONDS,
     UPSTREAM_MAX_CONNECTIONS,
 )
-from gateway.scrub import Scrubber
-from gateway.values import Profile, loads, problem
+from gateway.core.scrub import Scrubber
+from gateway.core.values import Profile, loads, problem
 
 __all__ = ["ModelUpstream"]
 
@@ -187,7 +187,7 @@ async def _lines(response: httpx2.Response, deadline: float) -> AsyncGenerator[b
 
 
 def _object(content: bytes) -> Json:
-    """Strict JSON (gateway/values.py) that the gateway can send on as it is: a JSON object, no NaN or
+    """Strict JSON (gateway/core/values.py) that the gateway can send on as it is: a JSON object, no NaN or
     Infinity, no lone surrogate, not nested past the value limits; ``ValueError`` naming what is wrong."""
     value = loads(content)
     why = problem(value, Profile.JSON)

@@ -229,7 +229,7 @@ def families(text: bytes) -> Iterable[tuple[str, dict[str, str], float]]:
 
 def counting_reloads(listener: Callable[[dict[str, Any]], None], metrics: Metrics) -> Callable[[dict[str, Any]], None]:
     """A reload listener (the audit log's write) that also counts reloads: applied, refused, or unrecorded when
-    the listener fails (the reload is then not made, see gateway/reload.py)."""
+    the listener fails (the reload is then not made, see gateway/reload/holder.py)."""
 
     def report(event: dict[str, Any]) -> None:
         try:

@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from opentelemetry.trace import SpanKind
 
-from gateway.errors import InvalidArgumentsError, UnknownToolError, UpstreamError, UpstreamNotReached
+from gateway.core.errors import InvalidArgumentsError, UnknownToolError, UpstreamError, UpstreamNotReached
 from gateway.observe.metrics import Metrics
 from gateway.observe.tracing import Tracing, current_span, failed
 from gateway.policy.decision import Decision, Stage

@@ -25,8 +25,8 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from gateway.diagnostics import Diagnostic
-from gateway.errors import ConfigError
+from gateway.core.diagnostics import Diagnostic
+from gateway.core.errors import ConfigError
 
 __all__ = ["DEFAULT_SERVICE_NAME", "Tracing", "build_tracing", "client_traceparent", "current_span", "failed",
            "outgoing_headers", "remote_parent"]

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from gateway.errors import AuditWriteError
-from gateway.limits import AUDIT_FILE_MODE, AUDIT_MAX_EVENT_BYTES, AUDIT_MAX_VALUE_BYTES, REDACTED
+from gateway.core.errors import AuditWriteError
+from gateway.core.limits import AUDIT_FILE_MODE, AUDIT_MAX_EVENT_BYTES, AUDIT_MAX_VALUE_BYTES, REDACTED
 from gateway.pipeline.audit_encode import encode_event
 from gateway.pipeline.audit_group import GroupCommit
 

@@ -16,8 +16,8 @@ import json
 import math
 from typing import Any
 
-from gateway.errors import AuditWriteError
-from gateway.limits import AUDIT_BOUND_DEPTH, AUDIT_PREVIEW_BYTES, MAX_VALUE_NESTING
+from gateway.core.errors import AuditWriteError
+from gateway.core.limits import AUDIT_BOUND_DEPTH, AUDIT_PREVIEW_BYTES, MAX_VALUE_NESTING
 
 __all__ = ["encode_event", "summary"]
 

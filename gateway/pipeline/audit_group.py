@@ -15,7 +15,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from gateway.errors import AuditWriteError
+from gateway.core.errors import AuditWriteError
 
 if TYPE_CHECKING:
     from gateway.pipeline.audit import AuditLog

@@ -22,7 +22,7 @@ from typing import Any
 
 import mcp_types as types
 
-from gateway.errors import (
+from gateway.core.errors import (
     AuditWriteError,
     ItemNotFound,
     ItemRefusedError,
@@ -30,7 +30,7 @@ from gateway.errors import (
     UnknownItemError,
     UpstreamError,
 )
-from gateway.limits import MAX_AUDIT_ERROR_CHARS
+from gateway.core.limits import MAX_AUDIT_ERROR_CHARS
 from gateway.pipeline.lifecycle import Gateway
 from gateway.policy.call import CallInfo, Principal, ToolCall, ToolInfo
 from gateway.policy.decision import Decision, Stage, Verdict

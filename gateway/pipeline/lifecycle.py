@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import (
+from gateway.core.errors import (
     AuditWriteError,
     InvalidArgumentsError,
     StoreUnavailable,
@@ -31,7 +31,8 @@ from gateway.errors import (
     UpstreamError,
     UpstreamNotReached,
 )
-from gateway.limits import MAX_AUDIT_ERROR_CHARS
+from gateway.core.limits import MAX_AUDIT_ERROR_CHARS
+from gateway.core.values import Profile, door_problem, printable, problem, shown_id
 from gateway.observe.observer import CallObserver
 from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
 from gateway.pipeline.audit import AuditLog
@@ -54,12 +55,11 @@ from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall, Usag
 from gateway.policy.catalog import CLIENT_UPSTREAM
 from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet, env_revision
-from gateway.reload import PolicyHolder
+from gateway.reload.holder import PolicyHolder
 from gateway.store.base import SessionStore
 from gateway.store.model import SessionState, now_rfc3339
 from gateway.upstreams.client_requests import Declares, calling_client, undeclared
 from gateway.upstreams.registry import ExposedTool, ToolRegistry
-from gateway.values import Profile, door_problem, printable, problem, shown_id
 
 __all__ = ["Gateway"]
 

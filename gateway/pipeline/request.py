@@ -8,11 +8,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.core.values import printable, text
 from gateway.policy.call import Principal
 from gateway.upstreams.base import ToolProgress
 from gateway.upstreams.client_requests import ClientChannel
 from gateway.upstreams.registry import ExposedTool
-from gateway.values import printable, text
 
 __all__ = ["CallOutcome", "CallRequest", "Progress", "call_id_of", "gave_call_id", "id_text", "iteration_of",
            "new_call_id"]

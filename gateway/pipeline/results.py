@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.limits import MAX_ARGUMENT_PROBLEMS
+from gateway.core.limits import MAX_ARGUMENT_PROBLEMS
 from gateway.pipeline.request import CallOutcome
 from gateway.policy.call import ResultInfo
 from gateway.upstreams.argument_errors import ArgumentProblem

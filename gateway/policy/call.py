@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.core.values import door_problem
 from gateway.policy.decision import Stage
-from gateway.values import door_problem
 
 __all__ = ["ITEM_KINDS", "CallInfo", "ItemInfo", "Principal", "ResultInfo", "SessionInfo", "ToolCall", "ToolInfo",
            "UsageInfo"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from lark import LarkError, Tree
 
-from gateway.errors import CelCompileError, CelEvaluationError
+from gateway.core.errors import CelCompileError, CelEvaluationError
 from gateway.policy.call import ToolCall
 from gateway.policy.cel import Engine, ExprType, Program
 from gateway.policy.cel.pure_check import parser, unwrap

@@ -11,14 +11,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.diagnostics import Diagnostic, Severity
-from gateway.errors import CelCompileError
-from gateway.limits import (
+from gateway.core.diagnostics import Diagnostic, Severity
+from gateway.core.errors import CelCompileError
+from gateway.core.limits import (
     DEFAULT_APPROVAL_HOLD_SECONDS,
     DEFAULT_APPROVAL_VALID_SECONDS,
     MAX_EXPRESSION_CHARS,
     MAX_REDACT_PATTERN_CHARS,
 )
+from gateway.core.sourcemap import Path, YamlDocument
 from gateway.policy.cel import VARIABLES, Engine, ExprType, Program
 from gateway.policy.cel.globbing import glob_problem
 from gateway.policy.cel.pure_check import INPUTS, Analysis, CelTypeError, analyse
@@ -27,7 +28,6 @@ from gateway.policy.decision import REQUESTER, Action, ApprovalRequirement, Mode
 from gateway.policy.model import PolicyFile, RuleSpec, parse_duration
 from gateway.policy.rewrite import PathParts, parse_path
 from gateway.policy.typed_env import RESULT, TypeEnvironment, rewrite_problem
-from gateway.sourcemap import Path, YamlDocument
 
 __all__ = ["CompiledPolicy", "CompiledRewrite", "CompiledRule", "Expression", "Variable", "compile_policy"]
 

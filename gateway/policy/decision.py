@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gateway.limits import DEFAULT_APPROVAL_HOLD_SECONDS, DEFAULT_APPROVAL_VALID_SECONDS
+from gateway.core.limits import DEFAULT_APPROVAL_HOLD_SECONDS, DEFAULT_APPROVAL_VALID_SECONDS
 
 __all__ = [
     "REQUESTER",

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.errors import CelEvaluationError
+from gateway.core.errors import CelEvaluationError
 from gateway.policy.cel import Engine, ExprType, check_result_type
 from gateway.policy.compile import CompiledPolicy, CompiledRewrite, CompiledRule, Expression
 from gateway.policy.decide import DEFAULT_MESSAGES, choose_verdict

@@ -12,9 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.diagnostics import Diagnostic, Severity
-from gateway.errors import PolicyLoadError
-from gateway.limits import MAX_POLICY_FILE_BYTES, MAX_RULES
+from gateway.core.diagnostics import Diagnostic, Severity
+from gateway.core.errors import PolicyLoadError
+from gateway.core.limits import MAX_POLICY_FILE_BYTES, MAX_RULES
+from gateway.core.sourcemap import YamlDocument, load_yaml
+from gateway.core.validation import validate_document
 from gateway.policy.catalog import Catalog
 from gateway.policy.cel import get_engine
 from gateway.policy.compile import CompiledPolicy, compile_policy
@@ -22,8 +24,6 @@ from gateway.policy.decision import Verdict
 from gateway.policy.model import PolicyFile
 from gateway.policy.policyset import PolicySet
 from gateway.policy.typed_env import TypeEnvironment
-from gateway.sourcemap import YamlDocument, load_yaml
-from gateway.validation import validate_document
 
 __all__ = ["TEST_SUFFIXES", "check_policies", "discover", "load_policy_set", "revision_name"]
 

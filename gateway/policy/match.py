@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gateway.limits import MAX_INDEXED_TOOL_NAMES
+from gateway.core.limits import MAX_INDEXED_TOOL_NAMES
 from gateway.policy.cel import VARIABLES
 from gateway.policy.cel.functions import glob
 from gateway.policy.compile import CompiledRule

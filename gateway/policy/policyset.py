@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.diagnostics import Diagnostic
-from gateway.errors import CelEvaluationError
+from gateway.core.diagnostics import Diagnostic
+from gateway.core.errors import CelEvaluationError
 from gateway.policy.call import ToolCall, ToolInfo
 from gateway.policy.cel import VARIABLES, Engine
 from gateway.policy.compile import CompiledPolicy, CompiledRule

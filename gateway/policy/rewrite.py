@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.limits import REDACTED
+from gateway.core.limits import REDACTED
 
 __all__ = ["parse_path", "redact", "remove_path", "set_path"]
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gateway.limits import MAX_CACHED_SESSIONS, MAX_TRACKED_PROTOCOL_SESSIONS
+from gateway.core.limits import MAX_CACHED_SESSIONS, MAX_TRACKED_PROTOCOL_SESSIONS
 
 __all__ = ["ImplicitRuns", "new_run_id"]
 

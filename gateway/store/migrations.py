@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gateway.errors import StoreSchemaError
+from gateway.core.errors import StoreSchemaError
 from gateway.store.db import Db
 
 __all__ = ["Migration", "migrate", "schema_version"]

@@ -22,8 +22,8 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
-from gateway.errors import StoreUnavailable
-from gateway.limits import DEFAULT_RUN_IDLE_SECONDS, POSTGRES_CONNECT_TIMEOUT_SECONDS, STORE_LISTEN_RETRY_SECONDS
+from gateway.core.errors import StoreUnavailable
+from gateway.core.limits import DEFAULT_RUN_IDLE_SECONDS, POSTGRES_CONNECT_TIMEOUT_SECONDS, STORE_LISTEN_RETRY_SECONDS
 from gateway.store.db import Cursor, Db, DbError, DbIntegrityError, Dialect
 from gateway.store.dsn import DsnScrubber, describe_dsn
 from gateway.store.migrations import Migration, migrate, statements

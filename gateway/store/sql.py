@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from gateway.errors import StoreUnavailable
-from gateway.limits import (
+from gateway.core.errors import StoreUnavailable
+from gateway.core.limits import (
     DEFAULT_RUN_IDLE_SECONDS,
     MAX_CACHED_SESSIONS,
     SESSION_READ_ATTEMPTS,

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gateway.limits import DEFAULT_RUN_IDLE_SECONDS, SQLITE_BUSY_TIMEOUT_SECONDS
+from gateway.core.limits import DEFAULT_RUN_IDLE_SECONDS, SQLITE_BUSY_TIMEOUT_SECONDS
 from gateway.store.db import Db, SqliteDb
 from gateway.store.migrations import Migration, migrate
 from gateway.store.model import SessionState, now_rfc3339

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gateway.limits import MAX_CACHED_SESSIONS, USAGE_BUCKET_SECONDS
+from gateway.core.limits import MAX_CACHED_SESSIONS, USAGE_BUCKET_SECONDS
 
 __all__ = ["Totals", "UsageCounter"]
 

@@ -9,7 +9,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from gateway.diagnostics import Diagnostic
+from gateway.core.diagnostics import Diagnostic
 from gateway.policy.call import ToolCall
 from gateway.policy.decision import Decision
 from gateway.policy.explain import INVALID_INPUT

@@ -23,12 +23,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.diagnostics import Diagnostic
+from gateway.core.diagnostics import Diagnostic
+from gateway.core.sourcemap import YamlDocument
+from gateway.core.validation import validate_document
 from gateway.policy.callspec import CallSpec, PrincipalSpec, ToolSpec
 from gateway.policy.decision import Outcome, Verdict
 from gateway.policy.load import read_document
-from gateway.sourcemap import YamlDocument
-from gateway.validation import validate_document
 
 __all__ = ["Case", "Expectation", "LoadedSuite", "SuiteFile", "load_suite"]
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.limits import ARGUMENT_NAME_CHARS, SCHEMA_VALUE_CHARS
+from gateway.core.limits import ARGUMENT_NAME_CHARS, SCHEMA_VALUE_CHARS
 
 __all__ = ["ArgumentProblem", "describe"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gateway.diagnostics import Diagnostic
-from gateway.limits import CATALOG_START_TIMEOUT_SECONDS
+from gateway.core.diagnostics import Diagnostic
+from gateway.core.limits import CATALOG_START_TIMEOUT_SECONDS
 from gateway.policy.catalog import Catalog, CatalogTool
 from gateway.upstreams.registry import ToolRegistry
 from gateway.upstreams.supervise import probe

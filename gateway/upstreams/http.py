@@ -16,17 +16,17 @@ from urllib.parse import quote, urlsplit
 
 import httpx2
 
-from gateway.errors import InvalidArgumentsError, UpstreamDown, UpstreamError, UpstreamNotReached
-from gateway.limits import (
+from gateway.core.errors import InvalidArgumentsError, UpstreamDown, UpstreamError, UpstreamNotReached
+from gateway.core.limits import (
     MAX_RESPONSE_BYTES,
     UPSTREAM_CHECK_TIMEOUT_SECONDS,
     UPSTREAM_KEEPALIVE_SECONDS,
     UPSTREAM_MAX_CONNECTIONS,
 )
+from gateway.core.values import text
 from gateway.observe.tracing import outgoing_headers
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, listening, text_result
 from gateway.upstreams.http_transport import LeanTransport, lean_transport
-from gateway.values import text
 
 __all__ = ["HttpOperation", "HttpUpstream"]
 

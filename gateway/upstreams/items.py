@@ -26,9 +26,9 @@ from typing import Any
 
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
-from gateway import uris
-from gateway.errors import UnclearUriError
-from gateway.limits import MAX_CACHED_RESOURCE_URIS
+from gateway.core import uris
+from gateway.core.errors import UnclearUriError
+from gateway.core.limits import MAX_CACHED_RESOURCE_URIS
 from gateway.policy.call import ItemInfo
 from gateway.upstreams.mcp_resources import McpItems
 from gateway.upstreams.registry import ToolRegistry

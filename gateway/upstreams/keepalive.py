@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import httpx2
 
-from gateway.limits import UPSTREAM_DRAIN_BYTES, UPSTREAM_DRAIN_SECONDS
+from gateway.core.limits import UPSTREAM_DRAIN_BYTES, UPSTREAM_DRAIN_SECONDS
 
 __all__ = ["DrainOnClose"]
 

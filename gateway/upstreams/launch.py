@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.errors import UpstreamDown
-from gateway.limits import UPSTREAM_CHECK_TIMEOUT_SECONDS
+from gateway.core.errors import UpstreamDown
+from gateway.core.limits import UPSTREAM_CHECK_TIMEOUT_SECONDS
 from gateway.upstreams.base import (
     HealthChecked,
     ToolProgress,

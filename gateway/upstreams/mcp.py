@@ -21,8 +21,8 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 
-from gateway.errors import UpstreamDown, UpstreamError, UpstreamNotReached
-from gateway.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
+from gateway.core.errors import UpstreamDown, UpstreamError, UpstreamNotReached
+from gateway.core.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, resolve_command
 from gateway.upstreams.client_requests import ClientRequestRouter, ClientRequestRules
 from gateway.upstreams.environment import child_environment

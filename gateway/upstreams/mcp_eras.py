@@ -36,7 +36,7 @@ from mcp.client.session import MessageHandlerFnT
 from mcp.client.subscriptions import SubscriptionLost, ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from gateway.limits import UPSTREAM_LISTEN_RETRY_SECONDS
+from gateway.core.limits import UPSTREAM_LISTEN_RETRY_SECONDS
 
 __all__ = ["PROTOCOLS", "connect", "follow_tool_changes", "is_modern"]
 

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 import mcp_types as types
 from mcp import Client, MCPError
 
-from gateway.errors import ItemNotFound, UpstreamError
-from gateway.limits import MAX_ITEM_LIST_PAGES
+from gateway.core.errors import ItemNotFound, UpstreamError
+from gateway.core.limits import MAX_ITEM_LIST_PAGES
 
 __all__ = ["McpItems", "Session"]
 

@@ -31,7 +31,7 @@ from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.shared.dispatcher import CallOptions
 from pydantic import ConfigDict, Field
 
-from gateway.limits import (
+from gateway.core.limits import (
     UPSTREAM_TASK_CANCEL_SECONDS,
     UPSTREAM_TASK_GET_SECONDS,
     UPSTREAM_TASK_POLL_SECONDS,

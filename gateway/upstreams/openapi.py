@@ -17,24 +17,24 @@ import asyncio
 import concurrent.futures
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import urljoin, urlsplit
 
 import httpx2
 
-from gateway.config.model import OpenApiUpstreamSpec
-from gateway.diagnostics import Diagnostic
-from gateway.errors import ConfigError
-from gateway.limits import MAX_RESPONSE_BYTES
+from gateway.core.diagnostics import Diagnostic
+from gateway.core.errors import ConfigError
+from gateway.core.limits import MAX_RESPONSE_BYTES
+from gateway.core.sourcemap import YamlDocument
 from gateway.policy.cel.functions import glob
-from gateway.sourcemap import YamlDocument
 from gateway.upstreams.base import UpstreamTool
 from gateway.upstreams.http import HttpOperation, HttpUpstream
 from gateway.upstreams.openapi_refs import LITERAL_KEYS, Bad, Resolver, Where
 from gateway.upstreams.openapi_spec import SpecBundle, fetch_bundle, is_url, load_bundle, read_spec_file
 
-__all__ = ["check_openapi", "load_openapi", "openapi_upstream", "operations_from_openapi"]
+__all__ = ["OpenApiSource", "check_openapi", "load_openapi", "openapi_upstream", "operations_from_openapi"]
 
 _METHODS = ("get", "post", "put", "patch", "delete")
 _BODY = "body"  # the argument that holds a request body that is not an object
@@ -44,6 +44,20 @@ _UNSAFE_NAME = re.compile(r"[^a-zA-Z0-9_-]+")
 _UNSAFE_PARAM = re.compile(r"[^A-Za-z0-9_]+")
 _PATH_PLACEHOLDER = _SERVER_VARIABLE = re.compile(r"\{([^}]+)\}")
 _METHOD_HINTS: dict[str, dict[str, Any]] = {"get": {"readOnlyHint": True}, "delete": {"destructiveHint": True}}
+
+
+class OpenApiSource(Protocol):
+    """Where an OpenAPI upstream's document is and which of its operations become tools (the config's
+    ``openapi:`` block has this shape; upstreams never read config models)."""
+
+    @property
+    def spec(self) -> str: ...  # a file (relative to the config) or an http(s) URL
+    @property
+    def base_url(self) -> str | None: ...
+    @property
+    def include(self) -> Sequence[str]: ...
+    @property
+    def exclude(self) -> Sequence[str]: ...
 
 
 class _Body(NamedTuple):
@@ -82,7 +96,7 @@ def operations_from_openapi(document: dict[str, Any], include: list[str], exclud
     return [op for op, _ in _operations(bundle, include, exclude)]
 
 
-def openapi_upstream(name: str, spec: OpenApiUpstreamSpec, base_dir: Path, headers: dict[str, str],
+def openapi_upstream(name: str, spec: OpenApiSource, base_dir: Path, headers: dict[str, str],
                      client: httpx2.AsyncClient | None = None, max_response_bytes: int = MAX_RESPONSE_BYTES,
                      ) -> HttpUpstream:
     """An ``HttpUpstream`` from the spec the config names: a file (read now, relative to ``base_dir``)
@@ -96,7 +110,7 @@ def openapi_upstream(name: str, spec: OpenApiUpstreamSpec, base_dir: Path, heade
                             max_response_bytes=max_response_bytes)
 
 
-def check_openapi(name: str, spec: OpenApiUpstreamSpec, base_dir: Path, *, fetch: bool) -> list[Diagnostic]:
+def check_openapi(name: str, spec: OpenApiSource, base_dir: Path, *, fetch: bool) -> list[Diagnostic]:
     """What is wrong with the upstream's spec; a URL spec is fetched only when ``fetch`` (as `gateway check` does).
 
     Runs the fetch on its own event loop in a worker thread, so it works whether or not the caller
@@ -130,7 +144,7 @@ class _OpenApiUpstream(HttpUpstream):
     def __init__(self, name: str, base_url: str, operations: list[HttpOperation], headers: dict[str, str],
                  client: httpx2.AsyncClient | None, *, wrapped: frozenset[str],
                  max_response_bytes: int = MAX_RESPONSE_BYTES,
-                 fetch: tuple[str, OpenApiUpstreamSpec] | None = None) -> None:
+                 fetch: tuple[str, OpenApiSource] | None = None) -> None:
         super().__init__(name, base_url, operations, headers, client, max_response_bytes)
         self._wrapped = wrapped  # tool names whose body is the ``body`` argument
         self._fetch = fetch
@@ -155,7 +169,7 @@ class _OpenApiUpstream(HttpUpstream):
         return method, url, query, body
 
 
-def _build(name: str, spec: OpenApiUpstreamSpec, bundle: SpecBundle, spec_url: str | None) -> _Built:
+def _build(name: str, spec: OpenApiSource, bundle: SpecBundle, spec_url: str | None) -> _Built:
     found = _operations(bundle, spec.include, spec.exclude)
     if not found:
         raise ConfigError([Diagnostic(
@@ -194,8 +208,8 @@ def _server_url(doc: YamlDocument, spec_url: str | None) -> str:
 # --- operations ----------------------------------------------------------------------------------
 
 
-def _operations(bundle: SpecBundle, include: list[str],
-                exclude: list[str]) -> list[tuple[HttpOperation, bool]]:
+def _operations(bundle: SpecBundle, include: Sequence[str],
+                exclude: Sequence[str]) -> list[tuple[HttpOperation, bool]]:
     """(operation, whether its body is the ``body`` argument) per included operation."""
     doc = bundle.root
     paths = doc.data.get("paths") if isinstance(doc.data, dict) else None
@@ -248,8 +262,8 @@ def _pointer(where: Where) -> str:
     return "#/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in where)
 
 
-def _selected(names: set[str], include: list[str], exclude: list[str]) -> bool:
-    def hit(patterns: list[str]) -> bool:
+def _selected(names: set[str], include: Sequence[str], exclude: Sequence[str]) -> bool:
+    def hit(patterns: Sequence[str]) -> bool:
         return any(glob(n, p) for n in names for p in patterns)
 
     return hit(include) and not hit(exclude)

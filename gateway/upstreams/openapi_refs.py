@@ -17,7 +17,7 @@ from gateway.upstreams.openapi_spec import SpecBundle
 __all__ = ["LITERAL_KEYS", "MAX_REF_DEPTH", "MAX_SCHEMA_NODES", "Bad", "Resolver", "Where"]
 
 # $refs followed along one chain before the schema there is left as {}: deep enough for real
-# models, and it is what stops a recursive schema. (Candidate for gateway/limits.py.)
+# models, and it is what stops a recursive schema. (Candidate for gateway/core/limits.py.)
 MAX_REF_DEPTH = 10
 # Schema nodes inlined for one operation; past it further $refs become {}, so that a document
 # whose references fan out cannot blow up into an enormous tool schema. (Candidate for limits.py.)

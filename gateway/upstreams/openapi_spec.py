@@ -29,10 +29,10 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx2
 
-from gateway.diagnostics import Diagnostic
-from gateway.errors import ConfigError
-from gateway.limits import MAX_OPENAPI_DOCUMENT_BYTES, MAX_OPENAPI_DOCUMENTS, OPENAPI_FETCH_TIMEOUT_SECONDS
-from gateway.sourcemap import YamlDocument, load_yaml
+from gateway.core.diagnostics import Diagnostic
+from gateway.core.errors import ConfigError
+from gateway.core.limits import MAX_OPENAPI_DOCUMENT_BYTES, MAX_OPENAPI_DOCUMENTS, OPENAPI_FETCH_TIMEOUT_SECONDS
+from gateway.core.sourcemap import YamlDocument, load_yaml
 from gateway.upstreams.swagger2 import convert_swagger2
 
 __all__ = ["SpecBundle", "fetch_bundle", "is_url", "load_bundle", "read_spec_file"]

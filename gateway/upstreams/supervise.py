@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from gateway.errors import UpstreamDown
-from gateway.limits import (
+from gateway.core.errors import UpstreamDown
+from gateway.core.limits import (
     UPSTREAM_CHECK_SECONDS,
     UPSTREAM_DOWN_SUMMARY_SECONDS,
     UPSTREAM_RETRY_FIRST_SECONDS,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gateway.approvals.service import ApprovalService
-from gateway.errors import ApprovalForbidden
+from gateway.core.errors import ApprovalForbidden
 from gateway.models.client_tools import client_tools
 from gateway.pipeline.approvals import HeldCall
 from gateway.pipeline.request import CallRequest

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,10 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from gateway.app import build_notifier
 from gateway.approvals.model import Approval, ApprovalState, Vote
 from gateway.approvals.webhooks import Webhook, WebhookNotifier, verify
-from gateway.config.model import WebhookSpec
+from gateway.config.load import load_config
 
 SECRET = "s3cret-for-tests"
 PAGE = "https://gw.example/approvals"
@@ -166,23 +168,30 @@ def test_summaries_of_decisions_and_timeouts(approval: Approval) -> None:
     assert notifier.summary("approval.expired", approval).startswith(":alarm_clock: Approval timed out (refused)")
 
 
-def test_from_specs_reads_secrets_and_names_a_missing_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_config_webhooks_read_their_secrets_and_name_a_missing_one(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "hook.secret").write_text("from-file\n")
     monkeypatch.setenv("HOOK_SECRET", "from-env")
-    specs = [WebhookSpec.model_validate(s) for s in (
-        {"url": "https://a.example/hook", "secret": {"env": "HOOK_SECRET"}, "events": ["approval.created"]},
-        {"url": "https://b.example/hook", "secret": {"file": "hook.secret"}},
-        {"url": "https://c.example/hook"},
-    )]
-    notifier = WebhookNotifier.from_specs(specs, tmp_path, PAGE)
+    file = tmp_path / "gateway.yaml"
+    (tmp_path / "policies").mkdir()
+    file.write_text(textwrap.dedent("""
+        policies: [policies]
+        approvals:
+          webhooks:
+            - {url: "https://a.example/hook", secret: {env: HOOK_SECRET}, events: [approval.created]}
+            - {url: "https://b.example/hook", secret: {file: hook.secret}}
+            - {url: "https://c.example/hook"}
+        """))
+    config = load_config(file)
+    notifier = build_notifier(config, PAGE)
     assert [(w.secret, sorted(w.events)) for w in notifier.webhooks] == [
         ("from-env", ["approval.created"]),
         ("from-file", ["approval.created", "approval.decided", "approval.expired"]),
         (None, ["approval.created", "approval.decided", "approval.expired"]),
     ]
-    monkeypatch.delenv("HOOK_SECRET")
+    monkeypatch.delenv("HOOK_SECRET")  # gone between the config's check and the build
     with pytest.raises(ValueError, match=r"approvals.webhooks\[0\].secret .*HOOK_SECRET is not set"):
-        WebhookNotifier.from_specs(specs, tmp_path, PAGE)
+        build_notifier(config, PAGE)
 
 
 def test_unknown_events_are_refused() -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.limits import MAX_VALUE_NESTING
-from gateway.values import door_problem
+from gateway.core.limits import MAX_VALUE_NESTING
+from gateway.core.values import door_problem
 
 # Allows everything: without the door check each hostile call below is answered "allow".
 POLICY = """

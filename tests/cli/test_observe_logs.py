@@ -14,7 +14,7 @@ import httpx2
 import pytest
 import yaml
 
-from gateway.auth import hash_key
+from gateway.auth.keys import hash_key
 
 KEY = "json-logs-key-1"
 

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gateway.app import build_app
-from gateway.auth import hash_key
+from gateway.auth.keys import hash_key
 from gateway.config.load import load_config
 
 TIMEOUT = 60.0  # seconds for one CLI run; it normally takes about one (mostly Python start-up)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config.load import check_config, load_config
-from gateway.errors import ConfigError
+from gateway.core.errors import ConfigError
 
 POLICY = "policy: p\nrules: [{id: r, action: allow}]\n"
 

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.config.model import GatewayConfig
-from gateway.errors import ConfigError
+from gateway.core.errors import ConfigError
 from gateway.observe.logs import JsonFormatter
 from gateway.observe.tracing import DEFAULT_SERVICE_NAME, build_tracing
 

@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Mount, Route
 
 from gateway.app import build_app
-from gateway.auth import hash_key
+from gateway.auth.keys import hash_key
 from gateway.config.load import load_config
 from gateway.frontends.openapi_doc import OPENAPI_PATH, UNDESCRIBED_PATHS, openapi_document
 

@@ -12,8 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.config.model import HttpSpec
+from gateway.core.limits import DEFAULT_MAX_CONNECTIONS
 from gateway.frontends.shares import Shares
-from gateway.limits import DEFAULT_MAX_CONNECTIONS
 
 
 def fill(shares: Shares, key: str, operator: bool = False) -> int:

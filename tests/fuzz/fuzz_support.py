@@ -38,7 +38,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gateway.app import build_app
-from gateway.auth import hash_key
+from gateway.auth.keys import hash_key
 from gateway.config.load import load_config
 
 Json = dict[str, Any]

@@ -34,7 +34,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from gateway.auth import hash_key
+from gateway.auth.keys import hash_key
 
 Json = dict[str, Any]
 

@@ -46,7 +46,7 @@ from starlette.routing import Route
 from thirdparty import server_everything
 
 from gateway.app import build_app, server_options
-from gateway.auth import hash_key
+from gateway.auth.keys import hash_key
 from gateway.config.load import LoadedConfig, load_config
 from gateway.pipeline import Gateway
 

@@ -33,7 +33,7 @@ from approval_support import (
 
 from gateway.approvals.model import ApprovalState
 from gateway.approvals.store import ApprovalStore
-from gateway.auth import hash_key
+from gateway.auth.keys import hash_key
 from gateway.store.sqlite import SqliteStore
 
 SLOW = policy(approve_rule("slow-needs-ops", "ops_slow", approvers=["group:ops"]))

@@ -394,7 +394,7 @@ async def test_an_approved_call_writes_its_intent_with_the_approval_and_does_not
 
 @pytest.mark.parametrize("audit", [{"max_value_bytes": 10}, {"max_event_bytes": 100}, {"fsync": "sometimes"}])
 def test_audit_bounds_too_small_to_be_useful_are_config_errors(configs, tmp_path, audit):
-    from gateway.errors import ConfigError
+    from gateway.core.errors import ConfigError
 
     config_file = configs.write(tmp_path, configs.base(audit={"file": "data/audit.jsonl", **audit}), POLICY)
     with pytest.raises(ConfigError) as raised:

@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 from raw_mcp import RawMcp, message_of
 
-from gateway.values import loads
+from gateway.core.values import loads
 
 DEEP = 990
 BIG_INT = "9" * 5000

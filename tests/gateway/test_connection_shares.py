@@ -19,7 +19,7 @@ import httpx2
 import pytest
 from raw_mcp import INITIALIZE, MCP_HEADERS, RawMcp, message_of
 
-from gateway.auth import hash_key
+from gateway.auth.keys import hash_key
 from gateway.observe.metrics import families
 
 AGENTS = ("agent-a", "agent-b", "agent-c", "agent-d", "agent-e", "dana")

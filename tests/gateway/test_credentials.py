@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from gateway.app import build_app
-from gateway.errors import ConfigError
+from gateway.core.errors import ConfigError
 
 ANON = {"id": "guest"}
 

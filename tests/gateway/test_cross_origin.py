@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from gateway.auth import hash_key
+from gateway.auth.keys import hash_key
 
 try:
     from playwright.async_api import Browser, async_playwright, expect

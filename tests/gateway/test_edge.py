@@ -16,8 +16,8 @@ import pytest
 import pytest_asyncio
 
 from gateway.app import build_app
-from gateway.auth import hash_key
-from gateway.errors import ConfigError
+from gateway.auth.keys import hash_key
+from gateway.core.errors import ConfigError
 
 HEADER_TIMEOUT = 1.0
 BODY_TIMEOUT = 1.0

@@ -18,7 +18,7 @@ from mcp.client.caching import CacheConfig, CacheEntry, CacheKey, InMemoryRespon
 from mcp_types import HEADER_MISMATCH
 from raw_mcp import MCP_HEADERS, message_of
 
-from gateway.limits import TOOL_LIST_TTL_MS
+from gateway.core.limits import TOOL_LIST_TTL_MS
 
 MODERN = "2026-07-28"
 # Only admins (alice) see up_secret.

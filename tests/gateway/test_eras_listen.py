@@ -16,7 +16,7 @@ import pytest
 from mcp import MCPError
 from mcp.client.subscriptions import Subscription, ToolsListChanged
 
-from gateway.limits import MAX_LISTEN_STREAMS_PER_PRINCIPAL
+from gateway.core.limits import MAX_LISTEN_STREAMS_PER_PRINCIPAL
 
 OPEN = "policy: p\nrules: []\n"
 # Only admins see up_secret; bob (staff only) does not.

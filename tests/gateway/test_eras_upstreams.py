@@ -28,7 +28,7 @@ from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.errors import ConfigError
+from gateway.core.errors import ConfigError
 from gateway.upstreams.mcp import McpUpstream
 
 MODERN = "2026-07-28"

@@ -24,7 +24,7 @@ from approval_support import PAGE_URL, PEOPLE, STEP_SECONDS, auth_header, policy
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway.limits import DEFAULT_APPROVAL_HOLD_SECONDS
+from gateway.core.limits import DEFAULT_APPROVAL_HOLD_SECONDS
 from gateway.policy.load import load_policy_set
 
 DEPLOY = "ops_deploy"

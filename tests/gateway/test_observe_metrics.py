@@ -13,7 +13,7 @@ import httpx2
 import pytest
 import pytest_asyncio
 
-from gateway.auth import hash_key
+from gateway.auth.keys import hash_key
 from gateway.observe.metrics import families
 
 SCRAPER_KEY = "scraper-key-metrics-1"

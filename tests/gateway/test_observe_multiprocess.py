@@ -14,7 +14,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from gateway.auth import hash_key
+from gateway.auth.keys import hash_key
 from gateway.observe.metrics import MULTIPROC_ENV, families, prepare_multiprocess_dir
 
 SCRAPER_KEY = "scraper-key-mp-1"

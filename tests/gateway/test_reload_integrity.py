@@ -21,7 +21,7 @@ import pytest
 
 from gateway.app import build_gateway
 from gateway.cli import main as gateway_cli
-from gateway.errors import PolicyLoadError
+from gateway.core.errors import PolicyLoadError
 
 POLL = 0.05
 SETTLE = 2.0  # long against the gaps below (~0.4 s), so a busy machine does not let a damaged set settle

@@ -12,7 +12,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from gateway.values import id_problem
+from gateway.core.values import id_problem
 
 # (id, the hostile id text, the code point the refusal names)
 HOSTILE = [

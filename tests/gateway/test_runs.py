@@ -17,7 +17,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway.auth import hash_key
+from gateway.auth.keys import hash_key
 
 ADMIN_KEY = "carol-admin-key-90be"
 
@@ -271,7 +271,7 @@ async def test_a_restart_keeps_usage(tmp_path, configs, http_api, keys):
 
 
 def test_usage_windows_and_idle_timeout_are_checked_in_config(tmp_path, configs, http_api):
-    from gateway.errors import ConfigError
+    from gateway.core.errors import ConfigError
 
     for bad in ({"usage_windows": {"Hour": "1h"}}, {"usage_windows": {"half": "30s"}}, {"runs": {"idle_timeout": 0}},
                 {"runs": {"idle": "1m"}}):

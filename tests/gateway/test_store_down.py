@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx2
 from postgres_cluster import running_cluster
 
-from gateway.auth import hash_key
+from gateway.auth.keys import hash_key
 
 ADMIN_KEY = "store-down-admin-key-5d1e"
 

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.app import build_app
 from gateway.config.load import load_config
-from gateway.errors import ConfigError
+from gateway.core.errors import ConfigError
 
 UP_TOOLS = {"echo", "add", "slow", "fail", "secret", "delete_thing", "pid", "register_extra", "weather", "steps",
             "linger", "register_note", "research", "ask_model", "ask_user", "ask_roots", "ask_model_later",

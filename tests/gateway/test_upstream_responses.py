@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.limits import MAX_RESPONSE_BYTES
+from gateway.core.limits import MAX_RESPONSE_BYTES
 from gateway.pipeline.lifecycle import TOOL_FAILED
 
 REPORTER = Path(__file__).parent / "env_report_server.py"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gateway.errors import ModelUpstreamError
+from gateway.core.errors import ModelUpstreamError
 from gateway.models.answer import StreamedMessage, assistant_message
 
 CALL = {"name": "deploy", "arguments": '{"service": "prod"}'}

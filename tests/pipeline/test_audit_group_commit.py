@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.errors import AuditWriteError
+from gateway.core.errors import AuditWriteError
 from gateway.pipeline.audit import AuditLog
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import AuditWriteError
+from gateway.core.errors import AuditWriteError
 from gateway.pipeline.audit import AuditLog
 
 

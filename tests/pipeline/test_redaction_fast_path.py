@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from gateway.limits import REDACTED
+from gateway.core.limits import REDACTED
 from gateway.pipeline.audit import Redactor
 
 _REDACTOR = Redactor(["password", "api_key"], [r"AKIA[0-9A-Z]{16}"])

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.diagnostics import Severity
+from gateway.core.diagnostics import Severity
 from gateway.policy import check_policies
 from gateway.policy.catalog import Catalog, CatalogTool
 from gateway.policy.catalog_checks import check_against_catalog

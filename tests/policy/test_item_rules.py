@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.diagnostics import Severity
+from gateway.core.diagnostics import Severity
 from gateway.policy import PolicySet, Verdict, check_policies
 from gateway.policy.call import ItemInfo, Principal, ToolCall, ToolInfo
 from gateway.policy.catalog import Catalog, CatalogTool

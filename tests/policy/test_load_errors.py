@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.diagnostics import Diagnostic, Severity
-from gateway.errors import PolicyLoadError
+from gateway.core.diagnostics import Diagnostic, Severity
+from gateway.core.errors import PolicyLoadError
 from gateway.policy import PolicySet, check_policies, load_policy_set
 
 Found = tuple[str, int, int, str | None]  # (code, line, column, rule)

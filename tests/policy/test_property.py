@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from gateway.diagnostics import Diagnostic, Severity
+from gateway.core.diagnostics import Diagnostic, Severity
 from gateway.policy import Decision, Outcome, PolicySet, Stage, Verdict, check_policies
 from gateway.policy.callspec import CallSpec
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gateway.diagnostics import Diagnostic, Severity
+from gateway.core.diagnostics import Diagnostic, Severity
 from gateway.policy import Outcome, PolicySet, Verdict, check_policies
 from gateway.policy.catalog import Catalog, CatalogTool
 from gateway.policy.cel import VARIABLES

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.fileset import Settler, display_path, fingerprint
-from gateway.manifest import build_manifest, render_manifest, verify_manifest, write_manifest
 from gateway.policy import load_policy_set
 from gateway.policy.load import discover
-from gateway.reload import RELOAD_EVENT, PolicyHolder
-from gateway.reload_diff import diff_sets
+from gateway.reload.diff import diff_sets
+from gateway.reload.fileset import Settler, display_path, fingerprint
+from gateway.reload.holder import RELOAD_EVENT, PolicyHolder
+from gateway.reload.manifest import build_manifest, render_manifest, verify_manifest, write_manifest
 
 ONE = "policy: one\nrules:\n  - id: a\n    action: allow\n"
 TWO = "policy: two\nrules:\n  - id: b\n    tools: [x]\n    action: reject\n"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gateway.cli import main
-from gateway.errors import StoreUnavailable
+from gateway.core.errors import StoreUnavailable
 from gateway.store.dsn import DsnScrubber
 from gateway.store.postgres import PostgresStore
 

@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gateway.auth import hash_key
+from gateway.auth.keys import hash_key
 
 KEYS = {"alice": "alice-mp-key-1", "bob": "bob-mp-key-2", "dave": "dave-mp-key-3"}
 

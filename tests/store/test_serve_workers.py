@@ -19,8 +19,8 @@ import yaml
 from loopback import serve_app
 from test_multiprocess import KEYS, Gateway, Upstream, _tools
 
-from gateway.auth import hash_key
-from gateway.limits import WORKER_CRASH_LOOP_LIMIT
+from gateway.auth.keys import hash_key
+from gateway.core.limits import WORKER_CRASH_LOOP_LIMIT
 
 POLICY = "policy: plain\nrules:\n  - id: all\n    tools: ['*']\n    action: allow\n"
 

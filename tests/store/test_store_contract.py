@@ -19,7 +19,7 @@ import pytest
 
 from gateway.approvals.model import Approval, ApprovalState, Requirement, args_digest
 from gateway.approvals.store import ApprovalStore
-from gateway.errors import StoreSchemaError, StoreUnavailable
+from gateway.core.errors import StoreSchemaError, StoreUnavailable
 from gateway.policy.call import Principal
 from gateway.store.postgres import PostgresStore
 from gateway.store.sql import SqlStore

@@ -12,7 +12,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from gateway.limits import STORE_WRITE_COALESCE_SECONDS
+from gateway.core.limits import STORE_WRITE_COALESCE_SECONDS
 from gateway.store.sqlite import SqliteStore
 
 

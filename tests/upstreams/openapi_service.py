@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.limits import MAX_OPENAPI_DOCUMENT_BYTES
+from gateway.core.limits import MAX_OPENAPI_DOCUMENT_BYTES
 
 __all__ = ["HTTPBIN_SWAGGER", "create_app"]
 

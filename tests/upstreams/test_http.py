@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from gateway.errors import InvalidArgumentsError, UpstreamError
+from gateway.core.errors import InvalidArgumentsError, UpstreamError
 from gateway.upstreams.http import HttpUpstream
 
 TIMEOUT = 5.0

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from gateway.errors import UpstreamError, UpstreamNotReached
+from gateway.core.errors import UpstreamError, UpstreamNotReached
 from gateway.upstreams.base import ToolResult
 from gateway.upstreams.http import HttpUpstream
 from gateway.upstreams.http_transport import LeanTransport

@@ -17,7 +17,7 @@ from starlette.types import ASGIApp
 
 from gateway.config.load import load_config
 from gateway.config.model import OpenApiUpstreamSpec
-from gateway.errors import ConfigError, InvalidArgumentsError
+from gateway.core.errors import ConfigError, InvalidArgumentsError
 from gateway.upstreams.http import HttpOperation
 from gateway.upstreams.openapi import load_openapi, openapi_upstream, operations_from_openapi
 

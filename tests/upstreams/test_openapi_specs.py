@@ -27,8 +27,8 @@ from starlette.types import ASGIApp
 from gateway.app import build_app, server_options
 from gateway.config.load import check_config, load_config
 from gateway.config.model import OpenApiUpstreamSpec
-from gateway.errors import ConfigError
-from gateway.limits import MAX_OPENAPI_DOCUMENT_BYTES
+from gateway.core.errors import ConfigError
+from gateway.core.limits import MAX_OPENAPI_DOCUMENT_BYTES
 from gateway.upstreams.http import HttpUpstream
 from gateway.upstreams.openapi import openapi_upstream
 

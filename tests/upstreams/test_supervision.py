@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gateway.app import build_app, server_options
-from gateway.auth import hash_key
+from gateway.auth.keys import hash_key
 from gateway.config.load import load_config
 from gateway.upstreams.http import HttpUpstream
 from gateway.upstreams.registry import Source, ToolRegistry

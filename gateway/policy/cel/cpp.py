@@ -13,7 +13,7 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_strings
 
-from gateway.errors import CelCompileError, CelEvaluationError
+from gateway.core.errors import CelCompileError, CelEvaluationError
 from gateway.policy.cel.base import VARIABLES, ExprType
 from gateway.policy.cel.functions import FUNCTIONS
 from gateway.policy.cel.regex import HIDDEN, matches, rename_matches, restore_name

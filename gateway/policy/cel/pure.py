@@ -38,7 +38,7 @@ from celpy.celtypes import BoolType, ListType, MapType, StringType
 from celpy.evaluation import Activation, CELEvalError, Evaluator
 from lark import Tree
 
-from gateway.errors import CelEvaluationError
+from gateway.core.errors import CelEvaluationError
 from gateway.policy.cel.base import VARIABLES, ExprType
 from gateway.policy.cel.pure_check import MACROS, OPERATORS, PASS_THROUGH, check, parser, unwrap
 from gateway.policy.cel.pure_signatures import TYPE_VALUES, runtime_functions

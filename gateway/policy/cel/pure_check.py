@@ -18,8 +18,8 @@ import celpy.celparser
 from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
 
-from gateway.errors import CelCompileError
-from gateway.limits import MAX_CACHED_PARSE_TREES, MAX_COMPREHENSION_NESTING
+from gateway.core.errors import CelCompileError
+from gateway.core.limits import MAX_CACHED_PARSE_TREES, MAX_COMPREHENSION_NESTING
 from gateway.policy.cel.base import VARIABLES, ExprType
 from gateway.policy.cel.pure_signatures import BOOL, DYN, SIGNATURES, TYPE_NAMES, TYPE_VARIABLES
 from gateway.policy.cel.strings import INT64_MAX, INT64_MIN, UINT64_MAX

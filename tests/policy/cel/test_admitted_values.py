@@ -1,6 +1,6 @@
 """A value the gateway admits is seen by both CEL engines exactly as the tool receives it.
 
-``gateway.values.problem`` (Profile.POLICY) is the gate at the start of every call. This pins what
+``gateway.core.values.problem`` (Profile.POLICY) is the gate at the start of every call. This pins what
 it must catch: for any JSON-like value, either the gate names a problem, or the engine hands back
 an equal value (same types, same strings to the last character). cel-expr-python cuts strings at
 U+0000 and fails on lone surrogates; neither engine takes integers outside int64.
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.errors import CelEvaluationError
+from gateway.core.errors import CelEvaluationError
+from gateway.core.values import Profile, problem
 from gateway.policy.cel import ExprType, get_engine
-from gateway.values import Profile, problem
 
 # Characters that stress the engines: NUL, a lone surrogate of each half, controls, a BOM,
 # line separators, astral characters; plus ordinary text.

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.errors import CelEvaluationError
+from gateway.core.errors import CelEvaluationError
 from gateway.policy import check_policies
 from gateway.policy.cel import ExprType, get_engine
 from gateway.policy.cel.functions import url

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import CelCompileError, CelEvaluationError
+from gateway.core.errors import CelCompileError, CelEvaluationError
 from gateway.policy.cel import ExprType, check_result_type, get_engine
 from gateway.policy.cel.base import Engine
 from gateway.policy.cel.pure import PureEngine

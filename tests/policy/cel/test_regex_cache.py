@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import CelCompileError, CelEvaluationError
+from gateway.core.errors import CelCompileError, CelEvaluationError
 from gateway.policy.cel import ExprType, get_engine
 from gateway.policy.cel.base import Engine
 from gateway.policy.cel.regex import HIDDEN, cached_regex, rename_matches

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.limits import MAX_RUN_CLIENT_CHARS
+from gateway.core.limits import MAX_RUN_CLIENT_CHARS
 from gateway.pipeline.request import id_text
 from gateway.store.base import SessionStore
 

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.diagnostics import Diagnostic
-from gateway.limits import MAX_MANIFEST_BYTES
+from gateway.core.diagnostics import Diagnostic
+from gateway.core.limits import MAX_MANIFEST_BYTES
 
 __all__ = ["MANIFEST_NAME", "MANIFEST_VERSION", "build_manifest", "render_manifest", "verify_manifest",
            "write_manifest"]

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gateway.diagnostics import Diagnostic
+    from gateway.core.diagnostics import Diagnostic
 
 __all__ = [
     "AmbiguousCredentials",

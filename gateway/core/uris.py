@@ -34,7 +34,7 @@ import re
 import string
 import unicodedata
 
-from gateway.errors import UnclearUriError
+from gateway.core.errors import UnclearUriError
 
 __all__ = ["normalise"]
 

@@ -25,7 +25,7 @@ import math
 from enum import Enum
 from typing import Any
 
-from gateway.limits import MAX_ID_CHARS, MAX_JSON_INTEGER_DIGITS, MAX_VALUE_NESTING
+from gateway.core.limits import MAX_ID_CHARS, MAX_JSON_INTEGER_DIGITS, MAX_VALUE_NESTING
 
 __all__ = ["Profile", "door_problem", "id_problem", "loads", "printable", "problem", "shown_id", "text"]
 

@@ -21,14 +21,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.diagnostics import Diagnostic, Severity
-from gateway.errors import PolicyLoadError
-from gateway.fileset import Fingerprint, Moved, Settler, display_path, fingerprint, read_stamped, swapped_whole
-from gateway.limits import DEFAULT_SETTLE_SECONDS, MAX_POLICY_FILE_BYTES, POLICY_START_ATTEMPTS
-from gateway.manifest import verify_manifest
+from gateway.core.diagnostics import Diagnostic, Severity
+from gateway.core.errors import PolicyLoadError
+from gateway.core.limits import DEFAULT_SETTLE_SECONDS, MAX_POLICY_FILE_BYTES, POLICY_START_ATTEMPTS
 from gateway.policy.load import check_policies
 from gateway.policy.policyset import PolicySet
-from gateway.reload_diff import diff_sets
+from gateway.reload.diff import diff_sets
+from gateway.reload.fileset import Fingerprint, Moved, Settler, display_path, fingerprint, read_stamped, swapped_whole
+from gateway.reload.manifest import verify_manifest
 from gateway.store.sqlite import now_rfc3339
 
 __all__ = ["RELOAD_EVENT", "PolicyHolder"]

@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 from yaml.constructor import SafeConstructor
 
-from gateway.diagnostics import Diagnostic
-from gateway.limits import MAX_YAML_DEPTH, MAX_YAML_NODES
+from gateway.core.diagnostics import Diagnostic
+from gateway.core.limits import MAX_YAML_DEPTH, MAX_YAML_NODES
 
 __all__ = ["Located", "Position", "YamlDocument", "load_yaml"]
 

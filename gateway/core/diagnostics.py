@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from gateway.limits import MAX_POLICY_FILE_BYTES, MAX_SNIPPET_CHARS
+from gateway.core.limits import MAX_POLICY_FILE_BYTES, MAX_SNIPPET_CHARS
 
 __all__ = ["Diagnostic", "Severity", "SourceLines", "render"]
 

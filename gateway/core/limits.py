@@ -103,7 +103,7 @@ AUDIT_BOUND_DEPTH = 3
 # Permissions of a newly created audit file: it holds call arguments, so only the gateway's user.
 AUDIT_FILE_MODE = 0o600
 
-# Values at the edges (gateway/values.py). Arguments and results nest at most this many levels:
+# Values at the edges (gateway/core/values.py). Arguments and results nest at most this many levels:
 # plenty for real tool schemas, and it keeps every walker (redaction, rewrites, both CEL engines,
 # JSON encoders) well inside Python's stack. Integers have at most this many digits: Python's own
 # cap is 4,300, and the work of parsing one grows with the square of its length.

@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from gateway.diagnostics import Diagnostic
-from gateway.sourcemap import Path, YamlDocument
+from gateway.core.diagnostics import Diagnostic
+from gateway.core.sourcemap import Path, YamlDocument
 
 __all__ = ["validate_document"]
 

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from gateway.config.load import resolve_secret
-from gateway.config.model import AuthSpec
-from gateway.errors import AmbiguousCredentials, CredentialError
+from gateway.core.errors import AmbiguousCredentials, CredentialError
 from gateway.policy.call import Principal
 
 __all__ = ["Authenticator", "Identity", "hash_key", "presented_key"]
@@ -39,14 +36,11 @@ class Identity:
 class Authenticator:
     """Maps a request's credentials to an identity, or None."""
 
-    def __init__(self, spec: AuthSpec, base: Path) -> None:
-        self._keys: list[tuple[bytes, Identity]] = []
-        for key in spec.api_keys:
-            digest = key.sha256.lower() if key.sha256 else hash_key(resolve_secret(key.key, base))  # type: ignore[arg-type]
-            principal = Principal(key.principal.id, tuple(key.principal.groups), dict(key.principal.claims))
-            self._keys.append((bytes.fromhex(digest), Identity(principal, key.approver, key.admin, key.metrics)))
-        anon = spec.anonymous
-        self._anonymous = Identity(Principal(anon.id, tuple(anon.groups), dict(anon.claims))) if anon else None
+    def __init__(self, keys: Sequence[tuple[str, Identity]], anonymous: Identity | None = None) -> None:
+        """``keys``: (SHA-256 hex digest of the key, its identity); ``anonymous``: who a request without a
+        credential is, or None to refuse it."""
+        self._keys = [(bytes.fromhex(digest.lower()), identity) for digest, identity in keys]
+        self._anonymous = anonymous
 
     def identify(self, headers: Iterable[tuple[bytes, bytes]]) -> Identity | None:
         """The caller's identity from raw request headers; the anonymous one if enabled and no credential

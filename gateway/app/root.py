@@ -16,14 +16,21 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.types import Scope
 
+from gateway.app.credentials import build_authenticator, build_notifier
 from gateway.approvals.service import ApprovalService
 from gateway.approvals.store import ApprovalStore
-from gateway.approvals.webhooks import WebhookNotifier
-from gateway.auth import Authenticator
+from gateway.auth.keys import Authenticator
 from gateway.config.load import LoadedConfig, resolve_secret
 from gateway.config.model import UpstreamSpec
-from gateway.diagnostics import Diagnostic
-from gateway.errors import ConfigError, StoreUnavailable
+from gateway.core.diagnostics import Diagnostic
+from gateway.core.errors import ConfigError, StoreUnavailable
+from gateway.core.limits import (
+    BODY_OVERHEAD_BYTES,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_SETTLE_SECONDS,
+    LEASE_RENEWALS,
+    SETTLE_POLLS,
+)
 from gateway.frontends.approvals_api import approval_routes
 from gateway.frontends.approvals_page import approvals_page_routes
 from gateway.frontends.chat import chat_routes
@@ -32,28 +39,21 @@ from gateway.frontends.http_errors import json_http_errors
 from gateway.frontends.http_protocol import edge_protocol
 from gateway.frontends.identity import RequireIdentity
 from gateway.frontends.mcp import McpFrontend
+from gateway.frontends.metrics_api import METRICS_PATH, metrics_routes
 from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.rest import rest_routes
 from gateway.frontends.sessions_api import session_admin_routes
 from gateway.frontends.shares import ConnectionShares, Shares
-from gateway.limits import (
-    BODY_OVERHEAD_BYTES,
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_SETTLE_SECONDS,
-    LEASE_RENEWALS,
-    SETTLE_POLLS,
-)
 from gateway.models import ModelProxy, ModelRoute
 from gateway.models.upstream import ModelUpstream
 from gateway.observe import CallObserver, Metrics
-from gateway.observe.endpoint import METRICS_PATH, metrics_routes
 from gateway.observe.metrics import counting_reloads
 from gateway.observe.tracing import build_tracing
 from gateway.pipeline import Gateway
 from gateway.pipeline.audit import AuditLog, Redactor
 from gateway.pipeline.principal_limits import PrincipalLimits
 from gateway.policy.model import parse_duration
-from gateway.reload import PolicyHolder
+from gateway.reload.holder import PolicyHolder
 from gateway.store.sql import SqlStore
 from gateway.store.sqlite import SqliteStore
 from gateway.upstreams.base import Upstream, UpstreamTool
@@ -165,8 +165,7 @@ def build_gateway(config: LoadedConfig) -> Gateway:
                             on_reload=audit.write if metrics is None else counting_reloads(audit.write, metrics))
     store = build_store(config)
     page = f"{public_url(config)}/approvals"
-    notifier = WebhookNotifier.from_specs(spec.approvals.webhooks, config.base, page) \
-        if spec.approvals.webhooks else None
+    notifier = build_notifier(config, page) if spec.approvals.webhooks else None
     lease = parse_duration(spec.store.lease)
     def audited(event: dict[str, Any]) -> None:  # approval events carry the revision too (a mixed fleet shows)
         audit.write({"revision": policies.current.revision, **event})
@@ -222,7 +221,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     """The ASGI app: /mcp, /v1/*, /healthz, /readyz, with upstreams supervised and policies watched in its lifespan."""
     edge = _edge_middleware(config)  # first: a config the edge refuses starts nothing
     gateway = gateway or build_gateway(config)
-    auth = Authenticator(config.spec.auth, config.base)
+    auth = build_authenticator(config)
     mcp = McpFrontend(gateway, max_sessions_per_principal=config.spec.limits.max_sessions_per_principal,
                       task_timeout=parse_duration(config.spec.limits.task_timeout),
                       fast_path=config.spec.mcp.fast_path)

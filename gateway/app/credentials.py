@@ -1,0 +1,42 @@
+"""The parts of the composition root that read secrets: API keys and webhook signing keys.
+
+Secrets are read once, when the gateway is built, and handed to components as plain values; a missing
+one fails the start with the config path that names it.
+"""
+
+from __future__ import annotations
+
+from gateway.approvals.webhooks import Webhook, WebhookNotifier, signing_key
+from gateway.auth.keys import Authenticator, Identity, hash_key
+from gateway.config.load import LoadedConfig, resolve_secret
+from gateway.config.model import PrincipalSpec
+from gateway.policy.call import Principal
+
+__all__ = ["build_authenticator", "build_notifier"]
+
+
+def build_authenticator(config: LoadedConfig) -> Authenticator:
+    """The API keys of the config (hashed here: a key read from env or file is never kept) and its anonymous
+    principal, if any."""
+    spec = config.spec.auth
+
+    def principal(p: PrincipalSpec) -> Principal:
+        return Principal(p.id, tuple(p.groups), dict(p.claims))
+
+    keys = [(key.sha256 or hash_key(resolve_secret(key.key, config.base)),  # type: ignore[arg-type]
+             Identity(principal(key.principal), key.approver, key.admin, key.metrics)) for key in spec.api_keys]
+    return Authenticator(keys, Identity(principal(spec.anonymous)) if spec.anonymous else None)
+
+
+def build_notifier(config: LoadedConfig, page_url: str) -> WebhookNotifier:
+    """A notifier for the config's ``approvals.webhooks``; secrets are read now, failing loudly."""
+    webhooks = []
+    for i, spec in enumerate(config.spec.approvals.webhooks):
+        try:
+            secret = None if spec.secret is None else resolve_secret(spec.secret, config.base)
+            if secret is not None:
+                signing_key(secret)
+        except ValueError as exc:
+            raise ValueError(f"approvals.webhooks[{i}].secret ({spec.url}): {exc}") from None
+        webhooks.append(Webhook(spec.url, secret, spec.events))
+    return WebhookNotifier(webhooks, page_url)

@@ -1,0 +1,1 @@
+"""Who is calling: credentials to a principal (docs/gateway.md, "Authentication")."""
