@@ -22,6 +22,7 @@ their minute buckets are written behind like session rows.
 from __future__ import annotations
 
 import sqlite3
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -107,7 +108,7 @@ class SqliteStore(SqlStore):
         def connect() -> Db:
             db = sqlite3.connect(target, check_same_thread=False, isolation_level=None, uri=uri,
                                  timeout=busy_timeout)
-            db.execute("PRAGMA journal_mode=WAL")
+            _wal(db, busy_timeout)
             db.execute("PRAGMA synchronous=NORMAL")
             return SqliteDb(db)
 
@@ -124,3 +125,18 @@ class SqliteStore(SqlStore):
         except sqlite3.Error:  # not readable now: the principal starts afresh, as with no such row
             return None
         return None if row is None else tuple(row)
+
+
+def _wal(db: sqlite3.Connection, busy_timeout: float) -> None:
+    """Put a connection's database in WAL mode. Switching a new file to WAL needs its exclusive lock and
+    SQLite's busy handler does not wait for it, so processes (or threads) opening a fresh file at once get
+    "database is locked": ask again until the busy timeout has passed, as the busy handler would."""
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)

@@ -25,18 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import yaml
 
 # approval_support lives beside the gateway tests; it is a plain module imported by name.
 sys.path.insert(0, str(Path(__file__).parent.parent / "gateway"))
 
-from approval_support import PUBLIC_URL, CountingUpstream, api_keys, auth_header
+from approval_support import CountingUpstream, auth_header, serve_gateway
 from drivers import DRIVERS, AgentRun
 from fake_model import FakeModel
-from loopback import serve_app
-
-from gateway.app import build_app
-from gateway.config.load import load_config
 
 __all__ = ["RUN_SECONDS", "STEP_SECONDS", "CountingUpstream", "Stage"]
 
@@ -60,16 +55,8 @@ class Stage:
 
     async def start(self, policy_text: str, **config: Any) -> str:
         """A gateway in front of the upstream with this policy; returns its base URL."""
-        root = self.root / f"gw-{len(list(self.root.glob('gw-*')))}"
-        (root / "policies").mkdir(parents=True)
-        (root / "policies" / "agents.yaml").write_text(policy_text, encoding="utf-8")
-        spec = {"policies": ["policies"], "store": {"sqlite": "data/gateway.sqlite3"},
-                "audit": {"file": "data/audit.jsonl"}, "auth": {"api_keys": api_keys()},
-                "approvals": {"public_url": PUBLIC_URL},
-                "upstreams": [{"name": "ops", "mcp": {"url": f"{self.upstream.url}/mcp"}}], **config}
-        (root / "gateway.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
-        app = build_app(load_config(root / "gateway.yaml"))
-        self.url = await self.stack.enter_async_context(serve_app(app, startup=STEP_SECONDS, grace=1))
+        self.url = await serve_gateway(self.root, self.upstream, self.stack, policy_text, startup=STEP_SECONDS,
+                                       **config)
         return self.url
 
     def headers(self, who: str = "alice", run_id: str | None = None) -> dict[str, str]:

@@ -23,19 +23,14 @@ from typing import Any
 
 import httpx2
 import mcp_types as types
-import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 # approval_support and thirdparty are plain modules beside the other tests, imported by name.
 sys.path.insert(0, str(Path(__file__).parent.parent / "gateway"))
 
-from approval_support import PUBLIC_URL, CountingUpstream, api_keys, auth_header
-from loopback import serve_app
+from approval_support import CountingUpstream, auth_header, serve_gateway
 from thirdparty import inspector_cli
-
-from gateway.app import build_app
-from gateway.config.load import load_config
 
 __all__ = ["E2E", "STEP_SECONDS", "Answer", "CountingUpstream"]
 
@@ -77,16 +72,8 @@ class E2E:
 
     async def start(self, policy_text: str, **config: Any) -> str:
         """A gateway in front of the upstream with this policy; returns its base URL."""
-        root = self.root / f"gw-{len(list(self.root.glob('gw-*')))}"
-        (root / "policies").mkdir(parents=True)
-        (root / "policies" / "e2e.yaml").write_text(policy_text, encoding="utf-8")
-        spec = {"policies": ["policies"], "store": {"sqlite": "data/gateway.sqlite3"},
-                "audit": {"file": "data/audit.jsonl"}, "auth": {"api_keys": api_keys()},
-                "approvals": {"public_url": PUBLIC_URL},
-                "upstreams": [{"name": "ops", "mcp": {"url": f"{self.upstream.url}/mcp"}}], **config}
-        (root / "gateway.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
-        app = build_app(load_config(root / "gateway.yaml"))
-        self.url = await self.stack.enter_async_context(serve_app(app, startup=STEP_SECONDS, grace=1))
+        self.url = await serve_gateway(self.root, self.upstream, self.stack, policy_text, startup=STEP_SECONDS,
+                                       **config)
         return self.url
 
     # the clients

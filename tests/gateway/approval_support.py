@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx2
 import mcp_types as types
+import yaml
 from loopback import serve_app
 from mcp import Client, MCPError
 from mcp.client.session import ElicitationFnT
@@ -34,7 +35,9 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from gateway.app import build_app
 from gateway.auth.keys import hash_key
+from gateway.config.load import load_config
 
 Json = dict[str, Any]
 
@@ -318,3 +321,19 @@ async def finished(task: asyncio.Task[Any]) -> Any:
 def text_of(result: types.CallToolResult) -> str:
     """The text blocks of an MCP result, joined."""
     return "\n".join(b.text for b in result.content if isinstance(b, types.TextContent))
+
+
+async def serve_gateway(root: Path, upstream: CountingUpstream, stack: contextlib.AsyncExitStack, policy_text: str,
+                        *, startup: float, **config: Any) -> str:
+    """A gateway (its own folder under ``root``) in front of ``upstream`` with this policy and the people's keys,
+    served on loopback until ``stack`` closes; returns its base URL. ``config`` adds or replaces top-level keys."""
+    folder = root / f"gw-{len(list(root.glob('gw-*')))}"
+    (folder / "policies").mkdir(parents=True)
+    (folder / "policies" / "policy.yaml").write_text(policy_text, encoding="utf-8")
+    spec = {"policies": ["policies"], "store": {"sqlite": "data/gateway.sqlite3"},
+            "audit": {"file": "data/audit.jsonl"}, "auth": {"api_keys": api_keys()},
+            "approvals": {"public_url": PUBLIC_URL},
+            "upstreams": [{"name": "ops", "mcp": {"url": f"{upstream.url}/mcp"}}], **config}
+    (folder / "gateway.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    app = build_app(load_config(folder / "gateway.yaml"))
+    return await stack.enter_async_context(serve_app(app, startup=startup, grace=1))
