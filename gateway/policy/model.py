@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from gateway.core.strict import StrictModel as _Strict
 from gateway.policy.decision import Action, Mode, OnError, Stage
 
 __all__ = [
@@ -50,10 +51,6 @@ def duration_text(seconds: float) -> str:
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
     return "".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_enum_values=False)
 
 
 class RuleDefaults(_Strict):
