@@ -37,7 +37,7 @@ class LimitsSpec(StrictModel):
     call_timeout: str | int | float = "30s"
     task_timeout: str | int | float = "10m"  # how long a call the client made a task may run (docs/gateway.md "Tasks")
     max_argument_bytes: int = Field(1_000_000, gt=0)
-    max_response_bytes: int = Field(MAX_RESPONSE_BYTES, gt=0)  # per upstream response (see gateway/core/limits.py)
+    max_response_bytes: int = Field(MAX_RESPONSE_BYTES, gt=0)  # per upstream response (see core/limits/upstreams.py)
     max_sessions_per_principal: int = Field(DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, ge=1)  # open MCP sessions
     per_principal: PerPrincipalLimitsSpec = Field(default_factory=PerPrincipalLimitsSpec)
 
