@@ -37,7 +37,7 @@ from gateway.core.limits import (
     UPSTREAM_TASK_POLL_SECONDS,
     UPSTREAM_TASK_TTL_MS,
 )
-from gateway.upstreams.mcp_eras import is_modern
+from gateway.upstreams.mcp.eras import is_modern
 
 __all__ = ["TASKS_EXTENSION", "TasksExtension", "call_as_task", "execution_at", "needs_task"]
 
