@@ -210,7 +210,7 @@ def _request_body(resolver: Resolver, op: dict[str, Any], name: str, label: str,
     if shape is None:
         return _Body({BODY: schema}, [BODY] if body.get("required") is True else [], wrapped=True)
     # An optional body whose schema requires fields still tells the agent what a useful body holds.
-    return shape._replace(form=json_type is None)
+    return _Body(shape.properties, shape.required, shape.additional, form=json_type is None)
 
 
 def _mapping(value: Any) -> dict[str, Any]:
