@@ -92,7 +92,7 @@ class McpUpstreamSpec(StrictModel):
     timeout: str | int | float = "30s"
     # The gateway's variables a stdio server also gets (it starts from a minimal environment).
     env_passthrough: list[Annotated[str, Field(pattern=ENV_NAME_PATTERN)]] = Field(default_factory=list)
-    # The MCP era spoken to this server (gateway/upstreams/mcp_eras.py): "auto" is the handshake when the
+    # The MCP era spoken to this server (gateway/upstreams/mcp/eras.py): "auto" is the handshake when the
     # server offers it, else 2026-07-28; "newest" the reverse; "legacy" or "2026-07-28" only that one.
     protocol: Literal["auto", "newest", "legacy", "2026-07-28"] = "auto"
     client_requests: ClientRequestsSpec = Field(default_factory=ClientRequestsSpec)
@@ -100,7 +100,7 @@ class McpUpstreamSpec(StrictModel):
     # requests: they are listed to, and run for, only clients that declared the capabilities (docs/gateway.md).
     tools_need_client: dict[str, list[Literal["sampling", "elicitation", "roots"]]] = Field(default_factory=dict)
     # Over HTTP, a tools/call whose caller can be sent nothing but its result is one POST on a kept-alive
-    # connection instead of a trip through the SDK's client (gateway/upstreams/mcp_lean.py). A troubleshooting
+    # connection instead of a trip through the SDK's client (gateway/upstreams/mcp/lean.py). A troubleshooting
     # switch: false sends every call through the SDK's client.
     fast_calls: bool = True
 

@@ -1,4 +1,4 @@
-"""The lean tools/call path to a streamable-HTTP MCP upstream (gateway/upstreams/mcp_lean.py, ``mcp.fast_calls``).
+"""The lean tools/call path to a streamable-HTTP MCP upstream (gateway/upstreams/mcp/lean.py, ``mcp.fast_calls``).
 
 Two gateways in front of one SDK server over streamable HTTP on loopback, one with ``fast_calls: true`` (the
 default) and one with ``false`` (every call through the SDK's client), answer the same calls the same way:
@@ -341,7 +341,7 @@ async def test_lean_calls_speak_the_sessions_era_on_one_kept_alive_connection(
     assert up.lean_calls - taken == 20
     calls = seen.calls()[-20:]
     assert len(seen.posts) - before == 20  # nothing but the calls: no re-listing, no extra requests
-    assert all(str(i).startswith("gateway-") for i in seen.ids[-20:])  # sent by mcp_lean.py, not the SDK
+    assert all(str(i).startswith("gateway-") for i in seen.ids[-20:])  # sent by upstreams/mcp/lean.py, not the SDK
     assert {version for _, _, version, _ in calls} == {era}
     assert len({port for _, port, _, _ in calls}) == 1, "sequential lean calls should share one connection"
     sessions = {session for _, _, _, session in calls}

@@ -27,12 +27,12 @@ from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, resol
 from gateway.upstreams.client_requests import ClientRequestRouter, ClientRequestRules
 from gateway.upstreams.environment import child_environment
 from gateway.upstreams.http_transport import lean_transport
-from gateway.upstreams.items import expose_links
 from gateway.upstreams.keepalive import DrainOnClose
-from gateway.upstreams.mcp_eras import connect, follow_tool_changes, is_modern
-from gateway.upstreams.mcp_lean import LeanCalls, SessionSeen
-from gateway.upstreams.mcp_resources import McpItems
-from gateway.upstreams.mcp_tasks import TasksExtension, call_as_task, execution_at, needs_task
+from gateway.upstreams.links import expose_links
+from gateway.upstreams.mcp.eras import connect, follow_tool_changes, is_modern
+from gateway.upstreams.mcp.lean import LeanCalls, SessionSeen
+from gateway.upstreams.mcp.resources import McpItems
+from gateway.upstreams.mcp.tasks import TasksExtension, call_as_task, execution_at, needs_task
 
 __all__ = ["McpUpstream"]
 
@@ -54,7 +54,7 @@ class McpUpstream:
                  protocol: str = "auto", client_requests: ClientRequestRules | None = None,
                  fast_calls: bool = True) -> None:
         self.name = name
-        self.protocol = protocol  # which MCP era to speak (mcp_eras.PROTOCOLS)
+        self.protocol = protocol  # which MCP era to speak (eras.PROTOCOLS)
         # Sampling, elicitation and roots requests, and log messages, go to the client of the call in flight.
         self._router = ClientRequestRouter(name, client_requests or ClientRequestRules())
         self.max_response_bytes = max_response_bytes
@@ -66,7 +66,7 @@ class McpUpstream:
                                             env=child_environment(env or {}, env_passthrough),
                                             cwd=cwd) if command else None
         self._client: Client | None = None
-        # Over HTTP, a call whose caller can be sent nothing but its result skips the SDK's client (mcp_lean.py).
+        # Over HTTP, a call whose caller can be sent nothing but its result skips the SDK's client (lean.py).
         self.fast_calls = fast_calls
         self.lean: LeanCalls | None = None
         self.lean_calls = 0  # calls sent on the lean path, over every connection (tests and diagnostics read it)
@@ -202,7 +202,7 @@ class McpUpstream:
         try:
             with self._router.running():
                 async with asyncio.timeout(timeout):
-                    if self._task_only(tool):  # a task-only tool: the gateway drives the upstream task (mcp_tasks.py)
+                    if self._task_only(tool):  # a task-only tool: the gateway drives the upstream task (tasks.py)
                         result = await call_as_task(client.session, tool, arguments, timeout)
                     else:
                         result = await self._call_tool(client, tool, arguments, progress)
@@ -227,7 +227,7 @@ class McpUpstream:
 
     async def _call_tool(self, client: Client, tool: str, arguments: dict[str, Any],
                          progress: ToolProgress | None) -> types.CallToolResult:
-        """The lean path (mcp_lean.py) when the call qualifies and the upstream runs it there, else the SDK's."""
+        """The lean path (lean.py) when the call qualifies and the upstream runs it there, else the SDK's."""
         lean = self.lean
         if progress is None and lean is not None and lean.client is client and lean.takes(self._execution(tool)):
             self.lean_calls += 1

@@ -37,7 +37,8 @@ from gateway.core.limits import (
     UPSTREAM_TASK_POLL_SECONDS,
     UPSTREAM_TASK_TTL_MS,
 )
-from gateway.upstreams.mcp_eras import is_modern
+from gateway.upstreams.mcp._sdk import session_hooks
+from gateway.upstreams.mcp.eras import is_modern
 
 __all__ = ["TASKS_EXTENSION", "TasksExtension", "call_as_task", "execution_at", "needs_task"]
 
@@ -53,10 +54,11 @@ def needs_task(execution: dict[str, Any] | None) -> bool:
 
 
 async def _request(session: ClientSession, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+    hooks = session_hooks(session)
     data: dict[str, Any] = {"method": method, "params": params}
     opts: CallOptions = {"timeout": timeout}
-    session._stamp(data, opts)  # the session's per-era envelope (protocol version header, _meta)
-    return await session._dispatcher.send_raw_request(method, data.get("params"), opts)
+    hooks.stamp(data, opts)  # the session's per-era envelope (protocol version header, _meta)
+    return await hooks.send_raw_request(method, data.get("params"), opts)
 
 
 async def call_as_task(session: ClientSession, tool: str, arguments: dict[str, Any],

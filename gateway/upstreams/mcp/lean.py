@@ -19,10 +19,11 @@ finishes it. Failures are the SDK's: the same JSON-RPC error codes and messages 
 bodies and broken streams. A call the upstream did not run (a redirect, or at 2026-07-28 a header mismatch,
 which the SDK's client answers by listing the tools again) is handed back (``None``) for the SDK's path.
 
-To be the SDK's behaviour and not a copy of it, this module calls into the SDK client's session (mcp 2.x:
-``_otel``, ``_stamp``, ``_on_request``, ``_on_notify``, ``_call_tool_adapter``, ``validate_tool_result``) and client
-(``_drive_input_required``, ``_folded_extensions``); tests/gateway/test_lean_upstream.py runs the same calls
-both ways, so an SDK that changes them fails there.
+To be the SDK's behaviour and not a copy of it, this module calls into the SDK client's session (its envelope,
+its handlers, its ``tools/call`` parsing, ``validate_tool_result``) and client (its input-required driver, its
+extensions' claims). What of that is private to the SDK is reached through ``_sdk.py`` only, read once per
+connection; tests/upstreams/mcp/test_sdk.py pins it, and tests/gateway/test_lean_upstream.py runs the same calls
+both ways.
 
 Stateless 2026-07-28 calls on a handshake-era session are not made, though a server may offer both: a tool
 that announces a tool-list change during a stateless call announces it only on ``subscriptions/listen``
@@ -43,17 +44,25 @@ from typing import Any, cast
 import httpx2
 import mcp_types as types
 from mcp import Client, MCPError
-from mcp.client.extension import ClaimContext
-from mcp.client.session import _clamp_inbound_ttl, _later_revision_fields
+from mcp.client.extension import ClaimContext, ResultClaim
 from mcp.client.streamable_http import DEFAULT_RECONNECTION_DELAY_MS, MAX_RECONNECTION_ATTEMPTS
-from mcp.shared._otel import inject_trace_context, otel_span
-from mcp_types import methods as _methods
+from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry.trace import SpanKind, StatusCode
 from pydantic import ValidationError
 
 from gateway.upstreams.client_requests import ClientRequestRouter
 from gateway.upstreams.keepalive import DrainOnClose
+from gateway.upstreams.mcp._sdk import (
+    answer_request,
+    clamp_inbound_ttl,
+    deliver_notification,
+    drive_input_required,
+    inject_trace_context,
+    later_revision_fields,
+    otel_span,
+    session_hooks,
+)
 
 __all__ = ["LeanCalls", "SessionSeen"]
 
@@ -93,19 +102,14 @@ class _Stream:
     sse: bool = True  # whether the latest response was an event stream
 
 
-@dataclass(frozen=True, slots=True)
-class _Context:
-    """What the SDK's request handler reads of its dispatch context: the id of the request it answers."""
-
-    request_id: types.RequestId
-
-
 class LeanCalls:
     """One connection's lean ``tools/call`` path (made with the SDK client it shares the session of)."""
 
     def __init__(self, url: str, http: httpx2.AsyncClient, client: Client, seen: SessionSeen,
                  router: ClientRequestRouter, max_event_size: int) -> None:
         self.client = client
+        self._hooks = session_hooks(client.session)  # the SDK session's private hooks, read once (_sdk.py)
+        self._claims = claims_by_model(client)
         self._url = httpx2.URL(url)  # parsed once: httpx2 parses a str on every request
         self._http = http
         self._seen = seen
@@ -124,11 +128,10 @@ class LeanCalls:
     async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult | None:
         """The tool's result, as ``Client.call_tool`` gives it; None when the upstream did not run the call
         (for the SDK's path). Raises what the SDK's path raises."""
-        session = self.client.session
         params: dict[str, Any] = {"name": tool, "arguments": arguments}
         data: dict[str, Any] = {"method": _METHOD, "params": params}
         opts: dict[str, Any] = {}
-        session._stamp(data, cast(Any, opts))  # the SDK's own per-request headers and _meta for this era
+        self._hooks.stamp(data, cast(Any, opts))  # the SDK's own per-request headers and _meta for this era
         request_id = f"gateway-{next(self._ids)}"
         headers = self._headers(opts.get("headers"))
         # The SDK's dispatcher sends each request in a client span and carries the trace context in _meta.
@@ -257,7 +260,7 @@ class LeanCalls:
                 if isinstance(message, types.JSONRPCRequest):
                     await self._answer(message)
                 elif isinstance(message, types.JSONRPCNotification):
-                    await self.client.session._on_notify(cast(Any, None), message.method, message.params)
+                    await deliver_notification(self._hooks, message.method, message.params)
                 else:
                     return _outcome(message)
         except httpx2.SSEError as exc:
@@ -272,8 +275,7 @@ class LeanCalls:
         """Answer the upstream's request (sampling, elicitation, roots, ping) through the SDK session's handler."""
         reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request.id}
         try:
-            reply["result"] = await self.client.session._on_request(
-                cast(Any, _Context(request.id)), request.method, request.params)
+            reply["result"] = await answer_request(self._hooks, request.id, request.method, request.params)
         except MCPError as exc:
             reply["error"] = exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)
         except Exception as exc:
@@ -305,15 +307,15 @@ class LeanCalls:
     async def _finish(self, tool: str, arguments: dict[str, Any], raw: dict[str, Any]) -> types.CallToolResult:
         """``raw`` checked and typed as ``ClientSession.call_tool`` does, and finished as ``Client.call_tool``."""
         session = self.client.session
-        _clamp_inbound_ttl(raw)
+        clamp_inbound_ttl(raw)
         version = self.client.protocol_version or "2025-11-25"
         try:
-            _methods.validate_server_result(_METHOD, version, raw)
+            methods.validate_server_result(_METHOD, version, raw)
         except KeyError:
             pass
-        if not (foreign := _later_revision_fields(_METHOD, version)).isdisjoint(raw):
+        if not (foreign := later_revision_fields(_METHOD, version)).isdisjoint(raw):
             raw = {key: value for key, value in raw.items() if key not in foreign}
-        result = session._call_tool_adapter.validate_python(raw, by_name=False)
+        result = self._hooks.call_tool_adapter.validate_python(raw, by_name=False)
         if isinstance(result, types.CallToolResult):
             if not result.is_error:
                 await session.validate_tool_result(tool, result)
@@ -323,15 +325,21 @@ class LeanCalls:
             return await session.call_tool(tool, arguments, input_responses=responses, request_state=state,
                                            allow_input_required=True, allow_claimed=True)
 
-        final = await self.client._drive_input_required(result, retry)
+        final = await drive_input_required(self.client, result, retry)
         if isinstance(final, types.CallToolResult):
             return final
-        claim = self.client._folded_extensions.by_model[type(final)]
+        claim = self._claims[type(final)]  # only claimed shapes reach here, as in Client.call_tool
         done: types.CallToolResult = await claim.resolve(
             final, ClaimContext(session=session, tool_name=tool, read_timeout_seconds=None))
         if not done.is_error:
             await session.validate_tool_result(tool, done)
         return done
+
+
+def claims_by_model(client: Client) -> dict[type[types.Result], ResultClaim[Any]]:
+    """The client's extensions' result claims by the model each parses into (how ``Client.call_tool`` finds the
+    claim that finishes a claimed result)."""
+    return {claim.model: claim for extension in client.extensions or () for claim in extension.claims()}
 
 
 def _encode(message: dict[str, Any]) -> bytes:

@@ -11,7 +11,7 @@
   only tools that return ``InputRequiredResult`` can ask there).
 - ``newest``: 2026-07-28 when the server answers ``server/discover``, else the handshake (the SDK's
   ``mode="auto"``). What 2026-07-28 carries is relayed: task support from the server's tasks extension
-  (``mcp_tasks.py``), the server's ``InputRequiredResult`` questions (the SDK's client answers them
+  (``tasks.py``), the server's ``InputRequiredResult`` questions (the SDK's client answers them
   through the gateway's callbacks inside the call, so they reach exactly that call's client), and the
   caller's log level sent with each call.
 - ``legacy`` or ``2026-07-28``: that era only.
