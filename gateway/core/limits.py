@@ -27,7 +27,7 @@ REDACTED = "[REDACTED]"
 MAX_CACHED_SESSIONS = 10_000
 
 # Calls of 2026-07-28 clients waiting for the client's answers to an upstream's question (gateway/frontends/
-# mcp_round_trips.py); past this, the oldest can no longer be resumed and waits out its call timeout.
+# frontends/mcp/round_trips.py); past this, the oldest can no longer be resumed and waits out its call timeout.
 MAX_PENDING_ROUND_TRIPS = 10_000
 
 # The longest text of an upstream failure kept in the audit log.

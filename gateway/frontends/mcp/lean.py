@@ -77,8 +77,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.frontends.mcp_json import _replay, quiet_call_message
-from gateway.frontends.mcp_tasks import TASKS_EXTENSION
+from gateway.frontends.mcp.quiet import _replay, quiet_call_message
+from gateway.frontends.mcp.tasks import TASKS_EXTENSION
 from gateway.upstreams.client_requests import ClientRequestKind
 
 if TYPE_CHECKING:
@@ -318,7 +318,7 @@ class LeanCalls:
             return None
         extensions = capabilities.get("extensions")
         if extensions is not None and (not isinstance(extensions, dict) or TASKS_EXTENSION in extensions):
-            return None  # a task-aware client: the tasks middleware may answer with a task (mcp_tasks.py)
+            return None  # a task-aware client: the tasks middleware may answer with a task (tasks.py)
         if await _mcp_param_rejection(self.frontend.server, request, envelope, verdict, None) is not None:
             return None
         typed = _typed_params(verdict.protocol_version, params)

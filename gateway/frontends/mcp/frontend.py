@@ -31,16 +31,16 @@ from gateway.core.limits import (
     TOOL_LIST_TTL_MS,
 )
 from gateway.frontends.identity import identity_of
-from gateway.frontends.mcp_client_channel import LogLevels, McpClientChannel, covers
-from gateway.frontends.mcp_fast import LeanCalls
-from gateway.frontends.mcp_input import InputRound, input_round
-from gateway.frontends.mcp_input_schema import CallerScope, input_schema_lookup
-from gateway.frontends.mcp_json import QuietCalls, answers_in_json, quiet_client
-from gateway.frontends.mcp_listen import SessionViews, ToolListeners
-from gateway.frontends.mcp_resources import McpItemHandlers, item_views
-from gateway.frontends.mcp_round_trips import InputRequired, RoundTrips
-from gateway.frontends.mcp_sessions import CappedSessions, SessionCap
-from gateway.frontends.mcp_tasks import McpTasks, listed_execution, offers_tasks, with_tasks
+from gateway.frontends.mcp.client_channel import LogLevels, McpClientChannel, covers
+from gateway.frontends.mcp.input import InputRound, input_round
+from gateway.frontends.mcp.input_schema import CallerScope, input_schema_lookup
+from gateway.frontends.mcp.lean import LeanCalls
+from gateway.frontends.mcp.listen import SessionViews, ToolListeners
+from gateway.frontends.mcp.quiet import QuietCalls, answers_in_json, quiet_client
+from gateway.frontends.mcp.resources import McpItemHandlers, item_views
+from gateway.frontends.mcp.round_trips import InputRequired, RoundTrips
+from gateway.frontends.mcp.sessions import CappedSessions, SessionCap
+from gateway.frontends.mcp.tasks import McpTasks, listed_execution, offers_tasks, with_tasks
 from gateway.observe.tracing import client_traceparent
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.items import ItemGate
@@ -97,10 +97,10 @@ class McpFrontend:
         self.round_trips = RoundTrips()  # upstreams' questions to 2026-07-28 clients, asked through InputRequiredResult
         self.sessions = CappedSessions(self.server, max_sessions_per_principal)
         sdk_path = QuietCalls(SessionCap(StreamableHTTPASGIApp(self.sessions), self.sessions), self._quiet_session)
-        # Qualifying tools/calls answered without the SDK's server machinery (mcp_fast.py); off: all go to the SDK.
+        # Qualifying tools/calls answered without the SDK's server machinery (lean.py); off: all go to the SDK.
         self.lean = LeanCalls(sdk_path, self) if fast_path else None
         self.endpoint = CallerScope(self.lean or sdk_path)
-        self.tasks = McpTasks(self, timeout=task_timeout)  # tools/call as a task, tasks/* (mcp_tasks.py)
+        self.tasks = McpTasks(self, timeout=task_timeout)  # tools/call as a task, tasks/* (tasks.py)
         # MCP session id → its latest request's ServerSession. The SDK builds a ServerSession per
         # request, so a weak reference dies with the request; a kept one can still notify over the
         # connection's standalone stream after its request ended.
@@ -138,8 +138,8 @@ class McpFrontend:
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
         request = await self.call_request(ctx, params)
-        # 2026-07-28 clients: an approval asked of the end user (mcp_input.py) and an upstream's questions
-        # (mcp_round_trips.py) both come back as input-required results; the latter carry a requestState.
+        # 2026-07-28 clients: an approval asked of the end user (input.py) and an upstream's questions
+        # (round_trips.py) both come back as input-required results; the latter carry a requestState.
         asking = input_round(ctx, params)
         run = self.gateway.call if asking is None else _asking(asking, self.gateway)
         return await self.answer(request, self.round_trips.call(run, request, ctx, params,
@@ -223,7 +223,7 @@ class McpFrontend:
         return frozenset() if answers_in_json(_http(ctx).scope) else self.log_levels.allowed(ctx, meta)
 
     def _quiet_session(self, session_id: str) -> bool:
-        """Whether nothing but results can go on this handshake-era session's tools/call streams (mcp_json.py)."""
+        """Whether nothing but results can go on this handshake-era session's tools/call streams (quiet.py)."""
         session = self._peers.get(session_id)
         return session is not None and quiet_client(session) and not self.log_levels.set_for(session_id)
 

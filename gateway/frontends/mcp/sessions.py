@@ -22,7 +22,7 @@ from mcp_types import INVALID_REQUEST
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.frontends.mcp_json import JsonTransport
+from gateway.frontends.mcp.quiet import JsonTransport
 
 __all__ = ["CappedSessions", "SessionCap"]
 
@@ -47,7 +47,7 @@ class CappedSessions(StreamableHTTPSessionManager):
             return None
         transport = super()._admit_session(requestor)
         if transport is not None:
-            transport.__class__ = JsonTransport  # JSON or SSE chosen per request (mcp_json.py)
+            transport.__class__ = JsonTransport  # JSON or SSE chosen per request (quiet.py)
         return transport
 
 
