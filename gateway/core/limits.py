@@ -400,7 +400,7 @@ STORE_READY_TIMEOUT_SECONDS = 2.0
 WORKER_QUICK_DEATH_SECONDS = 30.0
 WORKER_CRASH_LOOP_LIMIT = 5
 
-# issue 18 (d) -- shares of connections and held calls (gateway/frontends/shares.py) ------------------
+# issue 18 (d) -- shares of connections and held calls (gateway/frontends/http/shares.py) ------------------
 
 # One key's share of the connections when `http.max_connections_per_principal` is not set: this
 # fraction of `http.max_connections` (64 of the default 512), so one key, or a few, cannot take them all.
