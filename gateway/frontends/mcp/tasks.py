@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mcp_types as types
 from mcp import MCPError
@@ -44,13 +44,11 @@ from gateway.core.limits import (
     TASK_POLL_INTERVAL_MS,
 )
 from gateway.frontends.identity import identity_of
-
-if TYPE_CHECKING:
-    from gateway.frontends.mcp.calls import ToolCalls
-    from gateway.pipeline import CallRequest
+from gateway.frontends.mcp.calls import ToolCalls
+from gateway.pipeline import CallRequest
 
 # The pipeline's request for a tools/call the SDK dispatched (``McpFrontend.call_request``).
-CallRequestOf = Callable[[ServerRequestContext[Any, Any], types.CallToolRequestParams], Awaitable["CallRequest"]]
+CallRequestOf = Callable[[ServerRequestContext[Any, Any], types.CallToolRequestParams], Awaitable[CallRequest]]
 
 __all__ = ["TASKS_EXTENSION", "McpTasks", "listed_execution", "offers_tasks", "with_tasks"]
 
