@@ -34,16 +34,16 @@ from gateway.core.limits import (
 from gateway.frontends.approvals_api import approval_routes
 from gateway.frontends.approvals_page import approvals_page_routes
 from gateway.frontends.chat import chat_routes
-from gateway.frontends.edge import LOOPBACK_NAMES, BodyLimit, HostOriginGuard, HostRules, JsonOnly, is_loopback
-from gateway.frontends.http_errors import json_http_errors
-from gateway.frontends.http_protocol import edge_protocol
+from gateway.frontends.http.edge import LOOPBACK_NAMES, BodyLimit, HostOriginGuard, HostRules, JsonOnly, is_loopback
+from gateway.frontends.http.errors import json_http_errors
+from gateway.frontends.http.protocol import edge_protocol
+from gateway.frontends.http.shares import ConnectionShares, Shares
 from gateway.frontends.identity import RequireIdentity
 from gateway.frontends.mcp import McpFrontend
 from gateway.frontends.metrics_api import METRICS_PATH, metrics_routes
 from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.rest import rest_routes
 from gateway.frontends.sessions_api import session_admin_routes
-from gateway.frontends.shares import ConnectionShares, Shares
 from gateway.models import ModelProxy, ModelRoute
 from gateway.models.upstream import ModelUpstream
 from gateway.observe import CallObserver, Metrics

@@ -172,7 +172,7 @@ async def test_sampling_with_tools_needs_the_clients_sampling_tools_capability(g
 async def test_a_url_elicitation_needs_the_url_capability(gateway: Any, connect_mcp: Any) -> None:
     """Sub-capabilities count: a client that declared only form elicitation is not sent a url one."""
     # Checked through the channel's declares(), which the router consults before asking.
-    from gateway.frontends.mcp_client_channel import McpClientChannel
+    from gateway.frontends.mcp.client_channel import McpClientChannel
 
     class Session:
         can_send_request = True

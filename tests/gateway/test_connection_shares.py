@@ -1,4 +1,4 @@
-"""Shares of connections and held calls (issue 18 item 4, gateway/frontends/shares.py), on loopback.
+"""Shares of connections and held calls (issue 18 item 4, gateway/frontends/http/shares.py), on loopback.
 
 Two keys, each within its own limits, could fill every connection of the gateway, and then every other
 key got 503. Here keys exhaust their shares with the three things that hold a connection (calls held

@@ -13,7 +13,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from raw_mcp import RawMcp
 from thirdparty import server_everything
 
-from gateway.frontends.mcp_resources import REFUSED
+from gateway.frontends.mcp.resources import REFUSED
 
 MODES = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 

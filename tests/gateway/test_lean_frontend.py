@@ -1,4 +1,4 @@
-"""The lean tools/call path (issue 12, gateway/frontends/mcp_fast.py): qualifying calls are answered without
+"""The lean tools/call path (issue 12, gateway/frontends/mcp/lean.py): qualifying calls are answered without
 the SDK's server machinery, with the answers the SDK path gives.
 
 Two gateways side by side, the same config but for ``mcp.fast_path``: the frontend's ``lean.taken`` counter

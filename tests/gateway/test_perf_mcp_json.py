@@ -1,5 +1,5 @@
 """Handshake-era tools/calls answered as one JSON body when nothing else can go on their stream
-(issue 12, gateway/frontends/mcp_json.py), and on an SSE stream whenever something could: a
+(issue 12, gateway/frontends/mcp/quiet.py), and on an SSE stream whenever something could: a
 progress token, a log level set on the session, a client that declared elicitation, sampling or roots.
 """
 

@@ -18,7 +18,7 @@ import pytest
 from mcp import MCPError
 from raw_mcp import RawMcp
 
-from gateway.frontends.mcp_resources import REFUSED
+from gateway.frontends.mcp.resources import REFUSED
 
 SERVER = Path(__file__).parent / "files_mcp_server.py"
 

@@ -16,7 +16,7 @@ import mcp_types as types
 import pytest
 from mcp import MCPError
 
-from gateway.frontends.mcp_resources import REFUSED
+from gateway.frontends.mcp.resources import REFUSED
 from gateway.pipeline.items import NOT_RECORDED
 
 pytestmark = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])

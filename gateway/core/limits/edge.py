@@ -1,7 +1,7 @@
 """Limits of the agent side: connections and requests, calls and their values, MCP sessions and tasks, the audit log."""
 
-# Calls of 2026-07-28 clients waiting for the client's answers to an upstream's question (gateway/frontends/
-# mcp_round_trips.py); past this, the oldest can no longer be resumed and waits out its call timeout.
+# Calls of 2026-07-28 clients waiting for the client's answers to an upstream's question (gateway/
+# frontends/mcp/round_trips.py); past this, the oldest can no longer be resumed and waits out its call timeout.
 MAX_PENDING_ROUND_TRIPS = 10_000
 
 # The longest text of an upstream failure kept in the audit log.
@@ -114,7 +114,7 @@ TASK_POLL_INTERVAL_MS = 500
 # time, and a task otherwise (a held call, a long-running or task-only tool).
 TASK_GRACE_SECONDS = 1.0
 
-# --- shares of connections and held calls (gateway/frontends/shares.py) ---
+# --- shares of connections and held calls (gateway/frontends/http/shares.py) ---
 
 # One key's share of the connections when `http.max_connections_per_principal` is not set: this
 # fraction of `http.max_connections` (64 of the default 512), so one key, or a few, cannot take them all.

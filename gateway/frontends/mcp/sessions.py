@@ -7,8 +7,8 @@ open gets a 429 for the next one, until it closes one (HTTP DELETE) or one is cl
 other principals still get sessions. Refusing is chosen over closing the principal's oldest
 session, because that session may be an agent at work.
 
-The cap reads and extends two private members of the SDK's manager (``_session_owners`` and
-``_admit_session``); tests/gateway/test_sessions_principal.py fails if an SDK release moves them.
+The cap reads the SDK manager's session owners and hooks its admission of a new session, both through
+``_sdk.SessionManager`` (tests/frontends/mcp/test_sdk.py pins them).
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ from typing import Any
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, AuthorizationContext, authorization_context
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp_types import INVALID_REQUEST
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.frontends.mcp_json import JsonTransport
+from gateway.frontends.mcp._sdk import SessionManager
+from gateway.frontends.mcp.quiet import JsonTransport
 
 __all__ = ["CappedSessions", "SessionCap"]
 
 
-class CappedSessions(StreamableHTTPSessionManager):
+class CappedSessions(SessionManager):
     """The SDK's session manager, opening at most ``max_per_principal`` sessions per principal."""
 
     def __init__(self, app: Any, max_per_principal: int) -> None:
@@ -38,17 +38,16 @@ class CappedSessions(StreamableHTTPSessionManager):
         """Whether this principal already has its most sessions open."""
         if owner is None:
             return False
-        return sum(1 for o in self._session_owners.values() if o == owner) >= self.max_per_principal
+        return sum(1 for o in self.owners() if o == owner) >= self.max_per_principal
 
-    def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
-        # Under the SDK's session-creation lock, so concurrent opens cannot overshoot the cap
-        # (the SDK answers this None with 503; ``SessionCap`` answers the usual case first, with 429).
-        if self.full(requestor):
-            return None
-        transport = super()._admit_session(requestor)
-        if transport is not None:
-            transport.__class__ = JsonTransport  # JSON or SSE chosen per request (mcp_json.py)
-        return transport
+    def admits(self, requestor: AuthorizationContext | None) -> bool:
+        """Not past the cap: under the SDK's session-creation lock, so concurrent opens cannot overshoot it
+        (the SDK answers a refusal here with 503; ``SessionCap`` answers the usual case first, with 429)."""
+        return not self.full(requestor)
+
+    def admitted(self, transport: StreamableHTTPServerTransport) -> None:
+        """Each session's transport answers in JSON or SSE, chosen per request (quiet.py)."""
+        transport.__class__ = JsonTransport
 
 
 class SessionCap:

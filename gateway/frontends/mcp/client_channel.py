@@ -7,6 +7,7 @@ a 2026-07-28 client asks per request in ``_meta`` (``io.modelcontextprotocol/log
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from typing import Any, get_args
 
@@ -18,9 +19,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from gateway.core.limits import MAX_CACHED_SESSIONS
+from gateway.pipeline.request import Progress
+from gateway.upstreams.base import ToolProgress
 from gateway.upstreams.client_requests import ClientRequestKind
 
-__all__ = ["LogLevels", "McpClientChannel", "covers", "request_of"]
+__all__ = ["SILENT", "LogLevels", "McpClientChannel", "covers", "elicitation", "progress", "request_of"]
+
+log = logging.getLogger("gateway.frontends.mcp")
 
 _LEVELS: tuple[str, ...] = get_args(types.LoggingLevel)  # least to most severe
 
@@ -90,6 +95,78 @@ class McpClientChannel:
             return
         await self._ctx.session.send_notification(types.LoggingMessageNotification(params=params),
                                                   related_request_id=self._ctx.request_id)
+
+
+class _Silent:
+    """The client of a lean call (lean.py): it declared nothing it can be asked, and gets no log messages."""
+
+    def declares(self, kind: ClientRequestKind, params: Any) -> bool:
+        return False
+
+    def reachable(self) -> bool:
+        return False
+
+    async def ask(self, kind: ClientRequestKind, params: Any) -> BaseModel:
+        raise RuntimeError("a lean call's client cannot be asked")  # never: it declares nothing
+
+    def log_level(self) -> types.LoggingLevel | None:
+        return None
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        return None
+
+
+SILENT = _Silent()
+
+_ELICIT = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+_APPROVE_SCHEMA = {"type": "object", "properties": {"approve": {"type": "boolean", "title": "Approve this call?",
+                                                                "default": True}}}
+
+
+def elicitation(ctx: ServerRequestContext[Any, Any]) -> Any:
+    """Ask the end user through their client, when it declared elicitation (else None); None answer = cannot ask."""
+    try:
+        if not ctx.session.check_client_capability(_ELICIT):
+            return None
+    except Exception as exc:  # e.g. a client in the stateless protocol era: no way to ask
+        log.info("elicitation not possible: %s", exc)
+        return None
+
+    async def ask(message: str) -> bool | None:
+        try:
+            result = await ctx.session.elicit_form(message=message, requested_schema=_APPROVE_SCHEMA,
+                                                   related_request_id=ctx.request_id)
+        except Exception as exc:  # e.g. a client in the stateless protocol era: fall back to the page
+            log.info("elicitation not possible: %s", exc)
+            return None
+        if result.action == "cancel":
+            return None  # dismissed without an answer: the call waits for an approver instead
+        if result.action != "accept":
+            return False
+        return bool((result.content or {}).get("approve", True))
+
+    return ask
+
+
+def progress(ctx: ServerRequestContext[Any, Any], meta: dict[str, Any]) -> tuple[Progress | None, ToolProgress | None]:
+    """The call's approval keep-alives and the relay of its upstream's progress, when the client gave a token."""
+    if meta.get("progress_token") is None and meta.get("progressToken") is None:
+        return None, None
+    counter = {"n": 0}
+
+    async def report(message: str) -> None:
+        counter["n"] += 1
+        await ctx.session.report_progress(counter["n"], None, message)
+
+    async def relay(progress: float, total: float | None, message: str | None) -> None:
+        # Shifted past the keep-alives sent while the call was held: a token's progress must only increase.
+        base = counter["n"]
+        try:
+            await ctx.session.report_progress(base + progress, None if total is None else base + total, message)
+        except Exception as exc:  # the client went away: the call itself goes on
+            log.info("progress not relayed: %s", exc)
+
+    return report, relay
 
 
 def covers(caps: types.ClientCapabilities | None, kind: ClientRequestKind, params: Any) -> bool:

@@ -24,7 +24,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
 from gateway.core.limits import MAX_PENDING_ROUND_TRIPS
-from gateway.frontends.mcp_client_channel import McpClientChannel, request_of
+from gateway.frontends.mcp.client_channel import McpClientChannel, request_of
 from gateway.pipeline.request import CallOutcome, CallRequest
 from gateway.upstreams.client_requests import ClientRequestKind
 

@@ -17,7 +17,7 @@ connections. Nor does a request without a body to an open route (/healthz, /read
 page), whoever sends it: it too is answered at once, so probes and the page are never refused here.
 
 Past a share the answer is 429 (the key's own share) or 503 (the pool), with Retry-After.
-The TCP cap in gateway/frontends/http_protocol.py stays as the backstop: the slots here add up to it,
+The TCP cap in gateway/frontends/http/protocol.py stays as the backstop: the slots here add up to it,
 so a connection past it finds an idle one to replace, as long as requests are answered when refused.
 """
 

@@ -16,7 +16,8 @@ request as JSON there unless it emits something within its deferral window.
 
 How: the SDK reads ``is_json_response_enabled`` on the session's transport while it takes a POST
 in, in that request's own task; ``JsonTransport`` makes it a property answering from a context
-variable that ``QuietCalls`` sets for a qualifying request. The transport's message router, a task
+variable that ``in_json`` sets for a request the frontend chose to answer so
+(``McpFrontend.__call__``). The transport's message router, a task
 of its own, reads the default (False), so a message related to a JSON request is not dropped but
 queued for it; the call itself is told (``answers_in_json``) so that it sends none: it relays no
 log messages even if the session sets a level meanwhile.
@@ -25,25 +26,20 @@ log messages even if the session sets a level meanwhile.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
-from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp.server.streamable_http import StreamableHTTPServerTransport
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["JsonTransport", "QuietCalls", "answers_in_json", "quiet_call_message", "quiet_client"]
+__all__ = ["JsonTransport", "answers_in_json", "in_json", "quiet_body", "quiet_call_message", "quiet_client", "replay"]
 
 _JSON_KEY = "gateway.mcp_json"
 _json: ContextVar[bool] = ContextVar("gateway_mcp_json", default=False)
-_SESSION_HEADER = MCP_SESSION_ID_HEADER.lower().encode()
-_VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode()
 
 
 class JsonTransport(StreamableHTTPServerTransport):
-    """The SDK's session transport, answering in JSON exactly the requests ``QuietCalls`` chose."""
+    """The SDK's session transport, answering in JSON exactly the requests ``in_json`` serves."""
 
     @property  # type: ignore[override]
     def is_json_response_enabled(self) -> bool:
@@ -68,51 +64,28 @@ def quiet_client(session: Any) -> bool:
     return caps.elicitation is None and caps.sampling is None and caps.roots is None
 
 
-class QuietCalls:
-    """ASGI middleware before the MCP endpoint: marks the tools/calls that are answered as JSON."""
-
-    def __init__(self, app: ASGIApp, quiet_session: Callable[[str], bool]) -> None:
-        self.app = app
-        self.quiet_session = quiet_session  # session id → nothing but the result can go on its calls' streams
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        session_id = _session_id(scope) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if session_id is None or not self.quiet_session(session_id):
-            await self.app(scope, receive, send)
-            return
-        first = await receive()
-        replay = _replay(first, receive)
-        if first["type"] != "http.request" or first.get("more_body") or not _quiet_call(first.get("body", b"")):
-            await self.app(scope, replay, send)
-            return
-        scope[_JSON_KEY] = True
-        token = _json.set(True)
-        try:
-            await self.app(scope, replay, send)
-        finally:
-            _json.reset(token)
+async def in_json(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """Serve a request chosen for a JSON answer (``quiet_body``, on a session ``quiet_client``) with ``app``,
+    the SDK's endpoint: its session transport (``JsonTransport``) answers it as one JSON body."""
+    scope[_JSON_KEY] = True
+    token = _json.set(True)
+    try:
+        await app(scope, receive, send)
+    finally:
+        _json.reset(token)
 
 
-def _session_id(scope: Scope) -> str | None:
-    """The handshake-era session a request names; None for none, or for a request in a later era."""
-    headers = {name.lower(): value.decode("latin-1") for name, value in scope["headers"]}
-    version = headers.get(_VERSION_HEADER)
-    if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
-        return None  # the SDK serves it statelessly, whatever session id it carries
-    return headers.get(_SESSION_HEADER)
-
-
-def _replay(first: Message, receive: Receive) -> Receive:
+def replay(first: Message, receive: Receive) -> Receive:
     """``receive`` with the message already read handed out again first (the edge sends a body in one)."""
     pending = [first]
 
-    async def replay() -> Message:
+    async def replayed() -> Message:
         return pending.pop() if pending else await receive()
 
-    return replay
+    return replayed
 
 
-def _quiet_call(body: bytes) -> bool:
+def quiet_body(body: bytes) -> bool:
     """A single tools/call without a task or a progress token."""
     try:
         message = json.loads(body)

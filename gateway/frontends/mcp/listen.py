@@ -45,7 +45,7 @@ from gateway.policy.call import Principal
 
 __all__ = ["SessionViews", "ToolListeners"]
 
-log = logging.getLogger("gateway.frontends.mcp_listen")
+log = logging.getLogger("gateway.frontends.mcp.listen")
 
 # What a principal's tool list is, for telling whether it changed: the exposed tools it sees, by
 # identity (the registry keeps a tool's object while its definition is unchanged).

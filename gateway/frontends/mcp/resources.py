@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import mcp_types as types
@@ -38,8 +38,8 @@ REFUSED = -32003
 class McpItemHandlers:
     """Registers the resources/* and prompts/* handlers on the SDK server and relays resource updates."""
 
-    def __init__(self, gate: ItemGate, peers: MutableMapping[str, Any]) -> None:
-        """``peers``: the frontend's MCP session id → session, told when the lists change."""
+    def __init__(self, gate: ItemGate, peers: Callable[[], Iterable[Any]]) -> None:
+        """``peers``: the handshake-era sessions known now, told when the lists change."""
         self.gate = gate
         self._peers = peers
         # gateway URI → MCP session id → that session (the latest request's), for resources/updated.
@@ -115,7 +115,7 @@ class McpItemHandlers:
             self._spawn(self._notify(uri, session_id, session))
 
     def _changed(self) -> None:
-        for session in list(self._peers.values()):
+        for session in self._peers():
             self._spawn(_list_changed(session))
 
     def _spawn(self, coro: Any) -> None:

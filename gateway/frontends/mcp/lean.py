@@ -3,10 +3,11 @@
 Through the SDK a tools/call crosses a session transport (memory streams, a message router, a writer task),
 the JSON-RPC dispatcher (a task per request, cancel scopes) and the server runner; in the 2026-07-28 era a
 task group, a memory stream and two tasks per request. For a call that can carry nothing but its result,
-``LeanCalls`` (ASGI middleware where ``QuietCalls`` sits, after auth) parses the request once, builds the
-pipeline's ``CallRequest`` with the frontend's own ``build_call_request``, runs ``Gateway.call``, shapes the
-result with ``McpFrontend.answer``/``tool_result`` and the SDK's own result serialiser, and writes the one
-``application/json`` response the SDK would have written, byte for byte.
+``LeanCalls`` is the strategy the frontend (``McpFrontend.__call__``, the one door of /mcp) chooses for it:
+it builds the pipeline's ``CallRequest`` with the same ``ToolCalls`` as the SDK's handler, runs
+``Gateway.call``, shapes the result with ``ToolCalls.answer`` and the SDK's own result serialiser, and writes
+the one ``application/json`` response the SDK would have written, byte for byte. It never calls the SDK's
+endpoint: whatever it does not take, the frontend gives to the SDK.
 
 A request qualifies only when every check the SDK would make first passes, using the SDK's own functions
 (Accept, Content-Type, body size, JSON-RPC envelope, params validation, and for 2026-07-28 the routing
@@ -14,7 +15,7 @@ headers, the ``_meta`` envelope and the ``Mcp-Param-*`` headers); anything else,
 goes on to the SDK path unchanged, so every refusal is the SDK's own. It must also be a call that cannot
 emit anything before its result:
 
-- handshake era (``Mcp-Session-Id``): what ``QuietCalls`` requires (a session this gateway knows, whose
+- handshake era (``Mcp-Session-Id``): what a JSON answer requires (quiet.py) (a session this gateway knows, whose
   client declared none of elicitation, sampling and roots, without a log level; no task, no progress
   token), and the session open, owned by the caller's principal, not idled out;
 - 2026-07-28 (``MCP-Protocol-Version: 2026-07-28``, stateless): a single tools/call without a task, a
@@ -22,9 +23,9 @@ emit anything before its result:
   capabilities declare none of elicitation, sampling and roots nor the tasks extension, and a principal that
   could open a session.
 
-The SDK server's middleware must be what this path accounts for: the tasks middleware (which passes such calls
-on) and the SDK's own OpenTelemetry span, a no-op without a process-wide tracer provider (with one, or with
-any other middleware, every call goes to the SDK).
+The SDK server's middleware must be what this path accounts for (the frontend checks): the tasks middleware
+(which passes such calls on) and the SDK's own OpenTelemetry span, a no-op without a process-wide tracer
+provider (with one, or with any other middleware, every call goes to the SDK).
 
 The SDK's behaviour around the call is kept: a handshake-era call holds its session's idle countdown and is
 cancelled by the client's ``notifications/cancelled`` (answered "Request cancelled" as the SDK does) or by the
@@ -35,84 +36,40 @@ deferral window is answered on an SSE stream with keep-alive pings, as the SDK w
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import anyio
 import mcp_types as types
-import pydantic_core
-
-# The SDK's modern entry's own pieces: its Mcp-Param-* check, its JSON and SSE writers, and (read per call, as
-# the SDK reads it) its deferral window: a handler that runs that long without a result is answered on an SSE
-# stream, with pings.
-from mcp.server import _streamable_http_modern as sdk_modern
-from mcp.server._otel import OpenTelemetryMiddleware
-from mcp.server._streamable_http_modern import _SSE_HEADERS, _mcp_param_rejection, _sse_event, _write
+from mcp.server import Server
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, AuthorizationContext, authorization_context
-from mcp.server.connection import Connection
-from mcp.server.runner import ServerRunner, modern_error_data
-from mcp.server.streamable_http import (
-    MCP_SESSION_ID_HEADER,
-    StreamableHTTPServerTransport,
-    check_accept_headers,
-)
+from mcp.server.runner import modern_error_data
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport, check_accept_headers
 from mcp.shared.dispatcher import coerce_request_id
-from mcp.shared.inbound import (
-    MCP_PROTOCOL_VERSION_HEADER,
-    InboundModernRoute,
-    classify_inbound_request,
-    find_duplicated_routing_header,
-)
+from mcp.shared.inbound import InboundModernRoute, classify_inbound_request, find_duplicated_routing_header
 from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params, handler_exception_to_error_data
 from mcp_types import methods as _methods
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION
-from opentelemetry import trace
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
-from gateway.frontends.mcp_json import _replay, quiet_call_message
-from gateway.frontends.mcp_tasks import TASKS_EXTENSION
-from gateway.upstreams.client_requests import ClientRequestKind
+from gateway.frontends.mcp import _sdk
+from gateway.frontends.mcp.calls import ToolCalls
+from gateway.frontends.mcp.client_channel import SILENT
+from gateway.frontends.mcp.peers import Peers
+from gateway.frontends.mcp.quiet import quiet_call_message
+from gateway.frontends.mcp.sessions import CappedSessions
+from gateway.frontends.mcp.tasks import TASKS_EXTENSION
 
-if TYPE_CHECKING:
-    from gateway.frontends.mcp import McpFrontend
-
-__all__ = ["LeanCalls"]
+__all__ = ["LeanCalls", "decode"]
 
 log = logging.getLogger("gateway.frontends.mcp")
 
 _ASKING = ("elicitation", "sampling", "roots")  # what a client can be asked mid-call: such clients go to the SDK
 _REQUEST_CANCELLED = -32800  # the handshake-era answer to a request the client cancelled (streamable_http.py)
 _PING = b": ping\r\n\r\n"
-
-
-class _Silent:
-    """The client of a lean call: it declared nothing it can be asked, and gets no log messages."""
-
-    def declares(self, kind: ClientRequestKind, params: Any) -> bool:
-        return False
-
-    def reachable(self) -> bool:
-        return False
-
-    async def ask(self, kind: ClientRequestKind, params: Any) -> BaseModel:
-        raise RuntimeError("a lean call's client cannot be asked")  # never: it declares nothing
-
-    def log_level(self) -> types.LoggingLevel | None:
-        return None
-
-    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
-        return None
-
-
-_SILENT = _Silent()
 
 
 @dataclass(slots=True)
@@ -134,70 +91,29 @@ class _Call:
 
 
 class LeanCalls:
-    """ASGI middleware before the SDK path: answers qualifying tools/calls itself; ``taken`` counts them."""
+    """The lean strategy: qualifies a tools/call and answers it; ``taken`` counts the calls it answered."""
 
-    def __init__(self, app: ASGIApp, frontend: McpFrontend) -> None:
-        self.app = app
-        self.frontend = frontend
+    def __init__(self, server: Server[Any], sessions: CappedSessions, peers: Peers, calls: ToolCalls) -> None:
         self.taken = 0  # tools/calls answered here (tests read it: a silent fallback to the SDK would show)
+        self._server = server
+        self._sessions = sessions
+        self._peers = peers
+        self._calls = calls
         # The SDK's own result shaping (cache hints, the per-version sieve, 2026-07-28's resultType and serverInfo).
-        self._runner = ServerRunner(frontend.server, Connection.from_envelope(LATEST_MODERN_VERSION, None, None), None)
+        self._serialize = _sdk.result_serializer(server)
         self._running: dict[str, dict[types.RequestId, _Call]] = {}  # handshake-era calls in flight, per session
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "DELETE" and self._running:
-            await self._pass_delete(scope, receive, send)
-            return
-        if scope["type"] != "http" or scope["method"] != "POST" or not self._known_middleware():
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
-        modern = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
-        session_id = None if modern else request.headers.get(MCP_SESSION_ID_HEADER)
-        if not modern and session_id is None:
-            await self.app(scope, receive, send)  # opens a session (or is refused): the SDK's
-            return
-        first = await receive()
-        replay = _replay(first, receive)
-        body = first.get("body", b"")
-        if first["type"] != "http.request" or first.get("more_body") or not self._small(request, body):
-            await self.app(scope, replay, send)
-            return
-        if modern:
-            call = await self._modern_call(scope, request, body)
-            if call is None:
-                await self.app(scope, replay, send)
-                return
-            self.taken += 1
-            await self._serve_modern(call, scope, receive, send)
-            return
-        assert session_id is not None
-        transport = self._quiet_transport(scope, session_id)
-        if transport is None and not self._running.get(session_id):
-            await self.app(scope, replay, send)  # not a session whose calls can be answered here: no need to parse
-            return
-        message = _decode(body, pydantic_core.from_json)
-        call = None if transport is None else self._handshake_call(request, session_id, transport, message)
-        if call is None:
-            if self._running.get(session_id) and isinstance(message, dict) and "id" not in message:
-                await self._pass_notification(message, session_id, scope, replay, send)
-                return
-            await self.app(scope, replay, send)
-            return
-        self.taken += 1
-        await self._serve_handshake(call, scope, receive, send)
+    def busy(self) -> bool:
+        """Whether any handshake-era call is in flight here."""
+        return bool(self._running)
 
-    def _known_middleware(self) -> bool:
-        """Whether the SDK server's middleware is what this path accounts for: the SDK's OpenTelemetry span, off
-        (no process-wide tracer provider), and the tasks middleware, which passes the calls qualifying here on."""
-        tasks = self.frontend.tasks._middleware
-        return all(m == tasks or (isinstance(m, OpenTelemetryMiddleware) and _sdk_spans_off())
-                   for m in self.frontend.server.middleware)
+    def running_in(self, session_id: str) -> bool:
+        """Whether a call of this handshake-era session is in flight here."""
+        return bool(self._running.get(session_id))
 
-    def _small(self, request: Request, body: bytes) -> bool:
+    def small(self, request: Request, body: bytes) -> bool:
         """Whether the SDK's body limit lets the request through (else it answers 413 itself)."""
-        limit = self.frontend.sessions.max_request_body_size
+        limit = self._sessions.max_request_body_size
         declared = request.headers.get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             return False
@@ -205,24 +121,23 @@ class LeanCalls:
 
     # --- the handshake era ---------------------------------------------------------------------------------
 
-    def _quiet_transport(self, scope: Scope, session_id: str) -> StreamableHTTPServerTransport | None:
-        """The session's transport when it is open, the caller's, and its calls are answered as JSON; else None."""
-        sessions = self.frontend.sessions
-        transport = sessions._server_instances.get(session_id)
+    def open_transport(self, scope: Scope, session_id: str) -> StreamableHTTPServerTransport | None:
+        """The session's transport when it is open and the caller's (the SDK would take the request); else None."""
+        transport = self._sessions.transport(session_id)
         if transport is None or transport.is_terminated:
             return None
         if transport.idle_scope is not None and transport.idle_scope.cancel_called:
             return None  # the SDK answers that it ended
-        if _requestor(scope) != sessions._session_owners.get(session_id):
+        if _requestor(scope) != self._sessions.owner(session_id):
             return None  # the SDK answers "Session not found"
-        return transport if self.frontend._quiet_session(session_id) else None
+        return transport
 
-    def _handshake_call(self, request: Request, session_id: str, transport: StreamableHTTPServerTransport,
-                        message: Any) -> _Call | None:
-        """The call when the SDK's transport would take it and answer it as JSON (``QuietCalls``), else None."""
+    def handshake_call(self, request: Request, session_id: str, transport: StreamableHTTPServerTransport,
+                       message: Any) -> _Call | None:
+        """The call when the SDK's transport would take it and answer it as JSON (quiet.py), else None."""
         if not quiet_call_message(message) or not _json_post(request) or not check_accept_headers(request)[0]:
             return None
-        peer = self.frontend.peer(session_id)
+        peer = self._peers.get(session_id)
         version = getattr(peer, "protocol_version", None)
         if not isinstance(version, str):
             return None
@@ -238,13 +153,15 @@ class LeanCalls:
         return _Call(request.scope, request, envelope.id, params, dict(params.meta or {}), version,
                      client_params=peer.client_params, session_id=session_id, peer=peer, transport=transport)
 
-    async def _serve_handshake(self, call: _Call, scope: Scope, receive: Receive, send: Send) -> None:
+    async def serve_handshake(self, call: _Call, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer a handshake-era call as the SDK's transport answers it in JSON mode."""
         assert call.transport is not None and call.session_id is not None
+        self.taken += 1
         running = self._running.setdefault(call.session_id, {})
         key = coerce_request_id(call.id)
         running[key] = call
         try:
-            with _holding(call.transport):
+            with _sdk.holding(call.transport):
                 message = await self._run(call, legacy=True)
         finally:
             if running.get(key) is call:
@@ -259,18 +176,9 @@ class LeanCalls:
                                 headers={"Content-Type": "application/json", MCP_SESSION_ID_HEADER: call.session_id})
         await response(scope, receive, send)
 
-    async def _pass_notification(self, message: dict[str, Any], session_id: str, scope: Scope, receive: Receive,
-                                 send: Send) -> None:
-        """A notification in a session with lean calls in flight: the SDK takes it; a cancel it accepted stops one."""
-        status: list[int] = []
-
-        async def watch(sent: Message) -> None:
-            if sent["type"] == "http.response.start":
-                status.append(sent["status"])
-            await send(sent)
-
-        await self.app(scope, receive, watch)
-        if status != [202] or message.get("method") != "notifications/cancelled":
+    def notified(self, session_id: str, message: dict[str, Any]) -> None:
+        """A notification the SDK accepted (202) in a session with calls in flight here: a cancel stops one."""
+        if message.get("method") != "notifications/cancelled":
             return
         target = cancelled_request_id_from_params(message.get("params"))
         call = self._running.get(session_id, {}).get(coerce_request_id(target)) if target is not None else None
@@ -278,25 +186,23 @@ class LeanCalls:
             call.cancelled = True
             call.task.cancel()
 
-    async def _pass_delete(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A DELETE goes to the SDK; when it ended a session, that session's lean calls end as its handlers do."""
-        await self.app(scope, receive, send)
-        session_id = Request(scope).headers.get(MCP_SESSION_ID_HEADER)
+    def session_ended(self, session_id: str | None) -> None:
+        """After a DELETE the SDK served: when it ended the session, its calls here end as its handlers do."""
         for call in list(self._running.get(session_id or "", {}).values()):
             if call.transport is not None and call.transport.is_terminated and call.task is not None:
                 call.task.cancel()
 
     # --- 2026-07-28 ----------------------------------------------------------------------------------------
 
-    async def _modern_call(self, scope: Scope, request: Request, body: bytes) -> _Call | None:
+    async def modern_call(self, scope: Scope, request: Request, body: bytes) -> _Call | None:
         """The call when the SDK's 2026-07-28 entry would dispatch it and nothing can come before its result."""
         owner = _requestor(scope)
-        if owner is not None and self.frontend.sessions.full(owner):
+        if owner is not None and self._sessions.full(owner):
             return None  # ``SessionCap`` answers it (429)
         has_json, has_sse = check_accept_headers(request)
         if not (has_json and has_sse) or not _json_post(request):
             return None
-        message = _decode(body, json.loads)
+        message = decode(body, json.loads)
         if not isinstance(message, dict) or "id" not in message or message.get("method") != "tools/call":
             return None
         try:
@@ -304,48 +210,42 @@ class LeanCalls:
         except ValidationError:
             return None
         params = envelope.params or {}
-        meta = params.get("_meta")
-        if any(k in params for k in ("task", "inputResponses", "requestState")) or not isinstance(meta, dict) or any(
-                k in meta for k in ("progressToken", "progress_token", types.LOG_LEVEL_META_KEY)):
+        if not _plain_params(params):
             return None
         if find_duplicated_routing_header(request.headers.items()) is not None:
             return None
         verdict = classify_inbound_request(message, headers=dict(request.headers))
-        if not isinstance(verdict, InboundModernRoute):
+        if not isinstance(verdict, InboundModernRoute) or not _plain_client(verdict.client_capabilities):
             return None
-        capabilities = verdict.client_capabilities
-        if not isinstance(capabilities, dict) or any(k in capabilities for k in _ASKING):
-            return None
-        extensions = capabilities.get("extensions")
-        if extensions is not None and (not isinstance(extensions, dict) or TASKS_EXTENSION in extensions):
-            return None  # a task-aware client: the tasks middleware may answer with a task (mcp_tasks.py)
-        if await _mcp_param_rejection(self.frontend.server, request, envelope, verdict, None) is not None:
+        if await _sdk.param_rejection(self._server, request, envelope, verdict) is not None:
             return None
         typed = _typed_params(verdict.protocol_version, params)
         if typed is None:
             return None
         return _Call(scope, request, envelope.id, typed, dict(typed.meta or {}), verdict.protocol_version)
 
-    async def _serve_modern(self, call: _Call, scope: Scope, receive: Receive, send: Send) -> None:
+    async def serve_modern(self, call: _Call, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer as the SDK's modern entry does: JSON within its deferral window, else SSE with pings."""
+        self.taken += 1
         task = asyncio.ensure_future(self._run(call, legacy=False))
         gone = asyncio.ensure_future(_disconnect(receive))
         try:
             streaming = False
             while True:
-                done, _ = await asyncio.wait({task, gone}, timeout=sdk_modern._SSE_PING_INTERVAL,
+                done, _ = await asyncio.wait({task, gone}, timeout=_sdk.sse_ping_interval(),
                                              return_when=asyncio.FIRST_COMPLETED)
                 if task in done:
                     message = task.result()
                     if streaming:
-                        await send({"type": "http.response.body", "body": _sse_event(message), "more_body": False})
+                        await send({"type": "http.response.body", "body": _sdk.sse_event(message),
+                                    "more_body": False})
                     else:
-                        await _write(message, scope, receive, send)
+                        await _sdk.write_answer(message, scope, receive, send)
                     return
                 if gone in done:
                     return  # the client left: the call is cancelled, nothing is sent
                 if not streaming:
-                    await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+                    await send({"type": "http.response.start", "status": 200, "headers": _sdk.SSE_HEADERS})
                     streaming = True
                 await send({"type": "http.response.body", "body": _PING, "more_body": True})
         finally:
@@ -372,15 +272,14 @@ class LeanCalls:
         return await self._answer(call, legacy=False)
 
     async def _answer(self, call: _Call, *, legacy: bool) -> types.JSONRPCResponse | types.JSONRPCError:
-        frontend = self.frontend
+        calls = self._calls
         try:
             if call.session_id is not None:
-                frontend.remember_session(call.session_id, call.peer, call.scope)
-            request = await frontend.build_call_request(
-                call.scope, call.request.headers, call.params, call.meta,
-                client_params=call.client_params, client=_SILENT)
-            result = await frontend.answer(request, frontend.gateway.call(request))
-            dumped = self._runner._serialize("tools/call", call.version, result)
+                self._peers.remember(call.session_id, call.peer, call.scope)
+            request = await calls.build(call.scope, call.request.headers, call.params, call.meta,
+                                        client_params=call.client_params, client=SILENT)
+            result = await calls.answer(request, calls.gateway.call(request))
+            dumped = self._serialize("tools/call", call.version, result)
         except Exception as exc:
             error = handler_exception_to_error_data(exc)
             if error is None:
@@ -393,9 +292,21 @@ class LeanCalls:
         return types.JSONRPCResponse(jsonrpc="2.0", id=call.id, result=dumped)
 
 
-def _sdk_spans_off() -> bool:
-    """Whether the SDK's per-request OpenTelemetry span would record nothing (no process-wide tracer provider)."""
-    return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+def _plain_params(params: dict[str, Any]) -> bool:
+    """No task, no input responses or request state, and a ``_meta`` without a progress token or a log level."""
+    meta = params.get("_meta")
+    if any(k in params for k in ("task", "inputResponses", "requestState")) or not isinstance(meta, dict):
+        return False
+    return not any(k in meta for k in ("progressToken", "progress_token", types.LOG_LEVEL_META_KEY))
+
+
+def _plain_client(capabilities: Any) -> bool:
+    """A 2026-07-28 client that declared nothing it can be asked, nor the tasks extension (tasks.py may answer
+    such a client with a task)."""
+    if not isinstance(capabilities, dict) or any(k in capabilities for k in _ASKING):
+        return False
+    extensions = capabilities.get("extensions")
+    return extensions is None or (isinstance(extensions, dict) and TASKS_EXTENSION not in extensions)
 
 
 def _requestor(scope: Scope) -> AuthorizationContext | None:
@@ -412,7 +323,7 @@ def _json_post(request: Request) -> bool:
     return any(part.strip() == "application/json" for part in content_type.split(";")[0].split(","))
 
 
-def _decode(body: bytes, parse: Any) -> Any:
+def decode(body: bytes, parse: Any) -> Any:
     """The body parsed as the SDK's entry parses it; None when it is not JSON (the SDK refuses it)."""
     try:
         return parse(body)
@@ -427,23 +338,6 @@ def _typed_params(version: str, params: dict[str, Any] | None) -> types.CallTool
         return types.CallToolRequestParams.model_validate({} if params is None else params, by_name=False)
     except (KeyError, ValidationError):
         return None
-
-
-@contextlib.contextmanager
-def _holding(transport: StreamableHTTPServerTransport) -> Iterator[None]:
-    """A request in flight on the session, as the SDK's transport counts it: its idle countdown waits."""
-    idle, timeout = transport.idle_scope, transport._idle_timeout
-    if idle is None or timeout is None:
-        yield
-        return
-    transport._requests_in_flight += 1
-    idle.deadline = math.inf
-    try:
-        yield
-    finally:
-        transport._requests_in_flight -= 1
-        if not transport._requests_in_flight:
-            idle.deadline = anyio.current_time() + timeout
 
 
 def _error_response(message: str, status: int, code: int, session_id: str) -> Response:

@@ -11,10 +11,12 @@ amount), and its ``limit_concurrency`` only answers 503 once a request's headers
   (still sending its headers, or idle between requests) is closed to make room; only when every
   connection is busy is the newcomer answered 503. Slow clients thus make room for fast ones.
 
-The body's size and deadline are enforced by ``gateway.frontends.edge.BodyLimit``. When a request
+The body's size and deadline are enforced by ``gateway.frontends.http.edge.BodyLimit``. When a request
 is refused while its headers or body are still arriving, the connection "lingers": it sends the
 answer, half-closes, and discards input for a moment (``LINGER_*`` in limits.py) before closing, so
 the client reads the answer rather than a reset.
+
+What it uses of uvicorn it reaches through ``_sdk.UvicornHttpProtocol`` (the parser callbacks as hooks).
 """
 
 from __future__ import annotations
@@ -22,9 +24,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, ClassVar
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
 from gateway.core.limits import LINGER_MAX_BYTES, LINGER_SECONDS
+from gateway.frontends.http._sdk import UvicornHttpProtocol
 
 __all__ = ["EdgeHttpProtocol", "edge_protocol"]
 
@@ -39,7 +40,7 @@ _TOO_LARGE = _plain(b"431 Request Header Fields Too Large", b"The request header
 _BUSY = _plain(b"503 Service Unavailable", b"The gateway has too many open connections.")
 
 
-class EdgeHttpProtocol(HttpToolsProtocol):
+class EdgeHttpProtocol(UvicornHttpProtocol):
     """One client connection; the class attributes are set by ``edge_protocol``."""
 
     max_header_bytes: ClassVar[int]
@@ -52,18 +53,20 @@ class EdgeHttpProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_started = False  # a byte of the current request has arrived
         self._head_timer: asyncio.TimerHandle | None = None
-        self._idle_since = 0.0  # when this connection last stopped serving a request (or opened)
-        self._raw: asyncio.Transport = None  # type: ignore[assignment]  # the socket's own transport
+        self.idle_since = 0.0  # when this connection last stopped serving a request (or opened)
+        self.raw: asyncio.Transport = None  # type: ignore[assignment]  # the socket's own transport
+        self._facade: _LingeringTransport = None  # type: ignore[assignment]  # the transport uvicorn writes to
         self._lingering = False
         self._linger_bytes = 0
         self._linger_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._raw = transport
-        super().connection_made(_LingeringTransport(transport, self))  # type: ignore[arg-type]
-        self._idle_since = self.loop.time()
+        self.raw = transport
+        self._facade = _LingeringTransport(transport, self)
+        super().connection_made(self._facade)  # type: ignore[arg-type]
+        self.idle_since = self.now()
         self._arm_head_timer()
-        if len(self.connections) > self.max_connections:
+        if len(self.open_connections()) > self.max_connections:
             self._make_room()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -74,43 +77,40 @@ class EdgeHttpProtocol(HttpToolsProtocol):
 
     def eof_received(self) -> None:
         if self._lingering:
-            self._raw.close()  # the client has stopped sending: nothing left to wait for
+            self.raw.close()  # the client has stopped sending: nothing left to wait for
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
             self._linger_bytes += len(data)
             if self._linger_bytes > LINGER_MAX_BYTES:
-                self._raw.close()
+                self.raw.close()
             return
         if self._in_head:
             self._head_started = True
             self._head_bytes += len(data)
         super().data_received(data)
-        if self._in_head and self._head_bytes > self.max_header_bytes and not self.transport.is_closing():
+        if self._in_head and self._head_bytes > self.max_header_bytes and not self._facade.is_closing():
             self._close_with(_TOO_LARGE)
 
-    # parser callbacks
+    # parser callbacks (``_sdk.UvicornHttpProtocol``'s hooks)
 
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
+    def request_began(self) -> None:
         if not self._in_head:  # the next request on a kept-alive connection: its headers get a deadline too
             self._in_head, self._head_started, self._head_bytes = True, True, 0
             self._arm_head_timer()
 
-    def on_response_complete(self) -> None:
-        self._idle_since = self.loop.time()
-        super().on_response_complete()
+    def response_sent(self) -> None:
+        self.idle_since = self.now()
 
-    def on_headers_complete(self) -> None:
+    def headers_arrived(self) -> None:
         self._in_head = False
         self._cancel_head_timer()
-        super().on_headers_complete()
 
     # the bounds
 
     def _arm_head_timer(self) -> None:
         self._cancel_head_timer()
-        self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
+        self._head_timer = self.call_later(self.header_timeout, self._head_timed_out)
 
     def _cancel_head_timer(self) -> None:
         if self._head_timer is not None:
@@ -119,42 +119,42 @@ class EdgeHttpProtocol(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self._in_head and not self.transport.is_closing():
+        if self._in_head and not self._facade.is_closing():
             # a connection that never started a request is just closed, as an idle one would be
             self._close_with(_TIMEOUT if self._head_started else b"")
 
-    def _idle(self) -> bool:
+    def idle(self) -> bool:
         """Not serving a request: still reading headers, lingering, or between requests."""
-        return self._in_head or self._lingering or self.cycle is None or self.cycle.response_complete
+        return self._in_head or self._lingering or not self.serving()
 
     def _make_room(self) -> None:
-        idle = [c for c in self.connections
-                if isinstance(c, EdgeHttpProtocol) and c is not self and c._idle() and not c._raw.is_closing()]
+        idle = [c for c in self.open_connections()
+                if isinstance(c, EdgeHttpProtocol) and c is not self and c.idle() and not c.raw.is_closing()]
         if idle:
-            min(idle, key=lambda c: c._idle_since)._raw.close()
+            min(idle, key=lambda c: c.idle_since).raw.close()
         else:
             self._close_with(_BUSY)
 
     def _close_with(self, response: bytes) -> None:
         if response:
-            self.transport.write(response)
-        self.transport.close()
+            self._facade.write(response)
+        self._facade.close()
 
-    def _close(self) -> None:
+    def close_or_linger(self) -> None:
         """Close now if the client has sent everything it meant to; otherwise linger first."""
         self._cancel_head_timer()
-        unread = (self._in_head and self._head_started) or (self.cycle is not None and self.cycle.more_body)
+        unread = (self._in_head and self._head_started) or self.body_unread()
         self._in_head = False
-        if self._lingering or self._raw.is_closing():
+        if self._lingering or self.raw.is_closing():
             return
-        if not unread or not self._raw.can_write_eof():
-            self._raw.close()
+        if not unread or not self.raw.can_write_eof():
+            self.raw.close()
             return
         self._lingering = True
-        self._idle_since = self.loop.time()
-        self._raw.write_eof()  # the answer, then end-of-stream: the client reads both
-        self._raw.resume_reading()
-        self._linger_timer = self.loop.call_later(LINGER_SECONDS, self._raw.close)
+        self.idle_since = self.now()
+        self.raw.write_eof()  # the answer, then end-of-stream: the client reads both
+        self.raw.resume_reading()
+        self._linger_timer = self.call_later(LINGER_SECONDS, self.raw.close)
 
 
 class _LingeringTransport:
@@ -167,7 +167,7 @@ class _LingeringTransport:
 
     def close(self) -> None:
         self._closed = True
-        self._protocol._close()
+        self._protocol.close_or_linger()
 
     def is_closing(self) -> bool:
         return self._closed or self._transport.is_closing()

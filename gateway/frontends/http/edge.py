@@ -4,7 +4,7 @@
                       Origin must be the gateway's own or allowed (cross-site requests: 403)
     JsonOnly          requests with a body (POST, PUT, PATCH) must say application/json (415), so a
                       page cannot send them as a CORS "simple request" without a preflight
-    (ConnectionShares, in gateway/frontends/shares.py, comes here: each key's share of the connections,
+    (ConnectionShares, in gateway/frontends/http/shares.py, comes here: each key's share of the connections,
                       taken before the body is read)
     BodyLimit         the body is read here, counted as it arrives and refused past a size (413) or a
                       deadline (408); the endpoint gets it whole, so it never waits on a slow client

@@ -21,13 +21,14 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mcp_types as types
 from mcp import MCPError
-from mcp.server import ServerRequestContext
+from mcp.server import Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -43,9 +44,11 @@ from gateway.core.limits import (
     TASK_POLL_INTERVAL_MS,
 )
 from gateway.frontends.identity import identity_of
+from gateway.frontends.mcp.calls import ToolCalls
+from gateway.pipeline import CallRequest
 
-if TYPE_CHECKING:
-    from gateway.frontends.mcp import McpFrontend
+# The pipeline's request for a tools/call the SDK dispatched (``McpFrontend.call_request``).
+CallRequestOf = Callable[[ServerRequestContext[Any, Any], types.CallToolRequestParams], Awaitable[CallRequest]]
 
 __all__ = ["TASKS_EXTENSION", "McpTasks", "listed_execution", "offers_tasks", "with_tasks"]
 
@@ -187,13 +190,13 @@ class TaskTable:
 class McpTasks:
     """Adds tasks to the MCP frontend's server: a middleware on tools/call and the tasks/* methods."""
 
-    def __init__(self, frontend: McpFrontend, table: TaskTable | None = None, *,
-                 timeout: float = DEFAULT_TASK_TIMEOUT_SECONDS) -> None:
-        self.frontend = frontend
+    def __init__(self, server: Server[Any], calls: ToolCalls, call_request: CallRequestOf,
+                 table: TaskTable | None = None, *, timeout: float = DEFAULT_TASK_TIMEOUT_SECONDS) -> None:
+        self.calls = calls
+        self.call_request = call_request
         self.timeout = timeout
         self.table = table or TaskTable()
-        server = frontend.server
-        server.middleware.append(self._middleware)
+        server.middleware.append(self.middleware)
         server.extensions[TASKS_EXTENSION] = {}
         server.add_request_handler("tasks/get", _TaskIdParams, self._get)
         server.add_request_handler("tasks/result", _TaskIdParams, self._result)
@@ -210,7 +213,8 @@ class McpTasks:
 
     # -- creation -------------------------------------------------------------------------------
 
-    async def _middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    async def middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """The server middleware on tools/call: a call the client asked to run as a task becomes one."""
         if ctx.method != "tools/call" or ctx.request_id is None:
             return await call_next(ctx)
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
@@ -229,9 +233,9 @@ class McpTasks:
             params = types.CallToolRequestParams.model_validate(raw, by_name=False)
         except ValidationError:
             return await call_next(ctx)  # the SDK's own answer to malformed params
-        if self.frontend.gateway.registry.get(params.name) is None:
+        if self.calls.gateway.registry.get(params.name) is None:
             return await call_next(ctx)  # an unknown tool is a protocol error, not a task
-        request = await self.frontend.call_request(ctx, params)
+        request = await self.call_request(ctx, params)
         task = self.table.create(request.principal.id, params.name, ttl)
         # The call outlives this HTTP request: no keep-alives and no questions on it (the upstream's own progress
         # is relayed while the request lasts, best effort: a quick call that needs no task keeps its progress).
@@ -251,10 +255,10 @@ class McpTasks:
             return {**task.wire(modern=True), "resultType": "task"}
         return {"task": task.wire(modern=False)}
 
-    async def _run(self, task: GatewayTask, request: Any, name: str) -> None:
+    async def _run(self, task: GatewayTask, request: CallRequest, name: str) -> None:
         try:
-            outcome = await self.frontend.gateway.call(request)
-            result = self.frontend.tool_result(name, outcome)
+            outcome = await self.calls.gateway.call(request)
+            result = self.calls.tool_result(name, outcome)
             task.finish("completed", result=result.model_dump(by_alias=True, mode="json", exclude_none=True))
         except asyncio.CancelledError:
             task.finish("cancelled", message="The task was cancelled.")
