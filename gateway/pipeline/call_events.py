@@ -25,17 +25,18 @@ __all__ = ["intent_event", "outcome_event"]
 
 def _call_head(kind: str, trace: CallTrace, tool: ExposedTool | None, session: SessionState | None) -> dict[str, Any]:
     request = trace.request
-    return {
-        **audit_head(kind, now_rfc3339(), trace.trace_id, trace.audit_id),
-        "call_id": request.call_id,
-        "iteration": request.iteration,
-        "frontend": request.frontend,
-        "principal": {"id": request.principal.id, "groups": list(request.principal.groups)},
-        "session": session.id if session is not None else request.session_id,
-        "tool": request.tool,
-        "upstream": tool.upstream.name if tool else None,
-        **({"task": request.task_id} if request.task_id is not None else {}),
-    }
+    # Added to the event head in place (no second dict made and spread: this is written twice per call).
+    head = audit_head(kind, now_rfc3339(), trace.trace_id, trace.audit_id)
+    head["call_id"] = request.call_id
+    head["iteration"] = request.iteration
+    head["frontend"] = request.frontend
+    head["principal"] = {"id": request.principal.id, "groups": list(request.principal.groups)}
+    head["session"] = session.id if session is not None else request.session_id
+    head["tool"] = request.tool
+    head["upstream"] = tool.upstream.name if tool else None
+    if request.task_id is not None:
+        head["task"] = request.task_id
+    return head
 
 
 def intent_event(trace: CallTrace, tool: ExposedTool, decision: Decision, revision: str,
