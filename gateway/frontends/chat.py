@@ -45,7 +45,7 @@ def chat_routes(proxy: ModelProxy) -> list[Route]:
         if explicit is not None and why is not None:  # refused at the door: no run read or made, no model asked
             return _refused_run(proxy, identity.principal.id, explicit, why)
         run = await proxy.gateway.resolve_run(identity.principal.id, explicit,
-                                client_of(None, request.headers, conversation_of(body.get("messages"))))
+                                              client_of(None, request.headers, conversation_of(body.get("messages"))))
         caller = Caller(identity.principal, run)
         try:
             if body.get("stream") is True:

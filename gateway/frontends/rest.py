@@ -80,8 +80,8 @@ def rest_routes(gateway: Gateway) -> list[Route]:
         if not isinstance(arguments, dict):
             refused, arguments = "'arguments' must be a JSON object", {}
         run = await gateway.resolve_run(identity.principal.id,
-                                explicit_run_id(request.headers, body_session_id=body.get("session_id")),
-                                client_of(None, request.headers))
+                                        explicit_run_id(request.headers, body_session_id=body.get("session_id")),
+                                        client_of(None, request.headers))
         try:
             wait = _wait_seconds(request.query_params.get("wait"))
         except ValueError as exc:
