@@ -52,6 +52,7 @@ from gateway.observe.tracing import build_tracing
 from gateway.pipeline import Gateway
 from gateway.pipeline.audit import AuditLog, Redactor
 from gateway.pipeline.principal_limits import PrincipalLimits
+from gateway.pipeline.settings import CallSettings
 from gateway.policy.model import parse_duration
 from gateway.reload.holder import PolicyHolder
 from gateway.store.sql import SqlStore
@@ -168,7 +169,7 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     notifier = build_notifier(config, page) if spec.approvals.webhooks else None
     lease = parse_duration(spec.store.lease)
     def audited(event: dict[str, Any]) -> None:  # approval events carry the revision too (a mixed fleet shows)
-        audit.write({"revision": policies.current.revision, **event})
+        audit.write({**event, "revision": policies.current.revision})
 
     approvals = ApprovalService(ApprovalStore(store), notifier, page,
                                 redact=redactor if spec.approvals.redact else None, audit=audited,
@@ -179,8 +180,8 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     limits = PrincipalLimits(per_principal.max_concurrent_calls, per_principal.calls_per_minute,
                              max_held=per_principal.max_held_calls)
     tracing = build_tracing(spec.tracing.enabled, spec.tracing.exporter, spec.tracing.service_name, str(config.file))
-    return Gateway(policies, registry, store, audit, env=spec.env, call_timeout=config.call_timeout,
-                   max_argument_bytes=spec.limits.max_argument_bytes, approvals=approvals, limits=limits,
+    settings = CallSettings(spec.env, config.call_timeout, spec.limits.max_argument_bytes)
+    return Gateway(policies, registry, store, audit, settings, approvals=approvals, limits=limits,
                    observer=CallObserver(metrics, tracing))
 
 

@@ -49,6 +49,7 @@ from gateway.approvals.model import (
     uncovered,
 )
 from gateway.approvals.store import ApprovalStore, ListFilter
+from gateway.core.audit_head import audit_head
 from gateway.core.errors import ApprovalConflict, ApprovalForbidden, ApprovalNotFound, StoreUnavailable
 from gateway.core.limits import (
     APPROVAL_HEARTBEAT_SECONDS,
@@ -63,6 +64,7 @@ from gateway.core.limits import (
     DEFAULT_APPROVAL_HOLD_SECONDS,
     DEFAULT_APPROVAL_VALID_SECONDS,
 )
+from gateway.observe.tracing import current_trace_id
 from gateway.pipeline.approvals import ApprovalResult, HeldCall
 from gateway.policy.call import Principal
 from gateway.policy.catalog import CLIENT_UPSTREAM
@@ -391,7 +393,7 @@ class ApprovalService:
         if self._audit is None:
             return
         try:
-            self._audit({"event": event, "id": uuid.uuid4().hex, "time": now_rfc3339(), "approval_id": approval.id,
+            self._audit({**audit_head(event, now_rfc3339(), current_trace_id()), "approval_id": approval.id,
                          "principal": {"id": approval.principal.id, "groups": list(approval.principal.groups)},
                          "session": approval.session_id, "tool": approval.tool, "state": str(approval.state),
                          "decided_at": approval.decided_at, "execution": approval.execution(), **fields})

@@ -24,7 +24,7 @@ from gateway.core.values import loads
 from gateway.frontends.identity import identity_of
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import call_id_of, gave_call_id, iteration_of
-from gateway.pipeline.runs import client_of, explicit_run_id, resolve_run
+from gateway.pipeline.runs import client_of, explicit_run_id
 from gateway.policy.model import parse_duration
 
 __all__ = ["error_response", "rest_routes"]
@@ -79,9 +79,9 @@ def rest_routes(gateway: Gateway) -> list[Route]:
         arguments = body.get("arguments", {})
         if not isinstance(arguments, dict):
             refused, arguments = "'arguments' must be a JSON object", {}
-        run = await resolve_run(gateway.store, identity.principal.id,
-                                explicit_run_id(request.headers, body_session_id=body.get("session_id")),
-                                client_of(None, request.headers))
+        run = await gateway.resolve_run(identity.principal.id,
+                                        explicit_run_id(request.headers, body_session_id=body.get("session_id")),
+                                        client_of(None, request.headers))
         try:
             wait = _wait_seconds(request.query_params.get("wait"))
         except ValueError as exc:
@@ -115,7 +115,7 @@ def rest_routes(gateway: Gateway) -> list[Route]:
                             headers={"Retry-After": str(retry_after)} if retry_after is not None else None)
 
     async def policies(request: Request) -> JSONResponse:
-        return JSONResponse(gateway.policies.status())
+        return JSONResponse(gateway.policy_status())
 
     return [
         Route("/v1/tools", list_tools, methods=["GET"]),

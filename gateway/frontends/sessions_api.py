@@ -26,7 +26,7 @@ from gateway.core.limits import MAX_APPROVALS_FILTER_CHARS, MAX_SESSIONS_PAGE
 from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
 from gateway.pipeline import Gateway
-from gateway.store.sqlite import SessionState, now_rfc3339
+from gateway.store.sqlite import SessionState
 
 __all__ = ["ENDED_BY_ADMIN", "session_admin_routes"]
 
@@ -100,10 +100,9 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
     def audited(who: str, action: str, state: SessionState, **extra: Any) -> JSONResponse | None:
         """Write the ``session.admin`` event; a 503 response when it cannot be written."""
         try:
-            gateway.audit.write({"event": "session.admin", "time": now_rfc3339(), "action": action, "admin": who,
-                                 "principal": {"id": state.principal}, "session": state.id,
-                                 "implicit": state.implicit, "before": state.to_dict(),
-                                 "revision": gateway.policies.current.revision, **extra})
+            gateway.record("session.admin", action=action, admin=who, principal={"id": state.principal},
+                           session=state.id, implicit=state.implicit, before=state.to_dict(),
+                           revision=gateway.revision, **extra)
         except AuditWriteError:
             return error_response(503, "audit-failed", "The change could not be recorded, so it was not made.")
         return None

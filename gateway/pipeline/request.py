@@ -104,6 +104,8 @@ class CallOutcome:
     structured: Any = None
     meta: dict[str, Any] = field(default_factory=dict)
     pending_approval: str | None = None  # set when the caller stopped waiting for an approval
+    # Decide-only (``Gateway.decide``): the arguments an admitted call goes back to its caller with, to run itself.
+    admitted: dict[str, Any] | None = None
 
     @property
     def text(self) -> str:

@@ -223,3 +223,44 @@ async def test_tracing_off_passes_the_clients_traceparent_through_unchanged(untr
     # a malformed one is not passed on
     seen = (await _invoke(untraced, keys, "up_trace_context", {}, call_id(), traceparent="00-bad"))["structured"]
     assert seen == {}
+
+
+# --- the audit line names the call's trace (gateway/core/audit_head.py) -------------------------------------
+
+HEAD = ["event", "id", "time", "trace_id"]
+
+
+def _call_events(gw: Any, call_id: str) -> list[dict[str, Any]]:
+    return [e for e in gw.audit_events() if e.get("call_id") == call_id]
+
+
+async def test_a_traced_calls_audit_events_carry_its_trace_id_first_in_their_head(traced, keys, call_id):
+    gw, exporter = traced
+    cid = call_id()
+    assert (await _invoke(gw, keys, "up_echo", {"text": "hi"}, cid))["decision"] == "allow"
+    call = _spans(exporter, cid)["gateway.call"]
+    assert call.context is not None and f"{call.context.trace_id:032x}" == TRACE_ID
+    events = _call_events(gw, cid)
+    assert [e["event"] for e in events] == ["call.intent", "call.outcome"]
+    for event in events:
+        assert list(event)[:4] == HEAD and event["trace_id"] == TRACE_ID
+        assert list(event)[4] == "call_id"  # the rest of the line as before
+
+    # no trace context from the client: the trace the gateway started
+    cid = call_id()
+    assert (await _invoke(gw, keys, "up_echo", {"text": "forbidden"}, cid, traceparent=None))["decision"] == "reject"
+    call = _spans(exporter, cid)["gateway.call"]
+    assert call.context is not None
+    [event] = _call_events(gw, cid)
+    assert event["trace_id"] == f"{call.context.trace_id:032x}" != TRACE_ID
+
+
+async def test_untraced_audit_events_carry_the_clients_valid_trace_id_or_null(untraced, keys, call_id):
+    cid = call_id()
+    await _invoke(untraced, keys, "up_echo", {"text": "hi"}, cid)
+    assert {e["trace_id"] for e in _call_events(untraced, cid)} == {TRACE_ID}
+    for traceparent in (None, "00-bad", f"00-{'0' * 32}-{CLIENT_SPAN}-01"):
+        cid = call_id()
+        await _invoke(untraced, keys, "up_echo", {"text": "hi"}, cid, traceparent=traceparent)
+        events = _call_events(untraced, cid)
+        assert events and all(list(e)[:4] == HEAD and e["trace_id"] is None for e in events), traceparent
