@@ -25,7 +25,7 @@ from gateway.frontends.mcp.round_trips import InputRequired
 from gateway.observe.tracing import client_traceparent
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import CallOutcome, Progress, call_id_of, gave_call_id, iteration_of
-from gateway.pipeline.runs import CLIENT_INFO_META, MCP_SESSION_HEADER, client_of, explicit_run_id, resolve_run
+from gateway.pipeline.runs import CLIENT_INFO_META, MCP_SESSION_HEADER, client_of, explicit_run_id
 from gateway.upstreams.base import ToolProgress
 from gateway.upstreams.client_requests import ClientChannel
 
@@ -50,9 +50,9 @@ class ToolCalls:
                     upstream_progress: ToolProgress | None = None, elicit: Any = None) -> CallRequest:
         """The pipeline's request for a tools/call."""
         identity = identity_of(scope)
-        run = await resolve_run(self.gateway.store, identity.principal.id, explicit_run_id(headers, meta),
-                                client_of(client_info_of(client_params, meta), headers),
-                                headers.get(MCP_SESSION_HEADER) or None)
+        run = await self.gateway.resolve_run(identity.principal.id, explicit_run_id(headers, meta),
+                                             client_of(client_info_of(client_params, meta), headers),
+                                             headers.get(MCP_SESSION_HEADER) or None)
         return CallRequest(
             tool=params.name,
             arguments=dict(params.arguments or {}),
@@ -91,7 +91,7 @@ class ToolCalls:
         """The MCP result of a call's outcome."""
         structured = outcome.structured if isinstance(outcome.structured, dict) else None
         is_error = outcome.is_error
-        exposed = self.gateway.registry.get(name)
+        exposed = self.gateway.tool(name)
         schema = exposed.spec.output_schema if exposed is not None else None
         if not is_error and schema is not None and not _fits(schema, structured):
             # MCP requires a non-error result of a tool with an outputSchema to carry conforming structured

@@ -51,7 +51,6 @@ from gateway.frontends.mcp.tasks import McpTasks, listed_execution, offers_tasks
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.items import ItemGate
 from gateway.pipeline.request import CallOutcome
-from gateway.upstreams.items import ItemCatalog
 
 __all__ = ["CALL_ID_META", "McpFrontend"]
 
@@ -77,7 +76,7 @@ class McpFrontend:
         self.gateway = gateway
         self.calls = ToolCalls(gateway)
         # 2026-07-28 clients hear of tool-list changes on subscriptions/listen streams, each filtered per principal.
-        item_gate = ItemGate(gateway, ItemCatalog(gateway.registry))
+        item_gate = ItemGate(gateway, gateway.item_catalog())
         self.listeners = ToolListeners(gateway.visible_tools, visible_items=item_views(item_gate))
         self.peers = Peers(gateway.visible_tools)  # handshake-era sessions, told of list changes
         self.server = _GatewayServer("agent-policy-gateway", version="0.1.0",
@@ -95,14 +94,15 @@ class McpFrontend:
         self.lean = LeanCalls(self.server, self.sessions, self.peers, self.calls) if fast_path else None
         self.endpoint = CallerScope(self)
         self.tasks = McpTasks(self.server, self.calls, self.call_request, timeout=task_timeout)  # tasks.py
-        gateway.registry.on_change(self.peers.tools_changed)
+        gateway.on_tools_changed(self.peers.tools_changed)
         McpItemHandlers(item_gate, self.peers.sessions).register(self.server)
         # Listen streams that asked for resource or prompt list changes: after an upstream's change or a reload.
         item_gate.catalog.on_change(self.listeners.items_changed)
-        gateway.policies.swap_listeners.append(self.listeners.items_changed)
-        gateway.registry.on_change(self.listeners.changed)
+        gateway.on_policies_swapped(self.listeners.items_changed)
+        gateway.on_tools_changed(self.listeners.changed)
         # A reload can show or hide tools: both eras are told (listen streams only when their list changed).
-        gateway.policies.swap_listeners.extend([self.peers.tools_changed, self.listeners.changed])
+        gateway.on_policies_swapped(self.peers.tools_changed)
+        gateway.on_policies_swapped(self.listeners.changed)
 
     # --- the door ------------------------------------------------------------------------------------------
 

@@ -23,7 +23,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.auth.keys import Identity
 from gateway.frontends.identity import IDENTITY_KEY
 from gateway.pipeline import Gateway
-from gateway.policy.call import ToolCall
 
 __all__ = ["CallerScope", "input_schema_lookup"]
 
@@ -49,11 +48,7 @@ def input_schema_lookup(gateway: Gateway) -> Callable[[str], Mapping[str, Any] |
 
     def lookup(name: str) -> Mapping[str, Any] | None:
         identity = _caller.get()
-        tool = gateway.registry.get(name)
-        if identity is None or tool is None:
-            return None
-        if not gateway.policies.current.admits_tool(ToolCall(tool.info, principal=identity.principal,
-                                                             env=gateway.env)):
+        if identity is None or (tool := gateway.tool_visible(identity.principal, name)) is None:
             return None
         return tool.spec.input_schema
 

@@ -233,7 +233,7 @@ class McpTasks:
             params = types.CallToolRequestParams.model_validate(raw, by_name=False)
         except ValidationError:
             return await call_next(ctx)  # the SDK's own answer to malformed params
-        if self.calls.gateway.registry.get(params.name) is None:
+        if self.calls.gateway.tool(params.name) is None:
             return await call_next(ctx)  # an unknown tool is a protocol error, not a task
         request = await self.call_request(ctx, params)
         task = self.table.create(request.principal.id, params.name, ttl)
