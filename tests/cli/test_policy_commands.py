@@ -78,6 +78,7 @@ def test_check_ok(project):
     assert out.stderr == ""
 
 
+@pytest.mark.both_engines
 def test_check_uses_the_engine_it_is_given(project, engine):
     out = gateway(project, "check", "--engine", engine, "good")
     assert out.returncode == 0, out.stderr
