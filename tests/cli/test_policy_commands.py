@@ -1,5 +1,5 @@
-"""`gateway check | test | explain | schema`, run in this process through `gateway.cli.main`; one test per command runs the real
-command in a subprocess."""
+"""`gateway check | test | explain | schema`, run in this process through `gateway.cli.main`; one test per
+command runs the real command in a subprocess."""
 
 from __future__ import annotations
 
