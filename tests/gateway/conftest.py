@@ -120,10 +120,10 @@ Json = dict[str, Any]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run this folder's async tests in the session loop, where the shared servers live."""
+    """Run the async tests of modules marked ``session_loop`` in the session loop, where the shared servers live."""
     marker = pytest.mark.asyncio(loop_scope="session")
     for item in items:
-        if pytest_asyncio.is_async_test(item) and HERE in Path(str(item.path)).parents:
+        if pytest_asyncio.is_async_test(item) and item.get_closest_marker("session_loop"):
             item.add_marker(marker, append=False)
 
 

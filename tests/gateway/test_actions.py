@@ -7,6 +7,8 @@ import json
 import pytest
 from mcp import MCPError
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 TERMINATED = "This session has been ended by policy."
 
 

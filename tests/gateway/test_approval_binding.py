@@ -18,12 +18,15 @@ import socket
 import uuid
 from typing import Any
 
+import pytest
 import uvicorn
 from approval_support import PUBLIC_URL, api_keys, approve_rule, call_meta, finished, in_background, policy, text_of
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 TRANSFER = {"name": "transfer", "method": "POST", "path": "/items",
             "input_schema": {"type": "object", "required": ["service"], "properties": {"service": {"type": "string"}}}}

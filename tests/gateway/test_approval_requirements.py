@@ -15,7 +15,10 @@ import textwrap
 from typing import Any
 
 import mcp_types as types
+import pytest
 from approval_support import STEP_SECONDS, approve_rule, call_meta, finished, in_background, policy, text_of
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 OPS = policy(approve_rule("deploys", approvers=["group:ops"]))
 SECURITY = policy(approve_rule("deploys", approvers=["group:security"]))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from approval_support import (
     PAGE_URL,
     Progress,
@@ -18,6 +19,8 @@ from approval_support import (
     policy,
     text_of,
 )
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 OPS_ONLY = policy(approve_rule("deploys-need-ops", approvers=["group:ops"]))
 

@@ -19,6 +19,8 @@ from approval_support import (
     text_of,
 )
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 # The requester (self) may answer through their client; ops on the page.
 ASK_THE_USER = policy(approve_rule("confirm-deploys", approvers=["self", "group:ops"], via="elicitation",
                                   message="Really deploy?"))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 from approval_support import (
     PEOPLE,
     PUBLIC_URL,
@@ -35,6 +36,8 @@ from gateway.approvals.model import ApprovalState
 from gateway.approvals.store import ApprovalStore
 from gateway.auth.keys import hash_key
 from gateway.store.sqlite import SqliteStore
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 SLOW = policy(approve_rule("slow-needs-ops", "ops_slow", approvers=["group:ops"]))
 OPS_ONLY = policy(approve_rule("deploys-need-ops", approvers=["group:ops"]))

@@ -6,8 +6,11 @@ import asyncio
 import contextlib
 import time
 
+import pytest
 from approval_support import STEP_SECONDS, approve_rule, call_meta, in_background, policy
 from mcp import MCPError
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 OPS_ONLY = policy(approve_rule("deploys-need-ops", approvers=["group:ops"]))
 RESULT = {"tool": "deploy", "args": {"service": "billing"}, "run": 1}

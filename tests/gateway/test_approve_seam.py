@@ -6,8 +6,12 @@ default service a REST caller that does not wait gets 202 and the tool does not 
 
 from __future__ import annotations
 
+import pytest
+
 from gateway.app import build_gateway
 from gateway.pipeline import NoApprovals
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 APPROVE_DELETES = """
 policy: p

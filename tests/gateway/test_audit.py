@@ -6,7 +6,11 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+import pytest
+
 from gateway.pipeline.lifecycle import AUDIT_FAILED
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 DOCUMENTED = {"id", "time", "call_id", "principal", "session", "tool", "original_args", "final_args", "rules",
               "verdict", "upstream_outcome", "latency", "revision", "redacted"}

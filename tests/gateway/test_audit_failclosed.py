@@ -26,6 +26,8 @@ import pytest
 
 from gateway.pipeline.lifecycle import AUDIT_FAILED, AUDIT_FAILED_AFTER_RUN
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 Json = dict[str, Any]
 POLICY = {"p.yaml": "policy: p\nrules: []\n"}
 

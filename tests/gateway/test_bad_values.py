@@ -18,6 +18,8 @@ from raw_mcp import RawMcp, message_of
 
 from gateway.core.values import loads
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 DEEP = 990
 BIG_INT = "9" * 5000
 

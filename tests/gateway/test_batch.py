@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from gateway.pipeline import CallRequest
 from gateway.policy.call import Principal
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 ALICE = Principal("alice", ("admins", "staff"))
 

@@ -17,6 +17,8 @@ import pytest
 import pytest_asyncio
 from mcp import MCPError
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 ALLOW = """
 policy: open
 rules:

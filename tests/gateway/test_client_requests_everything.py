@@ -13,7 +13,7 @@ import pytest_asyncio
 
 from tests.gateway.test_client_requests import ALLOW, User, text
 
-pytestmark = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+pytestmark = [pytest.mark.parametrize("mode", ["legacy", "2026-07-28"]), pytest.mark.session_loop]
 
 ASKING_TOOLS = {"ev_trigger-sampling-request", "ev_trigger-elicitation-request", "ev_get-roots-list"}
 

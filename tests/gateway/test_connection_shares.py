@@ -22,6 +22,8 @@ from raw_mcp import INITIALIZE, MCP_HEADERS, RawMcp, message_of
 from gateway.auth.keys import hash_key
 from gateway.observe.metrics import families
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 AGENTS = ("agent-a", "agent-b", "agent-c", "agent-d", "agent-e", "dana")
 KEYS = {name: f"{name}-key-{n}31" for n, name in enumerate((*AGENTS, "carol", "root"))}
 HELD_SHARE = 2

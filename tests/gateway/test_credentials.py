@@ -14,6 +14,8 @@ import pytest_asyncio
 from gateway.app import build_app
 from gateway.core.errors import ConfigError
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 ANON = {"id": "guest"}
 
 

@@ -45,10 +45,10 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 WAIT_MS = 10_000
 APPROVER_KEY = "dana-approver-key-27"
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.skipif(
     async_playwright is None or not CHROMIUM.exists(),
     reason="needs playwright (pip install -e '.[test]') and Debian's chromium at /usr/bin/chromium"
-           " (bash .ci/install-system)")
+           " (bash .ci/install-system)"), pytest.mark.session_loop]
 
 # Every cross-site way a page can send a body without a CORS preflight, plus one that needs one.
 # The page reports what it could observe; whether the call ran is read from the upstream.

@@ -19,6 +19,8 @@ from gateway.app import build_app
 from gateway.auth.keys import hash_key
 from gateway.core.errors import ConfigError
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 HEADER_TIMEOUT = 1.0
 BODY_TIMEOUT = 1.0
 MAX_CONNECTIONS = 24

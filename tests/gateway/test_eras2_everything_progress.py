@@ -10,6 +10,8 @@ from mcp import Client, StdioServerParameters
 from test_everything_server import ALLOW_ALL, _unused
 from thirdparty import server_everything
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 STEPS = {"duration": 1, "steps": 3}
 
 

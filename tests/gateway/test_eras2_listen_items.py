@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from mcp.client.subscriptions import PromptsListChanged, ResourcesListChanged, Subscription
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 MODERN = "2026-07-28"
 OPEN = "policy: p\nrules: []\n"
 EXTRA = "gateway://up/notes://extra"

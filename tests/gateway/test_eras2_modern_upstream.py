@@ -31,6 +31,8 @@ from pydantic import BaseModel
 
 from gateway.upstreams.mcp import McpUpstream
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 OPEN = "policy: p\nrules: []\n"
 ERAS = ["legacy", "2026-07-28"]
 

@@ -20,6 +20,8 @@ from raw_mcp import MCP_HEADERS, message_of
 
 from gateway.core.limits import TOOL_LIST_TTL_MS
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 MODERN = "2026-07-28"
 # Only admins (alice) see up_secret.
 ADMINS_ONLY_SECRET = """

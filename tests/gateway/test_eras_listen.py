@@ -18,6 +18,8 @@ from mcp.client.subscriptions import Subscription, ToolsListChanged
 
 from gateway.core.limits import MAX_LISTEN_STREAMS_PER_PRINCIPAL
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 OPEN = "policy: p\nrules: []\n"
 # Only admins see up_secret; bob (staff only) does not.
 SECRET_FOR_ADMINS = """

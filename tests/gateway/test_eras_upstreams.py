@@ -31,6 +31,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.core.errors import ConfigError
 from gateway.upstreams.mcp import McpUpstream
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 MODERN = "2026-07-28"
 HANDSHAKE = "2025-11-25"
 OPEN = "policy: p\nrules: []\n"

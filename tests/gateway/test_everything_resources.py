@@ -15,6 +15,8 @@ from thirdparty import server_everything
 
 from gateway.frontends.mcp_resources import REFUSED
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 MODES = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 
 ARCHITECTURE = "demo://resource/static/document/architecture.md"

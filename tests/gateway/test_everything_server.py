@@ -13,7 +13,7 @@ from mcp import Client, StdioServerParameters
 from mcp_types import INVALID_REQUEST, ErrorData
 from thirdparty import server_everything
 
-pytestmark = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+pytestmark = [pytest.mark.parametrize("mode", ["legacy", "2026-07-28"]), pytest.mark.session_loop]
 
 ALLOW_ALL = """
     policy: everything

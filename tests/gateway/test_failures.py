@@ -10,6 +10,10 @@ import json
 import os
 import signal
 
+import pytest
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 TOOL_FAILED = "The tool failed. Try again later or use another tool."
 
 

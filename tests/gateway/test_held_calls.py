@@ -20,12 +20,15 @@ from typing import Any
 
 import httpx2
 import mcp_types as types
+import pytest
 from approval_support import PAGE_URL, PEOPLE, STEP_SECONDS, auth_header, policy, text_of
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from gateway.core.limits import DEFAULT_APPROVAL_HOLD_SECONDS
 from gateway.policy.load import load_policy_set
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 DEPLOY = "ops_deploy"
 

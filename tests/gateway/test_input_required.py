@@ -14,6 +14,8 @@ import pytest
 from approval_support import STEP_SECONDS, approve_rule, policy, text_of
 from tasks_support import connect
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 ASK_THE_USER = policy(approve_rule("confirm-deploys", approvers=["self", "group:ops"], via="elicitation",
                                   message="Really deploy?"))
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 HERE = Path(__file__).parent
 REPORTER = HERE / "env_report_server.py"
 

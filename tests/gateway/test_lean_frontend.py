@@ -26,6 +26,8 @@ from mcp.server import _streamable_http_modern as sdk_modern
 from mcp.shared.exceptions import MCPDeprecationWarning
 from raw_mcp import INITIALIZE, MCP_HEADERS, message_of
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 MODERN = "2026-07-28"
 ENVELOPE = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {},
             "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"}}

@@ -34,6 +34,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.upstreams.mcp import McpUpstream
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 OPEN = "policy: p\nrules: []\n"
 MODERN = "2026-07-28"
 HANDSHAKE = "2025-11-25"

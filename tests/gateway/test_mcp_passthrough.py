@@ -18,6 +18,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.gateway.conftest import KEYS, UPSTREAM_SERVER
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 POLICY = """
 policy: passthrough
 rules:

@@ -16,6 +16,8 @@ import pytest_asyncio
 from gateway.auth.keys import hash_key
 from gateway.observe.metrics import families
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 SCRAPER_KEY = "scraper-key-metrics-1"
 ROOT_KEY = "root-key-admin-1"
 APPROVER_KEY = "approver-key-obs-1"

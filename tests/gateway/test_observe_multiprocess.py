@@ -17,6 +17,8 @@ import pytest
 from gateway.auth.keys import hash_key
 from gateway.observe.metrics import MULTIPROC_ENV, families, prepare_multiprocess_dir
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 SCRAPER_KEY = "scraper-key-mp-1"
 
 

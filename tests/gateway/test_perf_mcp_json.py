@@ -11,9 +11,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
+import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from raw_mcp import INITIALIZE, MCP_HEADERS, RawMcp, message_of
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 SSE = "text/event-stream"
 JSON = "application/json"

@@ -10,9 +10,12 @@ import json
 from typing import Any
 
 import httpx2
+import pytest
 from conftest import base_config, http_upstream
 from mcp_types import HEADER_MISMATCH, INVALID_PARAMS
 from raw_mcp import MCP_HEADERS, message_of
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 MODERN = "2026-07-28"
 ENVELOPE = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {},

@@ -8,6 +8,9 @@ import asyncio
 import uuid
 
 import httpx2
+import pytest
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 NO_RULES = {"none.yaml": "policy: none\nrules: []\n"}
 

@@ -12,6 +12,8 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 FAST = {"retry_first": 0.05, "retry_max": 0.2, "check_interval": 0.1}
 PING = [{"name": "ping", "method": "GET", "path": "/ping"}]
 

@@ -14,12 +14,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from approval_support import PUBLIC_URL, api_keys, approve_rule, policy
 from loopback import serve_app
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 PASSWORD = "hunter2"
 ACCESS_KEY = "AKIAIOSFODNN7EXAMPLE"  # matched by a configured redact pattern, not by its key

@@ -23,6 +23,8 @@ from gateway.app import build_gateway
 from gateway.cli import main as gateway_cli
 from gateway.core.errors import PolicyLoadError
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 POLL = 0.05
 SETTLE = 2.0  # long against the gaps below (~0.4 s), so a busy machine does not let a damaged set settle
 GAP = 0.4  # eight polls: a watcher that does not settle loads the damaged set well within this

@@ -20,6 +20,8 @@ from raw_mcp import RawMcp
 
 from gateway.frontends.mcp_resources import REFUSED
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 SERVER = Path(__file__).parent / "files_mcp_server.py"
 
 POLICY = """

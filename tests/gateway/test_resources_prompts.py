@@ -19,7 +19,7 @@ from mcp import MCPError
 from gateway.frontends.mcp_resources import REFUSED
 from gateway.pipeline.items import NOT_RECORDED
 
-pytestmark = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+pytestmark = [pytest.mark.parametrize("mode", ["legacy", "2026-07-28"]), pytest.mark.session_loop]
 
 PUBLIC = "gateway://up/notes://public"
 SECRET = "gateway://up/notes://secret"

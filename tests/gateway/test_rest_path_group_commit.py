@@ -9,11 +9,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from loopback import serve_app
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 POLICY = {"p.yaml": "policy: p\nrules: []\n"}
 TOOLS = [{"name": "create_item", "method": "POST", "path": "/items",

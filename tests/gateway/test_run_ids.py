@@ -14,6 +14,8 @@ import pytest
 
 from gateway.core.values import id_problem
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 # (id, the hostile id text, the code point the refusal names)
 HOSTILE = [
     ("newline", "run-1\nforged audit line", "U+000A"),

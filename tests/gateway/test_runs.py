@@ -19,6 +19,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway.auth.keys import hash_key
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 ADMIN_KEY = "carol-admin-key-90be"
 
 RUNS = """

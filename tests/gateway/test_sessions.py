@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 BUDGET = """
 policy: budget
 rules:

@@ -15,6 +15,8 @@ import httpx2
 import pytest
 from raw_mcp import INITIALIZE, MCP_HEADERS, RawMcp, message_of
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 POLICY = """
 policy: sessions
 rules:

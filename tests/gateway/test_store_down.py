@@ -5,9 +5,12 @@
 from __future__ import annotations
 
 import httpx2
+import pytest
 from postgres_cluster import running_cluster
 
 from gateway.auth.keys import hash_key
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 ADMIN_KEY = "store-down-admin-key-5d1e"
 

@@ -17,6 +17,8 @@ import mcp_types as types
 import pytest
 from tasks_support import EXTENSION, NOT_FOUND, TasksClient, raw, refused
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 TOOL = "ev_simulate-research-query"
 
 POLICY = """

@@ -12,9 +12,12 @@ import json
 from typing import Any
 
 import httpx2
+import pytest
 from approval_support import auth_header, policy, text_of
 from raw_mcp import INITIALIZE, MCP_HEADERS, message_of
 from tasks_support import TasksClient, connect, raw
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 DEPLOY = "ops_deploy"
 HELD = policy("  - id: deploys-need-ops\n    tools: [ops_deploy]\n    action: approve\n"

@@ -10,6 +10,8 @@ from gateway.app import build_app
 from gateway.config.load import load_config
 from gateway.core.errors import ConfigError
 
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
 UP_TOOLS = {"echo", "add", "slow", "fail", "secret", "delete_thing", "pid", "register_extra", "weather", "steps",
             "linger", "register_note", "research", "ask_model", "ask_user", "ask_roots", "ask_model_later",
             "chatter"}

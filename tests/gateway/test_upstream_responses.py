@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import mcp_types as types
+import pytest
 from loopback import serve_app
 from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -25,6 +26,8 @@ from starlette.routing import Route
 
 from gateway.core.limits import MAX_RESPONSE_BYTES
 from gateway.pipeline.lifecycle import TOOL_FAILED
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 REPORTER = Path(__file__).parent / "env_report_server.py"
 MIB = 1024 * 1024
