@@ -37,6 +37,9 @@ from gateway.policy.call import Principal
 from gateway.policy.callspec import CallSpec
 from gateway.store.sqlite import SqliteStore, now_rfc3339
 
+# The running-gateway harness (shared servers, start_gateway, mcp_alice, ...) for tests in every folder.
+pytest_plugins = ["gateway_harness"]
+
 # Both CEL engines behind gateway.policy.cel. An engine-dependent test (one taking ``engine``) runs on
 # the engine ``--engine`` names (default: the gateway's default engine, or $GATEWAY_TEST_ENGINE);
 # ``--engine both`` runs it on each. Tests marked ``both_engines`` (the differential corpus, and the

@@ -11,7 +11,7 @@ import yaml
 from cli_run import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
-UPSTREAM_SERVER = REPO / "tests" / "gateway" / "upstream_mcp_server.py"
+UPSTREAM_SERVER = REPO / "tests" / "upstream_mcp_server.py"
 
 POLICY = """\
 policy: agent

@@ -88,7 +88,7 @@ async def test_text_logs_stay_the_default(tmp_path):
 # --- no argument value in the log (issue 18, item 17) ----------------------------------------------
 
 MARKER = "SSN-778-41-9920"  # an argument value: in an upstream URL's path and query, an MCP argument
-UPSTREAM_MCP_SERVER = Path(__file__).resolve().parents[1] / "gateway" / "upstream_mcp_server.py"
+UPSTREAM_MCP_SERVER = Path(__file__).resolve().parents[1] / "upstream_mcp_server.py"
 
 
 def _item_app() -> Any:

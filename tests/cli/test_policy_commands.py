@@ -173,7 +173,7 @@ SNAPSHOT = {"version": 1, "tools": [
     {"name": "github_create_branch", "input_schema": {"type": "object", "additionalProperties": False,
                                                       "properties": {"repo": {}, "branch": {}}}},
 ]}
-UPSTREAM_SERVER = Path(__file__).parents[1] / "gateway" / "upstream_mcp_server.py"
+UPSTREAM_SERVER = Path(__file__).parents[1] / "upstream_mcp_server.py"
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from cli_run import run_cli, run_subprocess
 
 from gateway.policy.catalog import Catalog
 
-UPSTREAM_SERVER = Path(__file__).parents[1] / "gateway" / "upstream_mcp_server.py"
+UPSTREAM_SERVER = Path(__file__).parents[1] / "upstream_mcp_server.py"
 
 API_TOOLS = [
     {"name": "get_item", "description": "One item.\nMore text.", "method": "GET", "path": "/items/{item_id}",

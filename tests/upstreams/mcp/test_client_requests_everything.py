@@ -11,7 +11,7 @@ import mcp_types as types
 import pytest
 import pytest_asyncio
 
-from tests.gateway.test_client_requests import ALLOW, User, text
+from tests.frontends.mcp.test_client_requests import ALLOW, User, text
 
 pytestmark = [pytest.mark.parametrize("mode", ["legacy", "2026-07-28"]), pytest.mark.session_loop]
 

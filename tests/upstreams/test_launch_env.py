@@ -17,7 +17,7 @@ import pytest
 
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]  # tests/, where the reporting server lives
 REPORTER = HERE / "env_report_server.py"
 
 SECRET = "gateway-only-secret-5b1e"

@@ -1,4 +1,4 @@
-"""A launched upstream that reports the environment it was started with (for tests/gateway/test_launch_env.py).
+"""A launched upstream that reports the environment it was started with (for tests/upstreams/test_launch_env.py).
 
     python env_report_server.py mcp          an MCP server over stdio with tools ``environment`` and
                                              ``blob`` (a result of ``size`` bytes, for test_upstream_responses.py)

@@ -19,7 +19,7 @@ import httpx2
 import mcp_types as types
 import pytest
 import pytest_asyncio
-from conftest import KEYS, MAIN_POLICY, base_config, http_upstream, mcp_upstream, run_gateway, write_gateway
+from gateway_harness import KEYS, MAIN_POLICY, base_config, http_upstream, mcp_upstream, run_gateway, write_gateway
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server import _streamable_http_modern as sdk_modern

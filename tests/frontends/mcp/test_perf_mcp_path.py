@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from conftest import base_config, http_upstream
+from gateway_harness import base_config, http_upstream
 from mcp_types import HEADER_MISMATCH, INVALID_PARAMS
 from raw_mcp import MCP_HEADERS, message_of
 

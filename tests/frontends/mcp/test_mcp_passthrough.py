@@ -13,10 +13,9 @@ import httpx2
 import mcp_types as types
 import pytest
 import pytest_asyncio
+from gateway_harness import KEYS, UPSTREAM_SERVER
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-
-from tests.gateway.conftest import KEYS, UPSTREAM_SERVER
 
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 

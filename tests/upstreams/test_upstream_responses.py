@@ -29,7 +29,7 @@ from gateway.pipeline.lifecycle import TOOL_FAILED
 
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
-REPORTER = Path(__file__).parent / "env_report_server.py"
+REPORTER = Path(__file__).parents[1] / "env_report_server.py"
 MIB = 1024 * 1024
 OPEN = {"open.yaml": "policy: open\nrules: []\n"}
 

@@ -22,7 +22,7 @@ from gateway.frontends.mcp_resources import REFUSED
 
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
-SERVER = Path(__file__).parent / "files_mcp_server.py"
+SERVER = Path(__file__).parents[2] / "files_mcp_server.py"
 
 POLICY = """
     policy: documents
