@@ -22,7 +22,7 @@ which the SDK's client answers by listing the tools again) is handed back (``Non
 To be the SDK's behaviour and not a copy of it, this module calls into the SDK client's session (its envelope,
 its handlers, its ``tools/call`` parsing, ``validate_tool_result``) and client (its input-required driver, its
 extensions' claims). What of that is private to the SDK is reached through ``_sdk.py`` only, read once per
-connection; tests/upstreams/mcp/test_sdk.py pins it, and tests/gateway/test_lean_upstream.py runs the same calls
+connection; tests/upstreams/mcp/test_sdk.py pins it, and tests/upstreams/mcp/test_lean_upstream.py runs the same calls
 both ways.
 
 Stateless 2026-07-28 calls on a handshake-era session are not made, though a server may offer both: a tool
