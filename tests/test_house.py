@@ -33,7 +33,7 @@ def private_uses(source: str) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
             owner = node.value
-            if isinstance(owner, ast.Name) and owner.id in {"self", "cls"} or node.attr in STDLIB_PUBLIC:
+            if (isinstance(owner, ast.Name) and owner.id in {"self", "cls"}) or node.attr in STDLIB_PUBLIC:
                 continue
             found.append(f"{node.lineno}: {ast.unparse(node)}")
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

@@ -299,7 +299,7 @@ class ModelProxy:
             run_client=caller.run.client, call_id=call.id, iteration=iteration, frontend="model",
             wait_seconds=conversation.route.approval_wait, refused=refused, exposed=client,
             # Models make up a new id each time they are asked: a retry of a held call is the same run,
-            # tool and arguments (gateway/approvals/service.py), as for MCP clients that give no id.
+            # tool and arguments (gateway/approvals/gate.py), as for MCP clients that give no id.
             call_id_given=False,
         )
         try:  # an agent-run tool is only decided (nothing runs here); a gateway tool runs
