@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.core import limits
+from gateway.core.durations import parse_duration
 from gateway.core.limits import (
     AUDIT_MAX_EVENT_BYTES,
     AUDIT_MAX_VALUE_BYTES,
@@ -20,7 +21,6 @@ from gateway.core.limits import (
     MAX_RESPONSE_BYTES,
 )
 from gateway.policy.cel.globbing import glob_problem
-from gateway.policy.model import parse_duration
 
 __all__ = [
     "ApiKeySpec",

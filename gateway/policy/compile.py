@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.core.diagnostics import Diagnostic, Severity
+from gateway.core.durations import parse_duration
 from gateway.core.errors import CelCompileError
 from gateway.core.limits import (
     DEFAULT_APPROVAL_HOLD_SECONDS,
@@ -25,7 +26,7 @@ from gateway.policy.cel.globbing import glob_problem
 from gateway.policy.cel.pure_check import INPUTS, Analysis, CelTypeError, analyse
 from gateway.policy.cel.types import DYN, ObjectType
 from gateway.policy.decision import REQUESTER, Action, ApprovalRequirement, Mode, OnError, Stage, Verdict
-from gateway.policy.model import PolicyFile, RuleSpec, parse_duration
+from gateway.policy.model import PolicyFile, RuleSpec
 from gateway.policy.rewrite import PathParts, parse_path
 from gateway.policy.typed_env import RESULT, TypeEnvironment, rewrite_problem
 
