@@ -20,10 +20,10 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from gateway.core.clock import rfc3339  # in __all__ until approvals/service.py imports it from core.clock
 from gateway.core.limits import DEFAULT_APPROVAL_VALID_SECONDS
 from gateway.policy.call import Principal
 from gateway.policy.decision import REQUESTER
@@ -288,8 +288,3 @@ def _outcome_of(result: dict[str, Any] | None) -> str:
         return "tool error"
     texts = [b.get("text", "") for b in result.get("content") or [] if isinstance(b, dict)]
     return f"{decision}: {' '.join(texts)}"[:200]
-
-
-def rfc3339(ts: float) -> str:
-    """A UNIX time as RFC 3339 (UTC, whole seconds)."""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -16,13 +16,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.core.clock import now_rfc3339
 from gateway.core.errors import AuditWriteError, ModelUpstreamError
 from gateway.core.values import id_problem, shown_id
 from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
 from gateway.models.proxy import Caller, ModelProxy, RequestProblem, UnknownModel
 from gateway.pipeline.runs import client_of, conversation_of, explicit_run_id, resolve_run
-from gateway.store.model import now_rfc3339
 
 __all__ = ["chat_routes"]
 

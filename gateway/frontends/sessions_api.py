@@ -21,12 +21,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from gateway.core.clock import now_rfc3339
 from gateway.core.errors import AuditWriteError, StoreUnavailable
 from gateway.core.limits import MAX_APPROVALS_FILTER_CHARS, MAX_SESSIONS_PAGE
 from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
 from gateway.pipeline import Gateway
-from gateway.store.sqlite import SessionState, now_rfc3339
+from gateway.store.sqlite import SessionState
 
 __all__ = ["ENDED_BY_ADMIN", "session_admin_routes"]
 

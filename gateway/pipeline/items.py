@@ -22,6 +22,7 @@ from typing import Any
 
 import mcp_types as types
 
+from gateway.core.clock import now_rfc3339
 from gateway.core.errors import (
     AuditWriteError,
     ItemNotFound,
@@ -34,7 +35,6 @@ from gateway.core.limits import MAX_AUDIT_ERROR_CHARS
 from gateway.pipeline.lifecycle import Gateway
 from gateway.policy.call import CallInfo, Principal, ToolCall, ToolInfo
 from gateway.policy.decision import Decision, Stage, Verdict
-from gateway.store.sqlite import now_rfc3339
 from gateway.upstreams.items import ExposedItem, ItemCatalog
 
 __all__ = ["ItemGate", "ItemRequest"]

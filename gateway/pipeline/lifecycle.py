@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.core.clock import now_rfc3339
 from gateway.core.errors import (
     AuditWriteError,
     InvalidArgumentsError,
@@ -57,7 +58,7 @@ from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet, env_revision
 from gateway.reload.holder import PolicyHolder
 from gateway.store.base import SessionStore
-from gateway.store.model import SessionState, now_rfc3339
+from gateway.store.model import SessionState
 from gateway.upstreams.client_requests import Declares, calling_client, undeclared
 from gateway.upstreams.registry import ExposedTool, ToolRegistry
 

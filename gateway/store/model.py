@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
+# now_rfc3339 stays importable from here until approvals/service.py imports it from gateway.core.clock.
+from gateway.core.clock import now_rfc3339
+
 __all__ = ["SessionState", "now_rfc3339"]
-
-
-def now_rfc3339() -> str:
-    """The current UTC time as RFC 3339, as CEL's timestamp() reads it."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(slots=True)
