@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gateway.core import limits
 from gateway.core.durations import parse_duration
+from gateway.core.globs import glob_problem
 from gateway.core.limits import (
     AUDIT_MAX_EVENT_BYTES,
     AUDIT_MAX_VALUE_BYTES,
@@ -20,7 +21,6 @@ from gateway.core.limits import (
     DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
     MAX_RESPONSE_BYTES,
 )
-from gateway.policy.cel.globbing import glob_problem
 
 __all__ = [
     "ApiKeySpec",

@@ -12,9 +12,9 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from gateway.core.globs import glob_match
 from gateway.pipeline.request import CallOutcome
 from gateway.policy.catalog import CLIENT_UPSTREAM
-from gateway.policy.cel.globbing import glob_match
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool
 from gateway.upstreams.registry import ExposedTool, expose
 

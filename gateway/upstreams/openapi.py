@@ -26,9 +26,9 @@ import httpx2
 
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.errors import ConfigError
+from gateway.core.globs import glob_match
 from gateway.core.limits import MAX_RESPONSE_BYTES
 from gateway.core.sourcemap import YamlDocument
-from gateway.policy.cel.functions import glob
 from gateway.upstreams.base import UpstreamTool
 from gateway.upstreams.http import HttpOperation, HttpUpstream
 from gateway.upstreams.openapi_refs import LITERAL_KEYS, Bad, Resolver, Where
@@ -264,7 +264,7 @@ def _pointer(where: Where) -> str:
 
 def _selected(names: set[str], include: Sequence[str], exclude: Sequence[str]) -> bool:
     def hit(patterns: Sequence[str]) -> bool:
-        return any(glob(n, p) for n in names for p in patterns)
+        return any(glob_match(n, p) for n in names for p in patterns)
 
     return hit(include) and not hit(exclude)
 
