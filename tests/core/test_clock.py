@@ -58,3 +58,8 @@ def test_parse_refuses_what_is_not_a_time(text: str) -> None:
     with pytest.raises(ValueError):
         clock.parse_rfc3339(text)
 
+
+
+def test_exports() -> None:
+    assert clock.__all__ == ["now", "now_rfc3339", "parse_rfc3339", "rfc3339", "rfc3339_ms", "rfc3339_offset",
+                             "rfc3339_us"]

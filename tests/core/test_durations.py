@@ -151,3 +151,10 @@ def test_what_the_former_grammars_took_reads_the_same(text: str) -> None:
         assert parse_duration(text) == config
     if (wait := _former_wait(text)) is not None:
         assert seconds(text) == wait
+
+
+def test_exports() -> None:
+    import gateway.core.durations
+
+    assert gateway.core.durations.__all__ == ["cel_nanoseconds", "duration_text", "duration_unit_text",
+                                              "parse_duration", "seconds"]

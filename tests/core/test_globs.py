@@ -81,3 +81,9 @@ def test_a_hostile_value_cannot_make_a_pattern_backtrack() -> None:
     assert glob_match("a" * 200_000, "*a*a*a*a*a*a*a*a*b") is False
     assert glob_match("a" * 200_000, "**a**a**a**a**a**a**b") is False
     assert time.perf_counter() - started < 5  # linear time; a backtracking matcher takes hours
+
+
+def test_exports() -> None:
+    import gateway.core.globs
+
+    assert gateway.core.globs.__all__ == ["glob_match", "glob_problem", "glob_regex", "is_glob"]

@@ -94,3 +94,9 @@ def test_rewrite_redact_gives_what_it_gave_before(value: Any) -> None:
     out = redact(value, patterns)
     assert json.dumps(out) == json.dumps(_former_rewrite_redact(value, patterns))  # key order included
     assert value == before
+
+
+def test_exports() -> None:
+    import gateway.core.redaction
+
+    assert gateway.core.redaction.__all__ == ["Redaction"]
