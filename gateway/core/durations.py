@@ -21,7 +21,9 @@ from decimal import Decimal
 
 __all__ = ["cel_nanoseconds", "duration_text", "duration_unit_text", "parse_duration", "seconds"]
 
-_NUMBER = r"(?:\d+\.?\d*|\.\d+)"
+# Go's number (``1``, ``1.5``, ``1.``, ``.5``), written so that no two ways match one text: the matching
+# stays linear however long a hostile ``?wait=`` or CEL string is (``\d+\.?\d*`` is cubic on a run of digits).
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
 _UNIT = r"(?:ns|us|ms|s|m|h)"
 # The whole grammar: a sign, then numbers with units, or a lone "0".
 _GRAMMAR = re.compile(rf"([+-]?)((?:{_NUMBER}{_UNIT})+|0)")
@@ -58,8 +60,10 @@ def seconds(value: str | int | float) -> float:
     if not match:
         raise ValueError(f"{value!r} is not a duration; {_HINT}")
     sign, body = match.groups()
-    parts = _PART.findall(body)
-    number = sum((Decimal(n) * _SECONDS[unit] for n, unit in parts), Decimal(0)) if parts else Decimal(body)
+    if match.re is _PLAIN:
+        number = Decimal(body)
+    else:
+        number = sum((Decimal(n) * _SECONDS[unit] for n, unit in _PART.findall(body)), Decimal(0))
     return float(-number if sign == "-" else number)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from datetime import timedelta
 
 import pytest
@@ -158,3 +159,16 @@ def test_exports() -> None:
 
     assert gateway.core.durations.__all__ == ["cel_nanoseconds", "duration_text", "duration_unit_text",
                                               "parse_duration", "seconds"]
+
+
+@pytest.mark.parametrize("text", ["9" * 5000, "9" * 5000 + "x", "9" * 5000 + ".5s", "1" * 100_000 + "sx",
+                                  "1s" * 20_000 + "x"])
+def test_a_hostile_length_parses_in_linear_time(text: str) -> None:
+    """``\\d+\\.?\\d*`` has many ways to match a run of digits: a ``?wait=`` of 5000 nines took minutes."""
+    started = time.perf_counter()
+    for parse in (seconds, cel_nanoseconds):
+        try:
+            parse(text)
+        except ValueError:
+            pass
+    assert time.perf_counter() - started < 5
