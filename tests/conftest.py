@@ -29,13 +29,14 @@ from gateway.approvals.model import Approval, Requirement, args_digest
 from gateway.approvals.service import ApprovalService
 from gateway.approvals.store import ApprovalStore
 from gateway.auth.keys import Authenticator, Identity, hash_key
+from gateway.core.clock import now_rfc3339
 from gateway.frontends.approvals_api import approval_routes
 from gateway.frontends.approvals_page import approvals_page_routes
 from gateway.frontends.identity import RequireIdentity
 from gateway.policy import Decision, PolicySet, ToolCall, load_policy_set
 from gateway.policy.call import Principal
 from gateway.policy.callspec import CallSpec
-from gateway.store.sqlite import SqliteStore, now_rfc3339
+from gateway.store.sqlite import SqliteStore
 
 # The running-gateway harness (shared servers, start_gateway, mcp_alice, ...) for tests in every folder.
 pytest_plugins = ["gateway_harness"]

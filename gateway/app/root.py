@@ -23,6 +23,7 @@ from gateway.auth.keys import Authenticator
 from gateway.config.load import LoadedConfig, resolve_secret
 from gateway.config.model import UpstreamSpec
 from gateway.core.diagnostics import Diagnostic
+from gateway.core.durations import parse_duration
 from gateway.core.errors import ConfigError, StoreUnavailable
 from gateway.core.limits import (
     BODY_OVERHEAD_BYTES,
@@ -53,7 +54,6 @@ from gateway.pipeline import Gateway
 from gateway.pipeline.audit import AuditLog, Redactor
 from gateway.pipeline.principal_limits import PrincipalLimits
 from gateway.pipeline.settings import CallSettings
-from gateway.policy.model import parse_duration
 from gateway.reload.holder import PolicyHolder
 from gateway.store.sql import SqlStore
 from gateway.store.sqlite import SqliteStore

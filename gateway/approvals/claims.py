@@ -20,10 +20,10 @@ from gateway.approvals.messages import STORE_UNAVAILABLE, denial_message, refusa
 from gateway.approvals.model import Approval, ApprovalState
 from gateway.approvals.notification import Notification
 from gateway.approvals.records import Records
+from gateway.core.clock import now_rfc3339
 from gateway.core.errors import StoreUnavailable
 from gateway.core.limits import APPROVAL_HEARTBEAT_SECONDS, APPROVAL_LEASE_SECONDS, APPROVAL_RESULT_RETRY_SECONDS
 from gateway.policy.catalog import CLIENT_UPSTREAM
-from gateway.store.model import now_rfc3339
 
 __all__ = ["Claims"]
 

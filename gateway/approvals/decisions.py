@@ -15,9 +15,9 @@ from gateway.approvals.model import Approval, ApprovalState, Vote, qualifies, se
 from gateway.approvals.notification import Notification
 from gateway.approvals.records import Records
 from gateway.approvals.store import ListFilter
+from gateway.core.clock import now_rfc3339
 from gateway.core.errors import ApprovalConflict, ApprovalForbidden, ApprovalNotFound
 from gateway.policy.call import Principal
-from gateway.store.model import now_rfc3339
 
 __all__ = ["Decisions"]
 

@@ -21,9 +21,9 @@ from gateway.approvals.messages import lapse_reason, late_vote, refusal
 from gateway.approvals.model import POLICY_CHANGE, Approval, ApprovalState, Requirement, Vote
 from gateway.approvals.notification import Notification
 from gateway.approvals.records import Records
+from gateway.core.clock import now_rfc3339
 from gateway.core.errors import StoreUnavailable
 from gateway.core.limits import APPROVAL_SWEEP_SECONDS
-from gateway.store.model import now_rfc3339
 
 __all__ = ["Expiry"]
 

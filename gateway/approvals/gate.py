@@ -42,11 +42,11 @@ from gateway.approvals.model import (
     Requirement,
     args_digest,
     json_safe,
-    rfc3339,
     uncovered,
 )
 from gateway.approvals.notification import Notification
 from gateway.approvals.records import Records
+from gateway.core.clock import now_rfc3339, rfc3339
 from gateway.core.errors import ApprovalConflict, ApprovalForbidden, StoreUnavailable
 from gateway.core.limits import (
     APPROVAL_LOOKUP_ATTEMPTS,
@@ -58,7 +58,6 @@ from gateway.core.limits import (
 from gateway.pipeline.approvals import ApprovalResult, HeldCall
 from gateway.policy.call import Principal
 from gateway.policy.decision import Decision, Verdict
-from gateway.store.model import now_rfc3339
 
 __all__ = ["Elicit", "Gate"]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.approvals.model import POLICY_CHANGE, Approval, Vote
+from gateway.core.durations import duration_unit_text
 
 __all__ = ["END_USER", "NOT_REACHED_WAITER", "POLICIES_CHANGED", "STORE_UNAVAILABLE", "denial_message",
            "expired_message", "lapse_of", "lapse_reason", "late_vote", "pending_message", "refusal", "set_aside_by"]
@@ -53,7 +54,7 @@ def lapse_reason(approval: Approval) -> str:
     """Why an approved request may no longer be used (recorded with its "validity" vote)."""
     if late_vote(approval):
         return "approved after the request expired"
-    return f"approved, but not used within {_duration(approval.valid_for)}"
+    return f"approved, but not used within {duration_unit_text(approval.valid_for)}"
 
 
 def expired_message(approval: Approval) -> str:
@@ -67,7 +68,7 @@ def expired_message(approval: Approval) -> str:
     if late_vote(approval):
         return f"Approval {approval.id} was given after the request had expired, so the call was not run. " \
             "Call again to ask for a new approval."
-    return (f"Approval {approval.id} was valid for {_duration(approval.valid_for)} after it was given and "
+    return (f"Approval {approval.id} was valid for {duration_unit_text(approval.valid_for)} after it was given and "
             "has expired unused, so the call was not run. Call again to ask for a new approval.")
 
 
@@ -77,13 +78,6 @@ def pending_message(approval: Approval, page_url: str) -> str:
             f"(approval request {approval.id}, {page_url}/{approval.id}; it expires at "
             f"{approval.expires_at}). To get the outcome, call {approval.tool} again with exactly the same "
             "arguments: once approved, that call runs it (once); if it was denied or expired, that call says so.")
-
-
-def _duration(seconds: float) -> str:
-    whole = int(seconds)
-    if whole % 3600 == 0:
-        return f"{whole // 3600}h"
-    return f"{whole // 60}m" if whole % 60 == 0 else f"{whole}s"
 
 
 def refusal(call_id: str, decision: str, message: str, approval_id: str | None) -> dict[str, Any]:

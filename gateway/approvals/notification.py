@@ -16,9 +16,9 @@ from typing import Any, Protocol
 from gateway.approvals.model import Approval
 from gateway.approvals.store import ApprovalStore
 from gateway.core.audit_head import audit_head
+from gateway.core.clock import now_rfc3339
 from gateway.core.limits import APPROVAL_NOTIFY_FALLBACK_SECONDS, APPROVAL_SHARED_POLL_SECONDS
 from gateway.observe.tracing import current_trace_id
-from gateway.store.model import now_rfc3339
 
 __all__ = ["Notification", "Notifier"]
 

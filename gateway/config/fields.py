@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import model_validator
 
+from gateway.core.durations import parse_duration
+from gateway.core.globs import glob_problem
 from gateway.core.strict import StrictModel
-from gateway.policy.cel.globbing import glob_problem
-from gateway.policy.model import parse_duration
 
 __all__ = ["ENV_NAME_PATTERN", "TOOL_NAME_PATTERN", "SecretRef", "check_duration", "check_glob", "check_globs"]
 

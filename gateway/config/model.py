@@ -30,8 +30,8 @@ from gateway.config.upstreams import (
     UpstreamSpec,
 )
 from gateway.core import limits
+from gateway.core.durations import parse_duration
 from gateway.core.strict import StrictModel
-from gateway.policy.model import parse_duration
 
 __all__ = [
     "ApiKeySpec",

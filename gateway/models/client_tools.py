@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gateway.core.errors import UpstreamError
+from gateway.core.globs import glob_match
 from gateway.policy.catalog import CLIENT_UPSTREAM
-from gateway.policy.cel.globbing import glob_match
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool
 from gateway.upstreams.registry import ExposedTool, expose
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.core.errors import UnknownToolError
+from gateway.core.globs import glob_match
 from gateway.core.limits import MODEL_SPLICES_KEPT
 from gateway.core.values import loads
 from gateway.models.answer import StreamedMessage, as_object, assistant_message
@@ -34,7 +35,6 @@ from gateway.pipeline.request import CallOutcome
 from gateway.pipeline.results import HANDED_OUT
 from gateway.pipeline.runs import Run
 from gateway.policy.call import Principal
-from gateway.policy.cel.globbing import glob_match
 from gateway.upstreams.registry import ExposedTool
 
 __all__ = ["Caller", "ModelProxy", "ModelRoute", "RequestProblem", "UnknownModel"]

@@ -12,12 +12,13 @@ import time
 from typing import Any
 
 from gateway.core.audit_head import audit_head
+from gateway.core.clock import now_rfc3339
 from gateway.pipeline.audit import Redactor
 from gateway.pipeline.call_trace import CallTrace
 from gateway.pipeline.request import CallOutcome
 from gateway.policy.decision import Decision
 from gateway.policy.policyset import env_revision
-from gateway.store.model import SessionState, now_rfc3339
+from gateway.store.model import SessionState
 from gateway.upstreams.registry import ExposedTool
 
 __all__ = ["intent_event", "outcome_event"]

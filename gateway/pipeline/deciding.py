@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from gateway.core.clock import now_rfc3339
 from gateway.observe.observer import CallObserver
 from gateway.pipeline.call_trace import CallTrace
 from gateway.pipeline.request import CallRequest
@@ -12,7 +13,7 @@ from gateway.pipeline.results import POLICY_FAILED, as_result_info
 from gateway.policy.call import CallInfo, SessionInfo, ToolCall, UsageInfo
 from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet
-from gateway.store.model import SessionState, now_rfc3339
+from gateway.store.model import SessionState
 from gateway.upstreams.base import ToolResult
 from gateway.upstreams.registry import ExposedTool
 

@@ -23,6 +23,7 @@ from typing import Any
 import mcp_types as types
 
 from gateway.core.audit_head import audit_head
+from gateway.core.clock import now_rfc3339
 from gateway.core.errors import (
     AuditWriteError,
     ItemNotFound,
@@ -36,7 +37,6 @@ from gateway.observe.tracing import current_trace_id
 from gateway.pipeline.lifecycle import Gateway
 from gateway.policy.call import CallInfo, Principal, ToolCall, ToolInfo
 from gateway.policy.decision import Decision, Stage, Verdict
-from gateway.store.sqlite import now_rfc3339
 from gateway.upstreams.items import ExposedItem, ItemCatalog
 
 __all__ = ["ItemGate", "ItemRequest"]

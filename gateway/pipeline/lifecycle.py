@@ -25,6 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from gateway.core.clock import now_rfc3339
 from gateway.core.errors import AuditWriteError, StoreUnavailable, UnknownToolError
 from gateway.core.values import Profile, printable, problem, shown_id
 from gateway.observe.observer import CallObserver
@@ -63,7 +64,7 @@ from gateway.policy.decision import Decision, Verdict
 from gateway.policy.policyset import PolicySet
 from gateway.reload.holder import PolicyHolder
 from gateway.store.base import SessionStore
-from gateway.store.model import SessionState, now_rfc3339
+from gateway.store.model import SessionState
 from gateway.upstreams.client_requests import undeclared
 from gateway.upstreams.registry import ExposedTool, ToolRegistry
 

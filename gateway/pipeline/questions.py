@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.core.audit_head import audit_head
+from gateway.core.clock import now_rfc3339
 from gateway.observe.tracing import current_trace_id
 from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.run_end import terminated_text
@@ -19,7 +20,6 @@ from gateway.pipeline.settings import CallSettings
 from gateway.policy.call import Principal, ToolCall
 from gateway.reload.holder import PolicyHolder
 from gateway.store.base import SessionStore
-from gateway.store.model import now_rfc3339
 from gateway.upstreams.client_requests import Declares, undeclared
 from gateway.upstreams.items import ItemCatalog
 from gateway.upstreams.registry import ExposedTool, ToolRegistry

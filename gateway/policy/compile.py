@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.core.diagnostics import Diagnostic, Severity
+from gateway.core.durations import parse_duration
 from gateway.core.errors import CelCompileError
+from gateway.core.globs import glob_problem
 from gateway.core.limits import (
     DEFAULT_APPROVAL_HOLD_SECONDS,
     DEFAULT_APPROVAL_VALID_SECONDS,
@@ -21,11 +23,10 @@ from gateway.core.limits import (
 )
 from gateway.core.sourcemap import Path, YamlDocument
 from gateway.policy.cel import VARIABLES, Engine, ExprType, Program
-from gateway.policy.cel.globbing import glob_problem
 from gateway.policy.cel.pure_check import INPUTS, Analysis, CelTypeError, analyse
 from gateway.policy.cel.types import DYN, ObjectType
 from gateway.policy.decision import REQUESTER, Action, ApprovalRequirement, Mode, OnError, Stage, Verdict
-from gateway.policy.model import PolicyFile, RuleSpec, parse_duration
+from gateway.policy.model import PolicyFile, RuleSpec
 from gateway.policy.rewrite import PathParts, parse_path
 from gateway.policy.typed_env import RESULT, TypeEnvironment, rewrite_problem
 

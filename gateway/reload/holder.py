@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.core.audit_head import audit_head
+from gateway.core.clock import now_rfc3339
 from gateway.core.diagnostics import Diagnostic, Severity
 from gateway.core.errors import PolicyLoadError
 from gateway.core.limits import DEFAULT_SETTLE_SECONDS, MAX_POLICY_FILE_BYTES, POLICY_START_ATTEMPTS
@@ -29,7 +30,6 @@ from gateway.policy.policyset import PolicySet
 from gateway.reload.diff import diff_sets
 from gateway.reload.fileset import Fingerprint, Moved, Settler, display_path, fingerprint, read_stamped, swapped_whole
 from gateway.reload.manifest import verify_manifest
-from gateway.store.sqlite import now_rfc3339
 
 __all__ = ["RELOAD_EVENT", "PolicyHolder"]
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from gateway.core.clock import now_rfc3339
 from gateway.core.errors import StoreUnavailable
 from gateway.core.limits import (
     DEFAULT_RUN_IDLE_SECONDS,
@@ -38,7 +39,7 @@ from gateway.core.limits import (
 )
 from gateway.store.db import DB_ERRORS, Db
 from gateway.store.delta import Delta, Row, apply
-from gateway.store.model import SessionState, now_rfc3339
+from gateway.store.model import SessionState
 from gateway.store.sql_usage import SqlUsage
 from gateway.store.usage import Totals
 from gateway.store.write_behind import COLUMNS, WriteBehind

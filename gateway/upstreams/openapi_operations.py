@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.errors import ConfigError
-from gateway.policy.cel.functions import glob
+from gateway.core.globs import glob_match
 from gateway.upstreams.base import UpstreamTool
 from gateway.upstreams.http import HttpOperation
 from gateway.upstreams.openapi_refs import LITERAL_KEYS, Bad, Resolver, Where
@@ -102,7 +102,7 @@ def _pointer(where: Where) -> str:
 
 def _selected(names: set[str], include: Sequence[str], exclude: Sequence[str]) -> bool:
     def hit(patterns: Sequence[str]) -> bool:
-        return any(glob(n, p) for n in names for p in patterns)
+        return any(glob_match(n, p) for n in names for p in patterns)
 
     return hit(include) and not hit(exclude)
 

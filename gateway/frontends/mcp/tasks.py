@@ -20,10 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import mcp_types as types
@@ -34,6 +32,7 @@ from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from gateway.core.clock import now, rfc3339_us
 from gateway.core.errors import UnknownToolError
 from gateway.core.limits import (
     DEFAULT_TASK_TIMEOUT_SECONDS,
@@ -105,8 +104,8 @@ class GatewayTask:
     principal: str
     tool: str
     ttl_ms: int
-    created: float = field(default_factory=time.time)
-    updated: float = field(default_factory=time.time)
+    created: float = field(default_factory=now)
+    updated: float = field(default_factory=now)
     status: str = "working"
     message: str | None = None
     result: dict[str, Any] | None = None
@@ -120,7 +119,7 @@ class GatewayTask:
         if self.status in _TERMINAL:
             return
         self.status, self.result, self.error, self.message = status, result, error, message
-        self.updated = time.time()
+        self.updated = now()
         self.ended.set()
 
     def expired(self, now: float) -> bool:
@@ -132,8 +131,8 @@ class GatewayTask:
         status = self.status
         if not modern and status == "completed" and (self.result or {}).get("isError"):
             status = "failed"  # 2025-11-25: a tool result with isError fails the task
-        body: dict[str, Any] = {"taskId": self.id, "status": status, "createdAt": _iso(self.created),
-                                "lastUpdatedAt": _iso(self.updated)}
+        body: dict[str, Any] = {"taskId": self.id, "status": status, "createdAt": rfc3339_us(self.created),
+                                "lastUpdatedAt": rfc3339_us(self.updated)}
         if self.message:
             body["statusMessage"] = self.message
         if modern:
@@ -182,8 +181,8 @@ class TaskTable:
         self._tasks.pop(task.id, None)
 
     def _expire(self) -> None:
-        now = time.time()
-        for task_id in [t.id for t in self._tasks.values() if t.expired(now)]:
+        at = now()
+        for task_id in [t.id for t in self._tasks.values() if t.expired(at)]:
             del self._tasks[task_id]
 
 
@@ -349,8 +348,4 @@ def _ttl(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         return DEFAULT_TASK_TTL_MS
     return int(min(value, MAX_TASK_TTL_MS))
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 

@@ -1,4 +1,4 @@
-"""Glob patterns, as ``glob()`` and tool/operation selectors read them.
+"""Glob patterns: one matcher for CEL's ``glob()``, rules' ``tools:``, and every name selector of the config.
 
     *              any run of characters except "/"
     **             any run of characters, "/" included
@@ -22,12 +22,19 @@ from typing import Any
 
 import re2  # google-re2: linear-time matching
 
-__all__ = ["glob_match", "glob_problem", "glob_regex"]
+__all__ = ["glob_match", "glob_problem", "glob_regex", "is_glob"]
+
+_GLOB_CHARS = frozenset("*?[")
 
 
 def glob_match(value: str, pattern: str) -> bool:
     """Whether ``pattern`` matches the whole of ``value``; a malformed pattern raises ``ValueError``."""
     return _compiled(pattern).fullmatch(value) is not None
+
+
+def is_glob(pattern: str) -> bool:
+    """Whether ``pattern`` has a wildcard (``*``, ``?`` or ``[``) rather than being an exact name."""
+    return any(char in _GLOB_CHARS for char in pattern)
 
 
 def glob_problem(pattern: str) -> str | None:
