@@ -7,22 +7,30 @@ wrong result type, at positions that match the C++ engine (the operator, the ``(
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
-import celpy.celparser
-from lark import Lark, Token, Tree
-from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
+from lark import Token, Tree
 
 from gateway.core.errors import CelCompileError
-from gateway.core.limits import MAX_CACHED_PARSE_TREES, MAX_COMPREHENSION_NESTING
+from gateway.core.limits import MAX_COMPREHENSION_NESTING
 from gateway.policy.cel.base import VARIABLES, ExprType
 from gateway.policy.cel.pure_signatures import BOOL, DYN, SIGNATURES, TYPE_NAMES, TYPE_VARIABLES
 from gateway.policy.cel.strings import INT64_MAX, INT64_MIN, UINT64_MAX
+from gateway.policy.cel.syntax import (
+    MACROS,
+    PASS_THROUGH,
+    depth_beyond,
+    dotted,
+    has_paths,
+    line_column,
+    parse,
+    parser,
+    string_literal,
+    unwrap,
+)
 from gateway.policy.cel.types import DYN_MAP, ObjectType, fmt_type, suggestion
 
 __all__ = ["INPUTS", "MACROS", "MAX_TREE_DEPTH", "OPERATORS", "PASS_THROUGH", "Analysis", "CelTypeError", "analyse",
@@ -31,16 +39,11 @@ __all__ = ["INPUTS", "MACROS", "MAX_TREE_DEPTH", "OPERATORS", "PASS_THROUGH", "A
 _VARIABLE_TYPE = ("map", "string", DYN)  # every declared variable
 # The variables whose size the caller controls: comprehensions over them are what the cost bound counts.
 INPUTS = frozenset({"args", "original_args", "result"})
-# Receiver-style calls that the checker and the evaluator treat as comprehensions, not functions.
-MACROS = {"all", "exists", "exists_one", "map", "filter"}
 # celpy's interpreter recurses about five Python frames per parse-tree level. 120 levels (about ten
 # nested parentheses, calls or lists) stay near 600 frames, leaving room for the caller under
 # Python's default recursion limit of 1000, which this engine does not raise.
 MAX_TREE_DEPTH = 120
 
-# Grammar rules that are only a wrapper when they have a single child.
-PASS_THROUGH = {"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication",
-                "unary", "member", "primary", "paren_expr"}
 # Parse-tree operator rules by the CEL function name they stand for.
 OPERATORS = {
     "relation_lt": "_<_", "relation_le": "_<=_", "relation_gt": "_>_", "relation_ge": "_>=_",
@@ -54,81 +57,23 @@ _FLOAT = re.compile(r"-?(?:\d+\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\.\d+(?:[eE
 _ESCAPE = re.compile(r"\\(?:[abfnrtv\"'\\]|[0-3][0-7]{2}|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})")
 
 
-@functools.cache
-def parser() -> Lark:
-    """celpy's CEL grammar as a Lark parser that keeps a position on every token, built once."""
-    # celpy's own parser turns true/false into tokens without positions; this one keeps them,
-    # so every node has a position for error messages. Same grammar and options, same trees.
-    def keep_position(token: Token) -> Token:
-        if token.value in ("true", "false"):
-            return Token.new_borrow_pos("BOOL_LIT", token.value, token)
-        return token
-
-    grammar = Path(celpy.celparser.__file__).with_name("cel.lark").read_text()
-    return Lark(grammar, parser="lalr", start="expr", g_regex_flags=re.M, propagate_positions=True,
-                maybe_placeholders=False, priority="invert", lexer_callbacks={"IDENT": keep_position})
-
-
 def _line_column(source: str, pos: int) -> tuple[int, int]:
-    return source.count("\n", 0, pos) + 1, pos - source.rfind("\n", 0, pos)
+    return line_column(source, pos)
 
 
-@functools.lru_cache(maxsize=MAX_CACHED_PARSE_TREES)
 def _parse(source: str) -> Tree[Any]:
-    """The parse tree of ``source``, its depth bounded (shared: nothing may change it).
-
-    Cached, because a reload parses the same expressions again, and the cel-python engine parses
-    each twice (its own check, then the typed one).
-    """
-    def error(pos: int, what: str) -> CelCompileError:
-        return CelCompileError(f"Syntax error: {what}", *_line_column(source, pos))
-
-    try:
-        tree = parser().parse(source)
-    except UnexpectedToken as exc:
-        if exc.token.type == "$END":
-            raise error(len(source), "unexpected end of expression") from None
-        raise error(exc.token.start_pos or 0, f"unexpected {exc.token.value!r}") from None
-    except UnexpectedCharacters as exc:
-        pos = exc.pos_in_stream or 0
-        raise error(pos, f"unexpected character {source[pos:pos + 1]!r}") from None
-    except UnexpectedEOF:
-        raise error(len(source), "unexpected end of expression") from None
-    except LarkError as exc:
-        raise CelCompileError(f"Syntax error: {exc}") from None
-    _check_depth(tree, source)
+    """The front end's tree of ``source`` (``syntax.parse``), its depth bounded for this engine's evaluator."""
+    tree = parse(source)
+    deepest = depth_beyond(tree, MAX_TREE_DEPTH)
+    if deepest is not None:
+        raise CelCompileError(
+            "expression is nested too deeply for the cel-python engine "
+            "(about ten levels of parentheses, calls or lists at most)", *line_column(source, deepest))
     return tree
 
 
-def _check_depth(tree: Tree[Any], source: str) -> None:
-    stack = [(tree, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_TREE_DEPTH:
-            raise CelCompileError(
-                "expression is nested too deeply for the cel-python engine "
-                "(about ten levels of parentheses, calls or lists at most)",
-                *_line_column(source, getattr(node.meta, "start_pos", 0)),
-            )
-        stack.extend((kid, depth + 1) for kid in node.children if isinstance(kid, Tree))
-
-
-def unwrap(tree: Tree[Any]) -> Tree[Any]:
-    """The first node under ``tree`` that is not a single-child wrapper."""
-    while tree.data in PASS_THROUGH and len(tree.children) == 1 and isinstance(tree.children[0], Tree):
-        tree = tree.children[0]
-    return tree
-
-
-def _dotted(tree: Tree[Any]) -> str | None:
-    """``a.b.c`` when the tree is a chain of plain field selections on an identifier."""
-    node = unwrap(tree)
-    if node.data == "ident":
-        return str(node.children[0])
-    if node.data == "member_dot":
-        base = _dotted(node.children[0])
-        return None if base is None else f"{base}.{node.children[1]}"
-    return None
+_dotted = dotted
+_has_paths = has_paths
 
 
 _fmt = fmt_type
@@ -188,31 +133,8 @@ def _join(types: list[Any]) -> Any:
 
 
 def _string_literal(tree: Tree[Any]) -> str | None:
-    node = unwrap(tree)
-    if node.data != "literal" or cast(Token, node.children[0]).type != "STRING_LIT":
-        return None
-    match = re.fullmatch(r"""(['"])(\w+)\1""", str(node.children[0]))
-    return match.group(2) if match else None
-
-
-def _has_paths(tree: Tree[Any], positive: bool) -> frozenset[str]:
-    """The fields ``tree`` proves present when it is true (``positive``) or false: ``has(a.b)``,
-    ``'b' in a``, and conjunctions (disjunctions) and negations of these."""
-    node = unwrap(tree)
-    kids = node.children
-    if node.data == "unary" and kids[0].data == "unary_not":
-        return _has_paths(kids[1], not positive)
-    if node.data == ("conditionaland" if positive else "conditionalor") and len(kids) == 2:
-        return _has_paths(kids[0], positive) | _has_paths(kids[1], positive)
-    if not positive:
-        return frozenset()
-    if node.data == "ident_arg" and str(kids[0]) == "has" and len(kids) == 2 and len(kids[1].children) == 1:
-        path = _dotted(kids[1].children[0])
-        return frozenset({path}) if path else frozenset()
-    if node.data == "relation" and kids[0].data == "relation_in":
-        key, container = _string_literal(kids[0].children[0]), _dotted(kids[1])
-        return frozenset({f"{container}.{key}"}) if key and container else frozenset()
-    return frozenset()
+    found = string_literal(tree)
+    return found[0] if found and re.fullmatch(r"\w+", found[0]) else None
 
 
 class _Checker:
