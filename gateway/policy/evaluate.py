@@ -93,6 +93,7 @@ class _Bindings:
         return found
 
     def values_for(self, policy_index: int, needed: frozenset[str]) -> dict[str, Any]:
+        """The values of the file variables ``needed`` (those that evaluated), each evaluated once per call."""
         done = self._values.setdefault(policy_index, {})
         failed = self.variable_errors.setdefault(policy_index, {})
         for var in self.policies[policy_index].variables:  # in order: a variable's needs come first
