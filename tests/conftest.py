@@ -8,6 +8,7 @@ import ...`` would pick whichever was loaded last.
 
 from __future__ import annotations
 
+import os
 import socket
 import textwrap
 import time
@@ -28,15 +29,22 @@ from gateway.approvals.model import Approval, Requirement, args_digest
 from gateway.approvals.service import ApprovalService
 from gateway.approvals.store import ApprovalStore
 from gateway.auth.keys import Authenticator, Identity, hash_key
+from gateway.core.clock import now_rfc3339
 from gateway.frontends.approvals_api import approval_routes
 from gateway.frontends.approvals_page import approvals_page_routes
 from gateway.frontends.identity import RequireIdentity
 from gateway.policy import Decision, PolicySet, ToolCall, load_policy_set
 from gateway.policy.call import Principal
 from gateway.policy.callspec import CallSpec
-from gateway.store.sqlite import SqliteStore, now_rfc3339
+from gateway.store.sqlite import SqliteStore
 
-# Both CEL engines behind gateway.policy.cel; every engine-dependent test runs on each.
+# The running-gateway harness (shared servers, start_gateway, mcp_alice, ...) for tests in every folder.
+pytest_plugins = ["gateway_harness"]
+
+# Both CEL engines behind gateway.policy.cel. An engine-dependent test (one taking ``engine``) runs on
+# the engine ``--engine`` names (default: the gateway's default engine, or $GATEWAY_TEST_ENGINE);
+# ``--engine both`` runs it on each. Tests marked ``both_engines`` (the differential corpus, and the
+# tests that pin where the engines differ) run on each engine whatever ``--engine`` says.
 ENGINES = ("cel-expr-python", "cel-python")
 
 Write = Callable[[str, str], Path]
@@ -63,10 +71,36 @@ def decide_call(policy_set: PolicySet, tool: str, args: dict[str, Any] | None = 
     return policy_set.decide(make_call(tool, args, **fields))
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--engine", choices=(*ENGINES, "both"), default=os.environ.get("GATEWAY_TEST_ENGINE", ENGINES[0]),
+                     help="the CEL engine engine-dependent tests run on (default: %(default)s; $GATEWAY_TEST_ENGINE); "
+                          "'both' runs them on each. Tests marked both_engines always run on each.")
+
+
 @pytest.fixture(scope="session", params=ENGINES)
 def engine(request: pytest.FixtureRequest) -> str:
-    """The CEL engine name, once per engine."""
+    """The CEL engine name, once per engine (``pytest_collection_modifyitems`` keeps the ones ``--engine`` asks for)."""
     return str(request.param)
+
+
+def engines_to_run(item: pytest.Item, chosen: str) -> tuple[str, ...]:
+    """The engines ``item`` is kept for: each engine when marked ``both_engines`` or ``--engine both``."""
+    return ENGINES if chosen == "both" or item.get_closest_marker("both_engines") else (chosen,)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the engine-parametrised items of the engines this run does not ask for."""
+    chosen = str(config.getoption("engine"))
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        value = callspec.params.get("engine") if callspec is not None else None
+        wanted = not isinstance(value, str) or value not in ENGINES or value in engines_to_run(item, chosen)
+        (keep if wanted else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 @pytest.fixture

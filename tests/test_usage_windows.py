@@ -20,7 +20,7 @@ class Clock:
 def test_a_window_drops_calls_once_their_minute_has_left_it(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "g.sqlite3", usage_windows={"hour": 3600})
     clock = Clock()
-    usage = UsageCounter({"hour": 3600, "ten": 600}, store._usage_changed, store._usage_rows, clock)
+    usage = UsageCounter({"hour": 3600, "ten": 600}, store.sql_usage.changed, store.sql_usage.rows, clock)
     usage.count_call("alice", "search")
     clock.now += 300
     usage.count_call("alice", "search")
@@ -44,19 +44,19 @@ def test_a_window_drops_calls_once_their_minute_has_left_it(tmp_path: Path) -> N
 
 def test_the_store_prunes_buckets_older_than_the_longest_window(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "g.sqlite3", usage_windows={"hour": 3600})
-    store._usage_changed("alice", 1000, "search", 5, 0)  # minute 1000
-    store._usage_changed("alice", 1059, "search", 1, 0)
-    store._usage_changed("alice", 1060, "search", 1, 0)  # minute 1000 is an hour old now
+    store.sql_usage.changed("alice", 1000, "search", 5, 0)  # minute 1000
+    store.sql_usage.changed("alice", 1059, "search", 1, 0)
+    store.sql_usage.changed("alice", 1060, "search", 1, 0)  # minute 1000 is an hour old now
     store.close()
     reopened = SqliteStore(tmp_path / "g.sqlite3")
-    assert reopened._usage_rows("alice", 0) == [(1059, "search", 1, 0), (1060, "search", 1, 0)]
+    assert reopened.sql_usage.rows("alice", 0) == [(1059, "search", 1, 0), (1060, "search", 1, 0)]
     reopened.close()
 
 
 def test_buckets_are_read_back_by_a_new_process(tmp_path: Path) -> None:
     clock = Clock()
     store = SqliteStore(tmp_path / "g.sqlite3", usage_windows={"hour": 3600})
-    usage = UsageCounter({"hour": 3600}, store._usage_changed, store._usage_rows, clock)
+    usage = UsageCounter({"hour": 3600}, store.sql_usage.changed, store.sql_usage.rows, clock)
     for _ in range(3):
         usage.count_call("alice", "search")
     clock.now += 120
@@ -64,7 +64,7 @@ def test_buckets_are_read_back_by_a_new_process(tmp_path: Path) -> None:
     store.close()  # writes what is queued
 
     reopened = SqliteStore(tmp_path / "g.sqlite3", usage_windows={"hour": 3600})
-    again = UsageCounter({"hour": 3600}, reopened._usage_changed, reopened._usage_rows, clock)
+    again = UsageCounter({"hour": 3600}, reopened.sql_usage.changed, reopened.sql_usage.rows, clock)
     hour = again.snapshot("alice")["hour"]
     assert (hour.calls, hour.calls_by_tool) == (4, {"search": 3, "fetch": 1})
     clock.now += 3600 - 60  # the first three calls' minute has left the hour; the fetch's has not
@@ -75,7 +75,7 @@ def test_buckets_are_read_back_by_a_new_process(tmp_path: Path) -> None:
 def test_an_implicit_run_ends_after_the_idle_timeout_and_survives_a_restart(tmp_path: Path) -> None:
     clock = Clock()
     store = SqliteStore(tmp_path / "g.sqlite3")
-    runs = ImplicitRuns(600, store._implicit_changed, store._implicit_row, clock)
+    runs = ImplicitRuns(600, store.sql_usage.run_changed, store.sql_usage.run_row, clock)
     first = runs.run_for("alice", "mcp/0.1.0")
     clock.now += 599
     assert runs.run_for("alice", "mcp/0.1.0") == first  # activity keeps it going
@@ -84,7 +84,7 @@ def test_an_implicit_run_ends_after_the_idle_timeout_and_survives_a_restart(tmp_
     store.close()
 
     reopened = SqliteStore(tmp_path / "g.sqlite3")
-    again = ImplicitRuns(600, reopened._implicit_changed, reopened._implicit_row, clock)
+    again = ImplicitRuns(600, reopened.sql_usage.run_changed, reopened.sql_usage.run_row, clock)
     clock.now += 500
     assert again.run_for("alice", "mcp/0.1.0") == first
     clock.now += 601

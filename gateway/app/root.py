@@ -23,6 +23,7 @@ from gateway.auth.keys import Authenticator
 from gateway.config.load import LoadedConfig, resolve_secret
 from gateway.config.model import UpstreamSpec
 from gateway.core.diagnostics import Diagnostic
+from gateway.core.durations import parse_duration
 from gateway.core.errors import ConfigError, StoreUnavailable
 from gateway.core.limits import (
     BODY_OVERHEAD_BYTES,
@@ -34,16 +35,16 @@ from gateway.core.limits import (
 from gateway.frontends.approvals_api import approval_routes
 from gateway.frontends.approvals_page import approvals_page_routes
 from gateway.frontends.chat import chat_routes
-from gateway.frontends.edge import LOOPBACK_NAMES, BodyLimit, HostOriginGuard, HostRules, JsonOnly, is_loopback
-from gateway.frontends.http_errors import json_http_errors
-from gateway.frontends.http_protocol import edge_protocol
+from gateway.frontends.http.edge import LOOPBACK_NAMES, BodyLimit, HostOriginGuard, HostRules, JsonOnly, is_loopback
+from gateway.frontends.http.errors import json_http_errors
+from gateway.frontends.http.protocol import edge_protocol
+from gateway.frontends.http.shares import ConnectionShares, Shares
 from gateway.frontends.identity import RequireIdentity
 from gateway.frontends.mcp import McpFrontend
 from gateway.frontends.metrics_api import METRICS_PATH, metrics_routes
 from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.rest import rest_routes
 from gateway.frontends.sessions_api import session_admin_routes
-from gateway.frontends.shares import ConnectionShares, Shares
 from gateway.models import ModelProxy, ModelRoute
 from gateway.models.upstream import ModelUpstream
 from gateway.observe import CallObserver, Metrics
@@ -52,7 +53,7 @@ from gateway.observe.tracing import build_tracing
 from gateway.pipeline import Gateway
 from gateway.pipeline.audit import AuditLog, Redactor
 from gateway.pipeline.principal_limits import PrincipalLimits
-from gateway.policy.model import parse_duration
+from gateway.pipeline.settings import CallSettings
 from gateway.reload.holder import PolicyHolder
 from gateway.store.sql import SqlStore
 from gateway.store.sqlite import SqliteStore
@@ -168,7 +169,7 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     notifier = build_notifier(config, page) if spec.approvals.webhooks else None
     lease = parse_duration(spec.store.lease)
     def audited(event: dict[str, Any]) -> None:  # approval events carry the revision too (a mixed fleet shows)
-        audit.write({"revision": policies.current.revision, **event})
+        audit.write({**event, "revision": policies.current.revision})
 
     approvals = ApprovalService(ApprovalStore(store), notifier, page,
                                 redact=redactor if spec.approvals.redact else None, audit=audited,
@@ -179,8 +180,8 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     limits = PrincipalLimits(per_principal.max_concurrent_calls, per_principal.calls_per_minute,
                              max_held=per_principal.max_held_calls)
     tracing = build_tracing(spec.tracing.enabled, spec.tracing.exporter, spec.tracing.service_name, str(config.file))
-    return Gateway(policies, registry, store, audit, env=spec.env, call_timeout=config.call_timeout,
-                   max_argument_bytes=spec.limits.max_argument_bytes, approvals=approvals, limits=limits,
+    settings = CallSettings(spec.env, config.call_timeout, spec.limits.max_argument_bytes)
+    return Gateway(policies, registry, store, audit, settings, approvals=approvals, limits=limits,
                    observer=CallObserver(metrics, tracing))
 
 

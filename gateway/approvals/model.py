@@ -20,16 +20,16 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from gateway.core.clock import rfc3339
 from gateway.core.limits import DEFAULT_APPROVAL_VALID_SECONDS
 from gateway.policy.call import Principal
 from gateway.policy.decision import REQUESTER
 
 __all__ = ["POLICY_CHANGE", "Approval", "ApprovalState", "Binding", "Requirement", "Vote", "args_digest",
-           "audience_of", "json_safe", "qualifies", "rfc3339", "seen_as", "uncovered"]
+           "audience_of", "json_safe", "qualifies", "seen_as", "uncovered"]
 
 # The voter recorded when a request is set aside because the policies now need approvers it did not have.
 POLICY_CHANGE = "policy"
@@ -288,8 +288,3 @@ def _outcome_of(result: dict[str, Any] | None) -> str:
         return "tool error"
     texts = [b.get("text", "") for b in result.get("content") or [] if isinstance(b, dict)]
     return f"{decision}: {' '.join(texts)}"[:200]
-
-
-def rfc3339(ts: float) -> str:
-    """A UNIX time as RFC 3339 (UTC, whole seconds)."""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -9,10 +9,10 @@ the keys and listings query: principal, upstream, tool, call id, digest, the bin
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any
 
 from gateway.approvals.model import Approval, ApprovalState, Requirement, Vote, json_safe
+from gateway.core.clock import parse_rfc3339
 from gateway.core.limits import DEFAULT_APPROVAL_VALID_SECONDS
 from gateway.policy.call import Principal
 from gateway.store.db import Db
@@ -103,7 +103,7 @@ def load(row: tuple[Any, ...]) -> Approval:
 def _timestamp(stamp: str | None) -> float | None:
     """A stored RFC 3339 time as a UNIX time (rows from before ``decided_ts`` was kept)."""
     try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
+        return parse_rfc3339(stamp) if stamp else None
     except ValueError:
         return None
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from gateway.approvals.model import ApprovalState
 from gateway.cli.api_client import clean, options, run
+from gateway.core.clock import now, parse_rfc3339
 
 __all__ = ["register"]
 
@@ -170,10 +169,10 @@ def _value(value: Any) -> str:
 
 def _left(a: dict[str, Any]) -> str:
     try:
-        expires = datetime.fromisoformat(a["expires_at"].replace("Z", "+00:00")).timestamp()
+        expires = parse_rfc3339(a["expires_at"])
     except (ValueError, AttributeError):
         return "?"
-    s = int(expires - time.time())
+    s = int(expires - now())
     if s <= 0:
         return "none"
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"

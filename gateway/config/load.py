@@ -12,11 +12,11 @@ from pydantic import BaseModel
 
 from gateway.config.model import GatewayConfig, SecretRef
 from gateway.core.diagnostics import Diagnostic
+from gateway.core.durations import parse_duration
 from gateway.core.errors import ConfigError
 from gateway.core.sourcemap import YamlDocument
 from gateway.core.validation import validate_document
 from gateway.policy.load import read_document
-from gateway.policy.model import parse_duration
 
 __all__ = ["LoadedConfig", "check_config", "load_config", "resolve_secret"]
 

@@ -83,11 +83,8 @@ def _acceptable(value: Any, profile: Profile) -> bool:
         if depth >= MAX_VALUE_NESTING:
             return False
         if isinstance(container, dict):
-            for key in container:
-                if type(key) is not str:
-                    return False
-                if not (key.isascii() and "\x00" not in key) and _string_problem(key, profile):
-                    return False
+            if not _keys_acceptable(container, profile):
+                return False
             items: Any = container.values()
         else:
             items = container
@@ -106,6 +103,16 @@ def _acceptable(value: Any, profile: Profile) -> bool:
                 stack.append((item, depth + 1))
             elif item is not None and kind is not bool:
                 return False  # a subclass or a foreign type: let the careful walk say what it is
+    return True
+
+
+def _keys_acceptable(mapping: dict[Any, Any], profile: Profile) -> bool:
+    """Every key of ``mapping`` is a string ``profile`` accepts (ASCII without NUL passes without a look)."""
+    for key in mapping:
+        if type(key) is not str:
+            return False
+        if not (key.isascii() and "\x00" not in key) and _string_problem(key, profile):
+            return False
     return True
 
 

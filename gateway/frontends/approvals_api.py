@@ -35,8 +35,22 @@ def _unavailable(exc: StoreUnavailable) -> JSONResponse:
 
 def approval_routes(service: ApprovalService) -> list[Route]:
     """Routes for approvers (they expect ``RequireIdentity`` in front)."""
+    api = _ApproverApi(service)
+    return [
+        Route("/v1/approvals", api.list_approvals, methods=["GET"]),
+        Route("/v1/approvals/{approval_id}", api.get_approval, methods=["GET"]),
+        Route("/v1/approvals/{approval_id}/decision", api.decide, methods=["POST"]),
+    ]
 
-    async def list_approvals(request: Request) -> JSONResponse:
+
+class _ApproverApi:
+    """The approver endpoints, over one approval service."""
+
+    def __init__(self, service: ApprovalService) -> None:
+        self.service = service
+
+    async def list_approvals(self, request: Request) -> JSONResponse:
+        """GET /v1/approvals: one page of the requests the caller may see."""
         identity = identity_of(request.scope)
         if not (identity.approver or identity.admin):
             return error_response(403, "not-an-approver", "This key may not see approval requests.")
@@ -55,27 +69,29 @@ def approval_routes(service: ApprovalService) -> list[Route]:
         if not (1 <= limit <= MAX_APPROVALS_PAGE and 0 <= offset < 2**63):  # SQLite integers are 64-bit
             return error_response(400, "invalid-page", f"limit must be 1..{MAX_APPROVALS_PAGE}, offset 0 or more")
         which = ListFilter(state=state, tool=texts["tool"], principal=texts["principal"], text=texts["q"],
-                           audience=service.audience(identity.principal, identity.admin))
+                           audience=self.service.audience(identity.principal, identity.admin))
         try:
-            page, total = await service.listing(which, limit, offset)
+            page, total = await self.service.listing(which, limit, offset)
         except StoreUnavailable as exc:
             return _unavailable(exc)
         return JSONResponse({"approvals": [a.to_dict() for a in page], "total": total, "offset": offset,
                              "limit": limit})
 
-    async def get_approval(request: Request) -> JSONResponse:
+    async def get_approval(self, request: Request) -> JSONResponse:
+        """GET /v1/approvals/{id}: one request, to approvers who may see it and the caller who asked."""
         identity = identity_of(request.scope)
         try:
-            approval = await service.get(request.path_params["approval_id"])
+            approval = await self.service.get(request.path_params["approval_id"])
         except StoreUnavailable as exc:
             return _unavailable(exc)
         reader = identity.approver or identity.admin
         if approval is None or not (identity.principal.id == approval.principal.id or (
-                reader and service.may_see(approval, identity.principal, identity.admin))):
+                reader and self.service.may_see(approval, identity.principal, identity.admin))):
             return error_response(404, "approval-not-found", "No such approval request.")
         return JSONResponse(approval.to_dict())
 
-    async def decide(request: Request) -> JSONResponse:
+    async def decide(self, request: Request) -> JSONResponse:
+        """POST /v1/approvals/{id}/decision: approve or deny."""
         identity = identity_of(request.scope)
         if not identity.approver:
             return error_response(403, "not-an-approver", "This key may not decide approval requests.")
@@ -86,15 +102,10 @@ def approval_routes(service: ApprovalService) -> list[Route]:
         if not isinstance(approve, bool) or not isinstance(comment, str):
             return error_response(400, "invalid-decision", "Send {\"approve\": true|false, \"comment\": \"...\"}.")
         try:
-            approval = await service.decide(request.path_params["approval_id"], identity.principal, approve, comment)
+            approval = await self.service.decide(request.path_params["approval_id"], identity.principal, approve,
+                                                 comment)
         except ApprovalError as exc:
             return error_response(exc.status, exc.code, str(exc))
         except StoreUnavailable as exc:
             return _unavailable(exc)
         return JSONResponse(approval.to_dict())
-
-    return [
-        Route("/v1/approvals", list_approvals, methods=["GET"]),
-        Route("/v1/approvals/{approval_id}", get_approval, methods=["GET"]),
-        Route("/v1/approvals/{approval_id}/decision", decide, methods=["POST"]),
-    ]

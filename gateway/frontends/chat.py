@@ -21,8 +21,7 @@ from gateway.core.values import id_problem, shown_id
 from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
 from gateway.models.proxy import Caller, ModelProxy, RequestProblem, UnknownModel
-from gateway.pipeline.runs import client_of, conversation_of, explicit_run_id, resolve_run
-from gateway.store.model import now_rfc3339
+from gateway.pipeline.runs import client_of, conversation_of, explicit_run_id
 
 __all__ = ["chat_routes"]
 
@@ -45,8 +44,8 @@ def chat_routes(proxy: ModelProxy) -> list[Route]:
         why = None if explicit is None else id_problem("run id", explicit)
         if explicit is not None and why is not None:  # refused at the door: no run read or made, no model asked
             return _refused_run(proxy, identity.principal.id, explicit, why)
-        run = await resolve_run(proxy.gateway.store, identity.principal.id, explicit,
-                                client_of(None, request.headers, conversation_of(body.get("messages"))))
+        run = await proxy.gateway.resolve_run(identity.principal.id, explicit,
+                                              client_of(None, request.headers, conversation_of(body.get("messages"))))
         caller = Caller(identity.principal, run)
         try:
             if body.get("stream") is True:
@@ -68,9 +67,8 @@ def chat_routes(proxy: ModelProxy) -> list[Route]:
 def _refused_run(proxy: ModelProxy, principal: str, run_id: str, why: str) -> JSONResponse:
     """A 400 for a run id the gateway does not take, written to the audit log first (a 503 if it cannot be)."""
     try:
-        proxy.gateway.audit.write({"event": "request.refused", "time": now_rfc3339(), "frontend": "model",
-                                   "principal": {"id": principal}, "session": shown_id(run_id),
-                                   "verdict": "invalid_input", "reason": why})
+        proxy.gateway.record("request.refused", frontend="model", principal={"id": principal},
+                             session=shown_id(run_id), verdict="invalid_input", reason=why)
     except AuditWriteError:
         return error_response(503, "audit-failed", "The request could not be recorded, so it was refused.")
     return error_response(400, "invalid-input", f"The request was refused: {why}.")

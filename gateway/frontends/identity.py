@@ -41,7 +41,7 @@ class RequireIdentity:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        identity = scope.get(IDENTITY_KEY)  # found already by the connection shares (gateway/frontends/shares.py)
+        identity = scope.get(IDENTITY_KEY)  # found already by the connection shares (gateway/frontends/http/shares.py)
         if identity is None:
             try:
                 identity = self.auth.identify(scope["headers"])

@@ -11,25 +11,23 @@
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from gateway.core.durations import seconds as duration_seconds
 from gateway.core.errors import UnknownToolError
 from gateway.core.limits import MAX_REST_WAIT_SECONDS
 from gateway.core.values import loads
 from gateway.frontends.identity import identity_of
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import call_id_of, gave_call_id, iteration_of
-from gateway.pipeline.runs import client_of, explicit_run_id, resolve_run
-from gateway.policy.model import parse_duration
+from gateway.pipeline.runs import client_of, explicit_run_id
 
 __all__ = ["error_response", "rest_routes"]
 
-_SECONDS = re.compile(r"^(\d+(?:\.\d+)?)s?$")
 
 log = logging.getLogger("gateway.frontends.rest")
 
@@ -79,9 +77,9 @@ def rest_routes(gateway: Gateway) -> list[Route]:
         arguments = body.get("arguments", {})
         if not isinstance(arguments, dict):
             refused, arguments = "'arguments' must be a JSON object", {}
-        run = await resolve_run(gateway.store, identity.principal.id,
-                                explicit_run_id(request.headers, body_session_id=body.get("session_id")),
-                                client_of(None, request.headers))
+        run = await gateway.resolve_run(identity.principal.id,
+                                        explicit_run_id(request.headers, body_session_id=body.get("session_id")),
+                                        client_of(None, request.headers))
         try:
             wait = _wait_seconds(request.query_params.get("wait"))
         except ValueError as exc:
@@ -115,7 +113,7 @@ def rest_routes(gateway: Gateway) -> list[Route]:
                             headers={"Retry-After": str(retry_after)} if retry_after is not None else None)
 
     async def policies(request: Request) -> JSONResponse:
-        return JSONResponse(gateway.policies.status())
+        return JSONResponse(gateway.policy_status())
 
     return [
         Route("/v1/tools", list_tools, methods=["GET"]),
@@ -128,8 +126,7 @@ def _wait_seconds(value: str | None) -> float:
     """``?wait=30s`` (or ``30``): how long to hold the request for an approval; 0 when absent."""
     if value is None:
         return 0.0
-    plain = _SECONDS.match(value.strip())
-    seconds = float(plain.group(1)) if plain else parse_duration(value)
+    seconds = duration_seconds(value)
     if not 0 <= seconds <= MAX_REST_WAIT_SECONDS:
         raise ValueError(f"wait must be between 0 and {MAX_REST_WAIT_SECONDS:.0f} seconds")
     return seconds

@@ -26,7 +26,7 @@ from gateway.core.limits import MAX_APPROVALS_FILTER_CHARS, MAX_SESSIONS_PAGE
 from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
 from gateway.pipeline import Gateway
-from gateway.store.sqlite import SessionState, now_rfc3339
+from gateway.store.sqlite import SessionState
 
 __all__ = ["ENDED_BY_ADMIN", "session_admin_routes"]
 
@@ -49,14 +49,32 @@ def _unavailable(exc: StoreUnavailable) -> JSONResponse:
 
 def session_admin_routes(gateway: Gateway) -> list[Route]:
     """Routes for administrators (they expect ``RequireIdentity`` in front)."""
-    store = gateway.store
+    api = _SessionAdmin(gateway)
+    one = "/v1/admin/sessions/{principal}/{session_id}"
+    return [
+        Route("/v1/admin/sessions", api.list_sessions, methods=["GET"]),
+        Route(one, api.show, methods=["GET"]),
+        Route(f"{one}/reset", api.reset, methods=["POST"]),
+        Route(f"{one}/end", api.end, methods=["POST"]),
+    ]
 
-    def admin(request: Request) -> str | None:
-        identity = identity_of(request.scope)
-        return identity.principal.id if identity.admin else None
 
-    async def list_sessions(request: Request) -> JSONResponse:
-        if admin(request) is None:
+def _admin(request: Request) -> str | None:
+    """The caller's principal id if its key is an admin's."""
+    identity = identity_of(request.scope)
+    return identity.principal.id if identity.admin else None
+
+
+class _SessionAdmin:
+    """The session admin endpoints, over one gateway's store, audit log and policies."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.store = gateway.store
+
+    async def list_sessions(self, request: Request) -> JSONResponse:
+        """GET /v1/admin/sessions: one page of runs, filtered."""
+        if _admin(request) is None:
             return _forbidden()
         query = request.query_params
         principal = query.get("principal") or None
@@ -75,6 +93,7 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
             return error_response(400, "invalid-page", "limit and offset must be whole numbers")
         if not (1 <= limit <= MAX_SESSIONS_PAGE and 0 <= offset < 2**63):  # SQLite integers are 64-bit
             return error_response(400, "invalid-page", f"limit must be 1..{MAX_SESSIONS_PAGE}, offset 0 or more")
+        store = self.store
         await store.flushed()  # rows are written behind: the list shows every call counted so far
         try:
             page, total = await store.run(store.list_sessions, principal, flags["implicit"], flags["terminated"],
@@ -84,49 +103,52 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
         return JSONResponse({"sessions": [s.to_dict() for s in page], "total": total, "offset": offset,
                              "limit": limit})
 
-    async def named(request: Request) -> SessionState | JSONResponse:
+    async def _named(self, request: Request) -> SessionState | JSONResponse:
         try:
-            found = await store.find_session(request.path_params["principal"], request.path_params["session_id"])
+            found = await self.store.find_session(request.path_params["principal"],
+                                                  request.path_params["session_id"])
         except StoreUnavailable as exc:
             return _unavailable(exc)
         return _not_found() if found is None else found
 
-    async def show(request: Request) -> JSONResponse:
-        if admin(request) is None:
+    async def show(self, request: Request) -> JSONResponse:
+        """GET /v1/admin/sessions/{principal}/{session_id}: one run."""
+        if _admin(request) is None:
             return _forbidden()
-        found = await named(request)
+        found = await self._named(request)
         return found if isinstance(found, JSONResponse) else JSONResponse(found.to_dict())
 
-    def audited(who: str, action: str, state: SessionState, **extra: Any) -> JSONResponse | None:
+    def _audited(self, who: str, action: str, state: SessionState, **extra: Any) -> JSONResponse | None:
         """Write the ``session.admin`` event; a 503 response when it cannot be written."""
         try:
-            gateway.audit.write({"event": "session.admin", "time": now_rfc3339(), "action": action, "admin": who,
-                                 "principal": {"id": state.principal}, "session": state.id,
-                                 "implicit": state.implicit, "before": state.to_dict(),
-                                 "revision": gateway.policies.current.revision, **extra})
+            self.gateway.record("session.admin", action=action, admin=who, principal={"id": state.principal},
+                                session=state.id, implicit=state.implicit, before=state.to_dict(),
+                                revision=self.gateway.revision, **extra)
         except AuditWriteError:
             return error_response(503, "audit-failed", "The change could not be recorded, so it was not made.")
         return None
 
-    async def reset(request: Request) -> JSONResponse:
-        who = admin(request)
+    async def reset(self, request: Request) -> JSONResponse:
+        """POST .../reset: counters to zero, not terminated."""
+        who = _admin(request)
         if who is None:
             return _forbidden()
         body = await read_json_object(request)  # an empty object: reset takes no options
         if isinstance(body, JSONResponse):
             return body
-        found = await named(request)
+        found = await self._named(request)
         if isinstance(found, JSONResponse):
             return found
-        refused = audited(who, "reset", found)
+        refused = self._audited(who, "reset", found)
         if refused is not None:
             return refused
-        store.reset(found)
-        await store.settle()
+        self.store.reset(found)
+        await self.store.settle()
         return JSONResponse(found.to_dict())
 
-    async def end(request: Request) -> JSONResponse:
-        who = admin(request)
+    async def end(self, request: Request) -> JSONResponse:
+        """POST .../end {message?}: terminated with the message."""
+        who = _admin(request)
         if who is None:
             return _forbidden()
         body = await read_json_object(request)
@@ -135,20 +157,12 @@ def session_admin_routes(gateway: Gateway) -> list[Route]:
         message = body.get("message") or ENDED_BY_ADMIN
         if not isinstance(message, str):
             return error_response(400, "invalid-message", "message must be a string")
-        found = await named(request)
+        found = await self._named(request)
         if isinstance(found, JSONResponse):
             return found
-        refused = audited(who, "end", found, message=message)
+        refused = self._audited(who, "end", found, message=message)
         if refused is not None:
             return refused
-        store.end(found, message)
-        await store.settle()
+        self.store.end(found, message)
+        await self.store.settle()
         return JSONResponse(found.to_dict())
-
-    one = "/v1/admin/sessions/{principal}/{session_id}"
-    return [
-        Route("/v1/admin/sessions", list_sessions, methods=["GET"]),
-        Route(one, show, methods=["GET"]),
-        Route(f"{one}/reset", reset, methods=["POST"]),
-        Route(f"{one}/end", end, methods=["POST"]),
-    ]

@@ -1,31 +1,29 @@
 """The agent's own tools (its request's ``tools`` list) as tools the pipeline can decide.
 
-Each is an ``ExposedTool`` of the upstream ``client``: "running" it hands the call back to the agent,
-so the pipeline's run step records the admitted (possibly rewritten) arguments as the result. An
-approved call therefore has one stored outcome, the arguments it was approved with, like any other
-approved call: a retry bound to the same approval gets the same arguments (exactly once, as for MCP).
+Each is an ``ExposedTool`` of the upstream ``client`` (what ``tool.upstream`` reads in CEL and the audit
+names). The gateway never runs one: the model proxy sends its calls through ``Gateway.decide``, the
+decide-only path, and an admitted call goes back to the agent with the admitted (possibly rewritten)
+arguments. An approved call is handed out once, like any approved call runs once (exactly once, as for MCP).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from gateway.pipeline.request import CallOutcome
+from gateway.core.errors import UpstreamError
+from gateway.core.globs import glob_match
 from gateway.policy.catalog import CLIENT_UPSTREAM
-from gateway.policy.cel.globbing import glob_match
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool
 from gateway.upstreams.registry import ExposedTool, expose
 
-__all__ = ["CLIENT", "ClientUpstream", "admitted_args", "client_tools", "function_tool", "undeclared_tools"]
+__all__ = ["CLIENT", "AgentRunner", "client_tools", "function_tool", "undeclared_tools"]
 
 CLIENT = CLIENT_UPSTREAM  # tool.upstream for a tool the agent runs itself
-_ADMITTED = "gateway/admitted_arguments"
 
 
-class ClientUpstream:
-    """The agent as an upstream: a call it is given is admitted, never run here."""
+class AgentRunner:
+    """The agent as the upstream of its own tools: it runs them, the gateway only decides their calls."""
 
     name = CLIENT
 
@@ -41,17 +39,16 @@ class ClientUpstream:
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout: float,
                    progress: ToolProgress | None = None) -> ToolResult:
-        """Admit the call: its result is the arguments the agent will get."""
-        del tool, timeout, progress
-        return ToolResult([{"type": "text", "text": json.dumps(arguments, ensure_ascii=False)}],
-                          {_ADMITTED: arguments})
+        """Never called: an agent-run tool is decided (``Gateway.decide``), not run. Fails closed if it is."""
+        del arguments, timeout, progress
+        raise UpstreamError(f"{tool} is run by the agent, not by the gateway")
 
     def on_tools_changed(self, callback: Callable[[], None]) -> None:
         """The tool list never changes."""
         del callback
 
 
-_UPSTREAM = ClientUpstream()
+_UPSTREAM = AgentRunner()
 
 
 def client_tools(tools: Any) -> dict[str, ExposedTool] | str:
@@ -88,10 +85,3 @@ def function_tool(tool: ExposedTool) -> dict[str, Any]:
     return {"type": "function", "function": {"name": tool.name, "description": tool.spec.description,
                                              "parameters": tool.spec.input_schema}}
 
-
-def admitted_args(outcome: CallOutcome) -> dict[str, Any] | None:
-    """The arguments an admitted agent-run call goes back with, or None when the call was not admitted."""
-    if outcome.is_error or not isinstance(outcome.structured, dict):
-        return None
-    args = outcome.structured.get(_ADMITTED)
-    return args if isinstance(args, dict) else None

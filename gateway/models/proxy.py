@@ -1,8 +1,9 @@
 """The model proxy's loop: ask the model, decide every tool call it makes, resolve what the agent must not see.
 
     agent request → (run terminated? answer so, no model call) → put back earlier resolved exchanges
-    (splices.py) → ask the model → per tool call: the pipeline decides it (agent-run tools via
-    client_tools.py; gateway tools run by the pipeline) → admitted agent-run calls go back to the agent;
+    (splices.py) → ask the model → per tool call: the pipeline decides it (agent-run tools,
+    client_tools.py, through ``Gateway.decide``, which runs nothing; gateway tools through ``Gateway.call``,
+    which runs them) → admitted agent-run calls go back to the agent with the admitted arguments;
     refused, skipped, unknown and gateway-run calls are answered here and the model is asked again
     (at most ``max_turns`` times); terminate, a pending approval and an approved call already handed out
     (never given twice: it is the execution) end the response with a message.
@@ -21,26 +22,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.core.errors import UnknownToolError
+from gateway.core.globs import glob_match
 from gateway.core.limits import MODEL_SPLICES_KEPT
 from gateway.core.values import loads
 from gateway.models.answer import StreamedMessage, as_object, assistant_message
-from gateway.models.client_tools import admitted_args, client_tools, function_tool, undeclared_tools
+from gateway.models.client_tools import client_tools, function_tool, undeclared_tools
+from gateway.models.completion import add_usage, closing, completion, sse_event, text_message
 from gateway.models.splices import Splices
 from gateway.models.upstream import ModelUpstream
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import CallOutcome
 from gateway.pipeline.results import HANDED_OUT
-from gateway.pipeline.run_end import terminated_text
 from gateway.pipeline.runs import Run
 from gateway.policy.call import Principal
-from gateway.policy.cel.globbing import glob_match
 from gateway.upstreams.registry import ExposedTool
 
 __all__ = ["Caller", "ModelProxy", "ModelRoute", "RequestProblem", "UnknownModel"]
 
 Json = dict[str, Any]
 
-EXTENSION = "gateway"  # the response's extension field: what the gateway resolved
 TURNS_EXHAUSTED = ("The gateway stopped asking the model after {n} requests: its tool calls kept being answered by "
                    "the gateway. Try again with a different request.")
 AWAITS_APPROVAL = "{message} (Send the same request again once it is decided.)"
@@ -125,6 +125,10 @@ class _Conversation:
         """The response's extension field."""
         return {"run": self.caller.run.id, "model_requests": self.model_requests, "calls": self.report}
 
+    def completion(self, message: Json, finish: str, usage: Json | None, answer: Json | None = None) -> Json:
+        """The agent's whole chat completion."""
+        return completion(self.requested_model, self.extension(), message, finish, usage, answer)
+
 
 class ModelProxy:
     """Serves chat completions for the configured model routes through one pipeline."""
@@ -172,33 +176,29 @@ class ModelProxy:
     async def _terminated(self, conversation: _Conversation) -> str | None:
         """The run's terminate message, when the run was terminated (then the model is not asked)."""
         caller = conversation.caller
-        session = await self.gateway.store.session(caller.principal.id, caller.run.id, caller.run.client)
-        if not session.terminated:
-            return None
-        return terminated_text(session, session.terminate_message or "This run was terminated.",
-                               self.gateway.store.implicit_runs.idle_timeout)
+        return await self.gateway.run_ended(caller.principal.id, caller.run, "This run was terminated.")
 
     async def complete(self, body: Json, caller: Caller) -> Json:
         """A whole chat completion for the agent."""
         conversation = self._start(body, caller)
         ended = await self._terminated(conversation)
         if ended is not None:
-            return _completion(conversation, _text_message(ended), "stop", None)
+            return conversation.completion(text_message(ended), "stop", None)
         usage: Json | None = None
         answer: Json = {}
         for _ in range(conversation.route.max_turns):
             answer = await conversation.route.upstream.complete({**conversation.body,
                                                                  "messages": conversation.messages})
             conversation.model_requests += 1
-            usage = _add_usage(usage, answer.get("usage"))
+            usage = add_usage(usage, answer.get("usage"))
             choice = answer["choices"][0] if isinstance(answer["choices"][0], dict) else {}
             message = as_object(choice.get("message"))
             turn = await self._turn(conversation, {**message, "role": "assistant"},
                                     str(choice.get("finish_reason") or "stop"))
             if turn.final:
-                return _completion(conversation, turn.message, turn.finish, usage, answer)
+                return conversation.completion(turn.message, turn.finish, usage, answer)
         exhausted = TURNS_EXHAUSTED.format(n=conversation.route.max_turns)
-        return _completion(conversation, _text_message(exhausted), "stop", usage, answer)
+        return conversation.completion(text_message(exhausted), "stop", usage, answer)
 
     async def stream(self, body: Json, caller: Caller) -> AsyncIterator[bytes]:
         """The chat completion as Server-Sent Events: text at once, tool calls once decided."""
@@ -209,7 +209,7 @@ class ModelProxy:
                       "created": int(time.time()), "model": conversation.requested_model}
         ended = await self._terminated(conversation)
         if ended is not None:
-            for event in _closing(head, conversation, _text_message(ended), "stop", None, include_usage):
+            for event in closing(head, conversation.extension(), text_message(ended), "stop", None, include_usage):
                 yield event
             return
         usage: Json | None = None
@@ -220,7 +220,7 @@ class ModelProxy:
             conversation.model_requests += 1
             async for chunk in stream:
                 head.update({k: chunk[k] for k in ("id", "created", "model", "system_fingerprint") if k in chunk})
-                usage = _add_usage(usage, chunk.get("usage"))
+                usage = add_usage(usage, chunk.get("usage"))
                 choices = chunk.get("choices")
                 if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
                     continue
@@ -228,18 +228,18 @@ class ModelProxy:
                     finish = str(choices[0]["finish_reason"])
                 passed = streamed.add(as_object(choices[0].get("delta")))
                 if passed:  # text deltas stream through at once
-                    yield _event({**head, "choices": [{"index": 0, "delta": passed, "finish_reason": None,
+                    yield sse_event({**head, "choices": [{"index": 0, "delta": passed, "finish_reason": None,
                                                        "logprobs": None}]})
             message = streamed.message()
             turn = await self._turn(conversation, message, finish)
             if turn.final:
                 said = "".join(streamed.text)
                 shown = {k: v for k, v in turn.message.items() if k != "content" or v != (said or None)}
-                for event in _closing(head, conversation, shown, turn.finish, usage, include_usage):
+                for event in closing(head, conversation.extension(), shown, turn.finish, usage, include_usage):
                     yield event
                 return
-        exhausted = _text_message(TURNS_EXHAUSTED.format(n=conversation.route.max_turns))
-        for event in _closing(head, conversation, exhausted, "stop", usage, include_usage):
+        exhausted = text_message(TURNS_EXHAUSTED.format(n=conversation.route.max_turns))
+        for event in closing(head, conversation.extension(), exhausted, "stop", usage, include_usage):
             yield event
 
     async def _turn(self, conversation: _Conversation, message: Json, finish: str) -> _Turn:
@@ -270,7 +270,7 @@ class ModelProxy:
             assert ended.outcome is not None
             text = AWAITS_APPROVAL.format(message=ended.outcome.text) if ended.status == "pending" else \
                 ended.outcome.text
-            return _Turn(_text_message(text), "stop", True)
+            return _Turn(text_message(text), "stop", True)
         returned = [c for c in calls if c.status == "returned"]
         if returned:
             final = {**message, "tool_calls": [_with_args(c) for c in returned]}
@@ -299,11 +299,12 @@ class ModelProxy:
             run_client=caller.run.client, call_id=call.id, iteration=iteration, frontend="model",
             wait_seconds=conversation.route.approval_wait, refused=refused, exposed=client,
             # Models make up a new id each time they are asked: a retry of a held call is the same run,
-            # tool and arguments (gateway/approvals/service.py), as for MCP clients that give no id.
+            # tool and arguments (gateway/approvals/gate.py), as for MCP clients that give no id.
             call_id_given=False,
         )
-        try:
-            outcome = call.outcome = await self.gateway.call(request)
+        try:  # an agent-run tool is only decided (nothing runs here); a gateway tool runs
+            outcome = call.outcome = await (self.gateway.call(request) if client is None else
+                                            self.gateway.decide(request))
         except UnknownToolError:  # the tool went away since the request was read
             call.status, call.answer = "answered", _unknown(call.name)
             return
@@ -313,8 +314,8 @@ class ModelProxy:
             call.status = "pending"
         elif outcome.meta.get(HANDED_OUT):  # a retry of an approved call the agent was already given
             call.status = "handed_out"
-        elif client is not None and (admitted := admitted_args(outcome)) is not None:
-            call.status, call.args = "returned", admitted
+        elif client is not None and outcome.admitted is not None:
+            call.status, call.args = "returned", outcome.admitted
         else:
             call.status, call.answer = "answered", _tool_text(outcome)
 
@@ -369,53 +370,3 @@ def _report(call: _Call, iteration: int) -> Json:
     if outcome is not None and outcome.pending_approval is not None:
         entry["approval_id"] = outcome.pending_approval
     return entry
-
-
-def _text_message(text: str) -> Json:
-    return {"role": "assistant", "content": text}
-
-
-def _add_usage(total: Json | None, usage: Any) -> Json | None:
-    """Token counts summed over every model request of one agent request."""
-    if not isinstance(usage, dict):
-        return total
-    out = dict(total or {})
-    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        if isinstance(usage.get(key), int):
-            out[key] = out.get(key, 0) + usage[key]
-    return out
-
-
-def _completion(conversation: _Conversation, message: Json, finish: str, usage: Json | None,
-                answer: Json | None = None) -> Json:
-    base = answer or {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
-                      "model": conversation.requested_model}
-    return {**base, "object": "chat.completion",
-            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-            "usage": usage or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-            EXTENSION: conversation.extension()}
-
-
-def _event(data: Json) -> bytes:
-    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
-
-
-def _closing(head: Json, conversation: _Conversation, message: Json, finish: str, usage: Json | None,
-             include_usage: bool) -> list[bytes]:
-    """The last events of a stream: what is still to say (decided tool calls, a final text), the finish, [DONE]."""
-    events = []
-    delta: Json = {}
-    if isinstance(message.get("content"), str) and message["content"]:
-        delta["content"] = message["content"]
-    if message.get("tool_calls"):
-        delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
-    if delta:
-        events.append(_event({**head, "choices": [{"index": 0, "delta": {"role": "assistant", **delta},
-                                                   "finish_reason": None, "logprobs": None}]}))
-    events.append(_event({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish, "logprobs": None}],
-                          EXTENSION: conversation.extension()}))
-    if include_usage:
-        events.append(_event({**head, "choices": [],
-                              "usage": usage or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}))
-    events.append(b"data: [DONE]\n\n")
-    return events

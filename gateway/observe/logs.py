@@ -18,10 +18,11 @@ import copy
 import json
 import logging
 import sys
-import time
 from typing import Any
 
 from opentelemetry import trace
+
+from gateway.core.clock import rfc3339_ms
 
 __all__ = ["JsonFormatter", "NoQueryString", "configure_logs", "uvicorn_log_config"]
 
@@ -36,8 +37,9 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         """The record as JSON, with the exception and the current trace when there are any."""
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        line: dict[str, Any] = {"time": f"{stamp}.{int(record.msecs):03d}Z", "level": record.levelname,
+        # The record's own milliseconds, so the stamp agrees with logging's %(asctime)s to the digit.
+        stamp = rfc3339_ms(int(record.created) + record.msecs / 1000)
+        line: dict[str, Any] = {"time": stamp, "level": record.levelname,
                                 "logger": record.name, "message": record.getMessage()}
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)

@@ -75,7 +75,7 @@ class CallObserver:
         self._quiet = metrics is None and not self.tracing.enabled
 
     def share_refused(self, share: str) -> None:
-        """A request or a hold past a share (gateway/frontends/shares.py, held calls): counted when metrics are on."""
+        """A request or a hold past a share (frontends/http/shares.py, held calls): counted when metrics are on."""
         if self.metrics is not None:
             self.metrics.share_refused(share)
 

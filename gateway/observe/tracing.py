@@ -28,8 +28,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.errors import ConfigError
 
-__all__ = ["DEFAULT_SERVICE_NAME", "Tracing", "build_tracing", "client_traceparent", "current_span", "failed",
-           "outgoing_headers", "remote_parent"]
+__all__ = ["DEFAULT_SERVICE_NAME", "Tracing", "build_tracing", "client_traceparent", "current_span",
+           "current_trace_id", "failed", "outgoing_headers", "remote_parent"]
 
 DEFAULT_SERVICE_NAME = "agent-policy-gateway"
 
@@ -113,6 +113,13 @@ def current_span() -> Span | None:
     """The recording span of the current context, if any."""
     span = trace.get_current_span()
     return span if span.is_recording() else None
+
+
+def current_trace_id() -> str | None:
+    """The trace id of the current context as 32 hex digits (the call's span, or the client's valid
+    ``traceparent`` attached with tracing off), or None when there is no trace: what audit events carry."""
+    context = trace.get_current_span().get_span_context()
+    return f"{context.trace_id:032x}" if context.is_valid else None
 
 
 def failed(span: Span | None, kind: str) -> None:

@@ -1,7 +1,8 @@
 """The decision log: JSON lines, an intent before a tool runs and the outcome after it.
 
 Redaction happens here, at the edge: keys named like secrets and configured patterns are
-replaced, and the JSON Pointers of what was replaced are recorded in the event (OPA's habit).
+replaced (the walk is ``core/redaction.py``), and the JSON Pointers of what was replaced are
+recorded in the event (OPA's habit).
 
 A write either lands whole or not at all: each line goes out in one ``write(2)`` on an
 ``O_APPEND`` descriptor (looping over short writes), and a failed write is cut back off the file,
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gateway.core.errors import AuditWriteError
-from gateway.core.limits import AUDIT_FILE_MODE, AUDIT_MAX_EVENT_BYTES, AUDIT_MAX_VALUE_BYTES, REDACTED
+from gateway.core.limits import AUDIT_FILE_MODE, AUDIT_MAX_EVENT_BYTES, AUDIT_MAX_VALUE_BYTES
+from gateway.core.redaction import Redaction
 from gateway.pipeline.audit_encode import encode_event
 from gateway.pipeline.audit_group import GroupCommit
 
@@ -39,98 +41,12 @@ _OPEN_FLAGS = os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
 _TAIL_CHUNK = 65_536
 
 
-class Redactor:
-    """Replaces secret-looking values and remembers where.
-
-    The walk keeps its own stack instead of recursing, so a secret is found however deep it is
-    nested: there is no depth past which values are left as they are.
-    """
+class Redactor(Redaction):
+    """The audit log's redaction (``audit.redact_keys``, ``audit.redact_patterns``): the walk of
+    ``core/redaction.py`` with the patterns given as regular expressions' text."""
 
     def __init__(self, keys: Sequence[str], patterns: Sequence[str]) -> None:
-        self._keys = {k.lower() for k in keys}
-        self._patterns = [re.compile(p) for p in patterns]
-
-    def apply(self, value: Any, pointer: str = "", found: list[str] | None = None) -> tuple[Any, list[str]]:
-        """A redacted copy of ``value`` and the JSON Pointers that were redacted (in document order).
-
-        When nothing in ``value`` would be redacted, ``value`` itself comes back, not a copy: every
-        caller serialises the result at once, and most calls carry no secret, so the copy (the
-        costly part of the walk) is made only when it differs.
-        """
-        found = [] if found is None else found
-        if not self._would_redact(value):
-            return value, found
-        root: list[Any] = [None]
-        # (value, its path, the container the copy goes into, the slot there). Paths are linked
-        # (parent, segment) pairs, rendered only for what is redacted: deep values stay linear.
-        stack: list[tuple[Any, _Path, Any, Any]] = [(value, (None, pointer), root, 0)]
-        while stack:
-            item, path, parent, slot = stack.pop()
-            if item is _SECRET_KEY:
-                parent[slot] = REDACTED
-                found.append(_render(path))
-            elif isinstance(item, dict):
-                out: dict[Any, Any] = dict.fromkeys(item)  # the copy keeps the original's key order
-                parent[slot] = out
-                stack.extend(reversed([
-                    (_SECRET_KEY if str(key).lower() in self._keys else child, (path, "/" + _escape(str(key))),
-                     out, key) for key, child in item.items()]))
-            elif isinstance(item, list):
-                copy: list[Any] = [None] * len(item)
-                parent[slot] = copy
-                stack.extend(reversed([(child, (path, f"/{i}"), copy, i) for i, child in enumerate(item)]))
-            elif isinstance(item, str) and self._patterns:
-                text = item
-                for pattern in self._patterns:
-                    text = pattern.sub(REDACTED, text)
-                if text != item:
-                    found.append(_render(path) or "/")
-                parent[slot] = text
-            else:
-                parent[slot] = item
-        return root[0], found
-
-    def _would_redact(self, value: Any) -> bool:
-        """Whether ``apply`` would change anything in ``value``: the same tests, without the copy."""
-        keys, patterns = self._keys, self._patterns
-        stack = [value]
-        while stack:
-            item = stack.pop()
-            if isinstance(item, dict):
-                for key, child in item.items():
-                    if str(key).lower() in keys:
-                        return True
-                    stack.append(child)
-            elif isinstance(item, list):
-                stack.extend(item)
-            elif isinstance(item, str) and patterns:
-                if any(pattern.search(item) for pattern in patterns):  # no match: sub() changes nothing
-                    return True
-        return False
-
-    def __call__(self, value: Any) -> Any:
-        """Just the redacted copy of ``value`` (for views that do not report what was redacted)."""
-        return self.apply(value)[0]
-
-
-# A path in the walk: (parent path, this segment); the root's parent is None.
-_Path = tuple[Any, str]
-
-# Stands in, on the walk's stack, for a value whose key names a secret.
-_SECRET_KEY = object()
-
-
-def _render(path: _Path) -> str:
-    parts: list[str] = []
-    node: _Path | None = path
-    while node is not None:
-        parts.append(node[1])
-        node = node[0]
-    return "".join(reversed(parts))
-
-
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
+        super().__init__(keys, [re.compile(p) for p in patterns])
 
 
 class AuditLog:

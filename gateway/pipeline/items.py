@@ -22,6 +22,8 @@ from typing import Any
 
 import mcp_types as types
 
+from gateway.core.audit_head import audit_head
+from gateway.core.clock import now_rfc3339
 from gateway.core.errors import (
     AuditWriteError,
     ItemNotFound,
@@ -31,10 +33,10 @@ from gateway.core.errors import (
     UpstreamError,
 )
 from gateway.core.limits import MAX_AUDIT_ERROR_CHARS
+from gateway.observe.tracing import current_trace_id
 from gateway.pipeline.lifecycle import Gateway
 from gateway.policy.call import CallInfo, Principal, ToolCall, ToolInfo
 from gateway.policy.decision import Decision, Stage, Verdict
-from gateway.store.sqlite import now_rfc3339
 from gateway.upstreams.items import ExposedItem, ItemCatalog
 
 __all__ = ["ItemGate", "ItemRequest"]
@@ -194,9 +196,8 @@ class ItemGate:
         request, decision = trace.request, trace.decision
         arguments, redacted = self.gateway.audit.redactor.apply(trace.arguments, "/arguments")
         event = {
-            "event": f"{request.kind}.{'subscribe' if request.method == 'resources/subscribe' else 'outcome'}",
-            "id": trace.audit_id,
-            "time": now_rfc3339(),
+            **audit_head(f"{request.kind}.{'subscribe' if request.method == 'resources/subscribe' else 'outcome'}",
+                         now_rfc3339(), current_trace_id(), trace.audit_id),
             "frontend": request.frontend,
             "principal": {"id": request.principal.id, "groups": list(request.principal.groups)},
             "method": request.method,
@@ -215,7 +216,7 @@ class ItemGate:
                 "upstream_ms": round(trace.upstream_ms, 3) if trace.upstream_ms is not None else None,
                 "total_ms": round((time.perf_counter() - trace.started) * 1e3, 3),
             },
-            "revision": self.gateway.policies.current.revision,
+            "revision": self.gateway.revision,
             "redacted": redacted,
         }
         try:

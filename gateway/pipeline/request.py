@@ -76,7 +76,7 @@ class CallRequest:
     elicit: Any = None  # a frontend's way to ask the end user directly (MCP elicitation), if it has one
     refused: str | None = None  # why the frontend could not read the call: it is refused, and audited
     # False when the gateway made the call id up: a retry is then recognised by its run, tool and
-    # arguments instead (see gateway/approvals/service.py).
+    # arguments instead (see gateway/approvals/gate.py).
     call_id_given: bool = True
     run_client: str | None = None  # set when session_id is an implicit run: the client it was made for
     upstream_progress: ToolProgress | None = None  # where the upstream's own progress notifications go, if anywhere
@@ -89,7 +89,7 @@ class CallRequest:
     client: ClientChannel | None = None
     traceparent: str | None = None  # the client's W3C trace context (header or MCP _meta), checked where it is used
     # When the gateway took the call in (UNIX time): a retry that came in before a run-bound approval let
-    # go of its key still belongs to it (gateway/approvals/service.py).
+    # go of its key still belongs to it (gateway/approvals/gate.py).
     received_ts: float = field(default_factory=time.time)
 
 
@@ -104,6 +104,8 @@ class CallOutcome:
     structured: Any = None
     meta: dict[str, Any] = field(default_factory=dict)
     pending_approval: str | None = None  # set when the caller stopped waiting for an approval
+    # Decide-only (``Gateway.decide``): the arguments an admitted call goes back to its caller with, to run itself.
+    admitted: dict[str, Any] | None = None
 
     @property
     def text(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,9 +12,10 @@ from gateway.policy.call import ResultInfo
 from gateway.upstreams.argument_errors import ArgumentProblem
 from gateway.upstreams.base import ToolResult, text_result
 
-__all__ = ["HANDED_OUT", "META", "as_result_info", "from_response_stage", "handed_out", "needs_client", "pending",
-           "refusal", "schema_refusal", "skipped",
-           "tool_result"]
+__all__ = ["ADMITTED", "AUDIT_FAILED", "AUDIT_FAILED_AFTER_RUN", "CANCELLED", "HANDED_OUT", "INTERRUPTED", "META",
+           "NOT_REACHED", "POLICY_FAILED", "STORE_UNAVAILABLE", "TOOL_FAILED", "UNHELD", "UNRECORDED", "admitted",
+           "admitted_result", "as_result_info", "from_response_stage", "handed_out", "needs_client", "pending",
+           "refusal", "schema_refusal", "skipped", "tool_result", "unavailable"]
 
 # Keys of the `_meta` the gateway adds to every result (MCP reserves un-prefixed names).
 META = "gateway/"
@@ -110,4 +112,40 @@ def from_response_stage(original: ToolResult, rewritten: dict[str, Any]) -> Tool
         content = [{"type": "text", "text": str(rewritten.get("text") or "")}, *others]
     structured = rewritten.get("structured", before["structured"])
     return ToolResult(list(content or []), structured, bool(rewritten.get("is_error", before["is_error"])))
+
+
+
+# What the model reads when the gateway, not a policy, ended the call.
+TOOL_FAILED = "The tool failed. Try again later or use another tool."
+POLICY_FAILED = "The policies could not be evaluated for this call, so it was refused."
+INTERRUPTED = "The approved call was interrupted while it ran; it may or may not have taken effect."
+CANCELLED = "The call was cancelled while the tool ran; it may or may not have taken effect."
+UNHELD = "The call stopped waiting for its approval before it was decided; it did not run."
+NOT_REACHED = ("The tool's service could not be reached, so the approved call was not sent. The approval is still "
+               "valid: call again to run it.")
+AUDIT_FAILED = "The call could not be recorded, so it was not run."
+STORE_UNAVAILABLE = ("The gateway's database could not be read, so this run's limits could not be checked and the "
+                     "call was not run. Try again shortly.")
+UNRECORDED = "The call was cancelled while its intent was being recorded; it did not run."
+AUDIT_FAILED_AFTER_RUN = "The tool ran, but the call could not be recorded, so its result is withheld."
+
+
+def unavailable(tool: str) -> str:
+    """An approved call whose tool went away before it ran."""
+    return f"The tool {tool} is no longer available, so the approved call was not run."
+
+
+# The result response-stage rules read for a call handed out to its caller (the model proxy's agent-run
+# tools, docs/model-proxy.md): the admitted arguments, as text and under this structured key.
+ADMITTED = f"{META}admitted_arguments"
+
+
+def admitted_result(arguments: dict[str, Any]) -> ToolResult:
+    """The admitted arguments of a handed-out call as the result its response-stage rules read."""
+    return ToolResult([{"type": "text", "text": json.dumps(arguments, ensure_ascii=False)}], {ADMITTED: arguments})
+
+
+def admitted(call_id: str, decision: str, arguments: dict[str, Any], **extra: Any) -> CallOutcome:
+    """A call admitted to be run by its caller (decide-only): the arguments it goes with, nothing run here."""
+    return CallOutcome(call_id, decision, False, [], None, _meta(call_id, decision, **extra), admitted=arguments)
 

@@ -8,7 +8,7 @@ which the client's next call starts a new implicit run).
 
 from __future__ import annotations
 
-from gateway.policy.model import duration_text
+from gateway.core.durations import duration_text
 from gateway.store.model import SessionState
 
 __all__ = ["new_run_hint", "terminated_text"]

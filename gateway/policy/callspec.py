@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field, field_validator
 
+from gateway.core.strict import StrictModel as _Strict
 from gateway.policy.call import CallInfo, Principal, ResultInfo, SessionInfo, ToolCall, ToolInfo, UsageInfo
 from gateway.policy.decision import Stage
 
-__all__ = ["CallSpec", "PrincipalSpec", "ToolSpec"]
+__all__ = ["ANONYMOUS", "CallSpec", "PrincipalSpec", "ToolSpec", "with_anonymous_id"]
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# Who a call or test case without a principal's id is made by.
+ANONYMOUS = "anonymous"
 
 
 class ToolSpec(_Strict):
@@ -33,12 +33,20 @@ class ToolSpec(_Strict):
     annotations: dict[str, Any] = Field(default_factory=dict)
 
 
+# The one written form of a principal: a config key's (`auth.api_keys[].principal`, `auth.anonymous`), which
+# must name its id, and a call's or test case's, where a map without one is ANONYMOUS's (with_anonymous_id).
+# The docstring is the config schema's description of it.
 class PrincipalSpec(_Strict):
-    """Who calls."""
+    """Who a key belongs to."""
 
-    id: str = "anonymous"
+    id: str
     groups: list[str] = Field(default_factory=list)
     claims: dict[str, Any] = Field(default_factory=dict)
+
+
+def with_anonymous_id(value: Any) -> Any:
+    """A principal map of a call or test case, with ``id`` ANONYMOUS when it names none (other values as given)."""
+    return {"id": ANONYMOUS, **value} if isinstance(value, dict) else value
 
 
 class SessionSpec(_Strict):
@@ -83,13 +91,15 @@ class CallSpec(_Strict):
     tool: str | ToolSpec
     args: dict[str, Any] = Field(default_factory=dict)
     original_args: dict[str, Any] | None = None
-    principal: str | PrincipalSpec = Field(default_factory=PrincipalSpec)
+    principal: str | PrincipalSpec = Field(default_factory=lambda: PrincipalSpec(id=ANONYMOUS))
     session: SessionSpec = Field(default_factory=SessionSpec)
     usage: dict[str, UsageSpec] = Field(default_factory=dict)
     call: CallInfoSpec = Field(default_factory=CallInfoSpec)
     env: dict[str, Any] | None = None
     stage: Stage = Stage.REQUEST
     result: ResultSpec | None = None
+
+    _anonymous = field_validator("principal", mode="before")(with_anonymous_id)
 
     def to_call(
         self,

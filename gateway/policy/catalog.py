@@ -11,8 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.policy.cel.functions import glob
-from gateway.policy.cel.globbing import glob_problem
+from gateway.core.globs import glob_match, glob_problem, is_glob
 
 __all__ = ["CATALOG_VERSION", "CLIENT_UPSTREAM", "Catalog", "CatalogTool"]
 
@@ -58,7 +57,7 @@ class Catalog:
         ``client`` with any arguments; a gateway tool of the same name keeps its entry."""
         tools, globs = dict(self.tools), list(self.client_globs)
         for pattern in patterns:
-            if glob_problem(pattern) is None and any(c in pattern for c in "*?["):
+            if glob_problem(pattern) is None and is_glob(pattern):
                 globs.append(pattern)
             else:
                 tools.setdefault(pattern, CatalogTool(pattern, CLIENT_UPSTREAM, input_schema=_ANY_ARGUMENTS))
@@ -66,13 +65,13 @@ class Catalog:
 
     def declares(self, pattern: str) -> bool:
         """Whether ``pattern`` (a rule's ``tools:`` entry) names an agent-run tool declared by a glob."""
-        return any(pattern == g or glob(pattern, g) for g in self.client_globs)
+        return any(pattern == g or glob_match(pattern, g) for g in self.client_globs)
 
     def matching(self, patterns: Sequence[str] | None) -> list[CatalogTool]:
         """The tools a rule's ``tools:`` list covers (None: every tool), in name order."""
         if patterns is None:
             return [self.tools[n] for n in sorted(self.tools)]
-        return [self.tools[n] for n in sorted(self.tools) if any(n == p or glob(n, p) for p in patterns)]
+        return [self.tools[n] for n in sorted(self.tools) if any(n == p or glob_match(n, p) for p in patterns)]
 
     def to_json(self) -> dict[str, Any]:
         """The snapshot `gateway tools --format json` prints."""

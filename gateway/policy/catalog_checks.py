@@ -34,10 +34,10 @@ from pydantic import ValidationError
 
 from gateway.core.diagnostics import Diagnostic, Severity
 from gateway.core.errors import CelCompileError, CelEvaluationError
+from gateway.core.globs import glob_match, glob_problem
 from gateway.core.sourcemap import Path, YamlDocument
 from gateway.policy.catalog import Catalog, CatalogTool
 from gateway.policy.cel import VARIABLES, Engine, ExprType
-from gateway.policy.cel.globbing import glob_match, glob_problem
 from gateway.policy.cel.syntax import comprehends, free_variables, guarded, line_column, parse, references
 from gateway.policy.decision import ACTION_VERDICT, STRICTNESS, Mode, OnError, Stage, Verdict
 from gateway.policy.model import RuleSpec, VariableSpec

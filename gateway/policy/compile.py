@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from gateway.core.diagnostics import Diagnostic, Severity
+from gateway.core.durations import parse_duration
 from gateway.core.errors import CelCompileError
 from gateway.core.limits import (
     DEFAULT_APPROVAL_HOLD_SECONDS,
@@ -24,7 +25,7 @@ from gateway.policy.cel.pure_check import INPUTS, Analysis, CelTypeError, analys
 from gateway.policy.cel.types import DYN, ObjectType
 from gateway.policy.compiled import CompiledPolicy, CompiledRewrite, CompiledRule, Expression, Variable
 from gateway.policy.decision import Action, ApprovalRequirement, Stage, Verdict
-from gateway.policy.model import PolicyFile, RuleSpec, parse_duration
+from gateway.policy.model import PolicyFile, RuleSpec
 from gateway.policy.rewrite import PathParts, parse_path
 from gateway.policy.shape import check_shape
 from gateway.policy.typed_env import RESULT, TypeEnvironment, rewrite_problem

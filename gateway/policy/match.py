@@ -9,21 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gateway.core.globs import glob_match, is_glob
 from gateway.core.limits import MAX_INDEXED_TOOL_NAMES
 from gateway.policy.cel import VARIABLES
-from gateway.policy.cel.functions import glob
 from gateway.policy.compile import CompiledRule
 from gateway.policy.decision import Stage
 
-__all__ = ["MatchedRules", "RuleIndex", "is_glob"]
-
-_GLOB_CHARS = frozenset("*?[")
-
-
-def is_glob(pattern: str) -> bool:
-    """Whether a tools entry is a pattern rather than an exact name."""
-    return any(ch in _GLOB_CHARS for ch in pattern)
-
+__all__ = ["MatchedRules", "RuleIndex"]
 
 @dataclass(frozen=True, slots=True)
 class MatchedRules:
@@ -76,7 +68,7 @@ class RuleIndex:
         chosen.update((id(r), r) for r in self._exact.get(tool, ()))
         for rule in self._globbed:
             patterns = self._targets(rule)
-            if patterns is not None and any(glob(tool, p) for p in patterns if is_glob(p)):
+            if patterns is not None and any(glob_match(tool, p) for p in patterns if is_glob(p)):
                 chosen[id(rule)] = rule
         ordered = sorted(chosen.values(), key=lambda r: r.ordinal)
         request = tuple(r for r in ordered if r.stage is Stage.REQUEST)

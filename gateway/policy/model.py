@@ -6,11 +6,12 @@ Field names follow the ValidatingAdmissionPolicy habit security teams know: ``wh
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from gateway.core.durations import parse_duration
+from gateway.core.strict import StrictModel as _Strict
 from gateway.policy.decision import Action, Mode, OnError, Stage
 
 __all__ = [
@@ -20,40 +21,9 @@ __all__ = [
     "RuleDefaults",
     "RuleSpec",
     "VariableSpec",
-    "duration_text",
-    "parse_duration",
 ]
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-
-
-def parse_duration(value: str | int | float) -> float:
-    """Seconds from ``90``, ``"30s"``, ``"15m"``, ``"1h30m"``."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value <= 0:
-            raise ValueError("a duration must be positive")
-        return float(value)
-    match = _DURATION.match(str(value).strip())
-    if not match or not any(match.groups()):
-        raise ValueError(f"{value!r} is not a duration; write e.g. 30s, 15m or 1h30m")
-    hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total <= 0:
-        raise ValueError("a duration must be positive")
-    return float(total)
-
-
-def duration_text(seconds: float) -> str:
-    """A duration as ``parse_duration`` reads it back: ``10m``, ``1h30m``, ``45s`` (whole seconds)."""
-    whole = max(int(seconds), 1)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    return "".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_enum_values=False)
 
 
 class RuleDefaults(_Strict):

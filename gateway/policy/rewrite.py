@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.core.limits import REDACTED
+from gateway.core.redaction import Redaction
 
 __all__ = ["parse_path", "redact", "remove_path", "set_path"]
 
@@ -83,26 +83,5 @@ def _copy(value: Any) -> Any:
 
 
 def redact(value: Any, patterns: Sequence[re.Pattern[str]]) -> Any:
-    """A copy of ``value`` with every match of ``patterns`` in its strings replaced, however deep.
-
-    The walk keeps its own stack rather than recursing, so no nesting depth stops it.
-    """
-    root: list[Any] = [None]
-    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]  # (value, where its copy goes, slot there)
-    while stack:
-        item, parent, slot = stack.pop()
-        if isinstance(item, str):
-            for pattern in patterns:
-                item = pattern.sub(REDACTED, item)
-            parent[slot] = item
-        elif isinstance(item, dict):
-            out: dict[Any, Any] = dict.fromkeys(item)
-            parent[slot] = out
-            stack.extend((child, out, key) for key, child in item.items())
-        elif isinstance(item, list):
-            copy: list[Any] = [None] * len(item)
-            parent[slot] = copy
-            stack.extend((child, copy, i) for i, child in enumerate(item))
-        else:
-            parent[slot] = item
-    return root[0]
+    """``value`` with every match of ``patterns`` in its strings replaced, however deep (``core/redaction.py``)."""
+    return Redaction((), patterns)(value)

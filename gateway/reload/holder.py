@@ -16,11 +16,12 @@ import dataclasses
 import gc
 import logging
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gateway.core.audit_head import audit_head
+from gateway.core.clock import now_rfc3339
 from gateway.core.diagnostics import Diagnostic, Severity
 from gateway.core.errors import PolicyLoadError
 from gateway.core.limits import DEFAULT_SETTLE_SECONDS, MAX_POLICY_FILE_BYTES, POLICY_START_ATTEMPTS
@@ -29,7 +30,6 @@ from gateway.policy.policyset import PolicySet
 from gateway.reload.diff import diff_sets
 from gateway.reload.fileset import Fingerprint, Moved, Settler, display_path, fingerprint, read_stamped, swapped_whole
 from gateway.reload.manifest import verify_manifest
-from gateway.store.sqlite import now_rfc3339
 
 __all__ = ["RELOAD_EVENT", "PolicyHolder"]
 
@@ -182,7 +182,8 @@ class PolicyHolder:
         if self.on_reload is None:
             return True
         try:
-            self.on_reload({"event": RELOAD_EVENT, "id": uuid.uuid4().hex, "time": now_rfc3339(), **details})
+            # A reload belongs to no request: no trace id.
+            self.on_reload({**audit_head(RELOAD_EVENT, now_rfc3339(), None), **details})
         except Exception as exc:  # the audit log's failure, whatever its kind: logged, never a crashed watcher
             log.error("could not record a policy reload: %s", exc)
             return False

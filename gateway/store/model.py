@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["SessionState", "now_rfc3339"]
-
-
-def now_rfc3339() -> str:
-    """The current UTC time as RFC 3339, as CEL's timestamp() reads it."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+__all__ = ["SessionState"]
 
 
 @dataclass(slots=True)

@@ -31,10 +31,11 @@ from typing import Any
 from gateway.core.limits import DEFAULT_RUN_IDLE_SECONDS, SQLITE_BUSY_TIMEOUT_SECONDS
 from gateway.store.db import Db, SqliteDb
 from gateway.store.migrations import Migration, migrate
-from gateway.store.model import SessionState, now_rfc3339
-from gateway.store.sql import _COLUMNS, UNOWNED, SqlStore
+from gateway.store.model import SessionState
+from gateway.store.sql import UNOWNED, SqlStore
+from gateway.store.write_behind import COLUMNS
 
-__all__ = ["SESSION_MIGRATIONS", "SessionState", "SqliteStore", "now_rfc3339"]
+__all__ = ["SESSION_MIGRATIONS", "SessionState", "SqliteStore"]
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS sessions (
@@ -120,7 +121,7 @@ class SqliteStore(SqlStore):
 
     def _unowned_row(self, session_id: str) -> tuple[Any, ...] | None:
         try:
-            row = self._reader.execute(f"SELECT {_COLUMNS} FROM sessions WHERE principal = ? AND id = ?",
+            row = self._reader.execute(f"SELECT {COLUMNS} FROM sessions WHERE principal = ? AND id = ?",
                                        (UNOWNED, session_id)).fetchone()
         except sqlite3.Error:  # not readable now: the principal starts afresh, as with no such row
             return None

@@ -21,20 +21,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.sourcemap import YamlDocument
+from gateway.core.strict import StrictModel as _Strict
 from gateway.core.validation import validate_document
-from gateway.policy.callspec import CallSpec, PrincipalSpec, ToolSpec
+from gateway.policy.callspec import CallSpec, PrincipalSpec, ToolSpec, with_anonymous_id
 from gateway.policy.decision import Outcome, Verdict
 from gateway.policy.load import read_document
 
 __all__ = ["Case", "Expectation", "LoadedSuite", "SuiteFile", "load_suite"]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Expectation(_Strict):
@@ -66,6 +63,11 @@ class SuiteFile(_Strict):
     principals: dict[str, PrincipalSpec] = Field(default_factory=dict)
     tools: dict[str, ToolSpec] = Field(default_factory=dict)
     cases: list[Case] = Field(default_factory=list)
+
+    @field_validator("principals", mode="before")
+    @classmethod
+    def _anonymous(cls, value: Any) -> Any:
+        return {name: with_anonymous_id(p) for name, p in value.items()} if isinstance(value, dict) else value
 
 
 class LoadedSuite(BaseModel):

@@ -26,7 +26,7 @@ from mcp import MCPError
 from mcp.client.session import ClientRequestContext
 from pydantic import BaseModel
 
-from gateway.policy.cel.globbing import glob_match
+from gateway.core.globs import glob_match
 
 __all__ = ["KINDS", "ClientChannel", "ClientRequestKind", "ClientRequestRouter", "ClientRequestRules",
            "Declares", "calling_client", "declares_kind", "undeclared"]

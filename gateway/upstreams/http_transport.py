@@ -21,12 +21,12 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator
+from urllib.request import getproxies
 
 import httptools
 import httpx2
-from httpx2._utils import get_environment_proxies  # the proxies httpx2 itself would take from the environment
 
-__all__ = ["LeanTransport", "lean_transport"]
+__all__ = ["LeanTransport", "lean_transport", "proxied_environment"]
 
 # A connection stops reading from its socket while this much of a response body waits to be taken.
 _READ_AHEAD_BYTES = 256 * 1024
@@ -300,11 +300,24 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         await self._fallback.aclose()
 
 
+def proxied_environment() -> bool:
+    """Whether httpx2 (``trust_env``) would send some request through a proxy named in the environment.
+
+    httpx2 reads the same ``urllib.request.getproxies()``: a proxy for ``http``, ``https`` or ``all``
+    (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, either case), unless ``NO_PROXY`` lists ``*``; other
+    ``NO_PROXY`` entries exempt only some hosts. (tests/upstreams/test_http_transport.py compares this with
+    httpx2's own reading of the environment.)
+    """
+    found = getproxies()
+    if any(host.strip() == "*" for host in found.get("no", "").split(",")):
+        return False
+    return any(found.get(scheme) for scheme in ("http", "https", "all"))
+
 
 def lean_transport(limits: httpx2.Limits) -> LeanTransport | None:
     """The lean transport over httpx2's own (with the same limits), or None when the environment names a
     proxy: httpx2 routes through it only with its own transports, so then everything stays with them."""
-    if any(url is not None for url in get_environment_proxies().values()):
+    if proxied_environment():
         return None
     assert limits.max_connections is not None and limits.keepalive_expiry is not None
     return LeanTransport(httpx2.AsyncHTTPTransport(limits=limits), max_connections=limits.max_connections,

@@ -30,33 +30,13 @@ from gateway.core import uris
 from gateway.core.errors import UnclearUriError
 from gateway.core.limits import MAX_CACHED_RESOURCE_URIS
 from gateway.policy.call import ItemInfo
-from gateway.upstreams.mcp_resources import McpItems
+from gateway.upstreams.links import GATEWAY_SCHEME, expose_links, gateway_uri
+from gateway.upstreams.mcp.resources import McpItems
 from gateway.upstreams.registry import ToolRegistry
 
 __all__ = ["GATEWAY_SCHEME", "ExposedItem", "ItemCatalog", "expose_links", "gateway_uri"]
 
 log = logging.getLogger("gateway.items")
-
-GATEWAY_SCHEME = "gateway://"
-
-
-def gateway_uri(upstream: str, uri: str) -> str:
-    """The URI clients see for an upstream's resource (or template)."""
-    return f"{GATEWAY_SCHEME}{upstream}/{uri}"
-
-
-def expose_links(upstream: str, content: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A tool result's content blocks with the URIs of resource links and embedded resources made the
-    gateway's, so a client reads them through the gateway as it would any listed resource."""
-    out = []
-    for block in content:
-        if block.get("type") == "resource_link" and isinstance(block.get("uri"), str):
-            block = {**block, "uri": gateway_uri(upstream, block["uri"])}
-        elif (block.get("type") == "resource" and isinstance(block.get("resource"), dict)
-              and isinstance(block["resource"].get("uri"), str)):
-            block = {**block, "resource": {**block["resource"], "uri": gateway_uri(upstream, block["resource"]["uri"])}}
-        out.append(block)
-    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,10 +25,10 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from gateway.core import clock
 from gateway.core.errors import UpstreamDown
 from gateway.core.limits import (
     UPSTREAM_CHECK_SECONDS,
@@ -69,7 +69,7 @@ class Backoff:
 class _Entry:
     upstream: Upstream
     state: State = State.STARTING
-    since: float = field(default_factory=time.time)
+    since: float = field(default_factory=clock.now)
     reason: str | None = None  # public: short, no URL, path or secret
     failures: int = 0  # failures since it was last up for a while (sets the backoff)
     attempts: int = 0  # failed attempts in this outage
@@ -136,7 +136,7 @@ class Supervisor:
     def statuses(self) -> list[dict[str, Any]]:
         """Each upstream's name, state, since when (ISO 8601, UTC), last error (public reason) and exposed tools."""
         return [{"name": e.upstream.name, "state": str(e.state),
-                 "since": datetime.fromtimestamp(e.since, UTC).isoformat(timespec="seconds"),
+                 "since": clock.rfc3339_offset(e.since),
                  "last_error": e.reason, "tools": self._registry.count(e.upstream)} for e in self._entries]
 
     async def _supervise(self, entry: _Entry, tried: asyncio.Future[None]) -> None:
@@ -189,7 +189,7 @@ class Supervisor:
         if entry.state is not State.DOWN:
             if entry.state is State.UP and now - entry.up_at >= self._backoff.maximum:
                 entry.failures = 0  # it had been up for a while: this is a new failure, not a flapping one
-            entry.state, entry.since, entry.attempts = State.DOWN, time.time(), 0
+            entry.state, entry.since, entry.attempts = State.DOWN, clock.now(), 0
             entry.loud = not quiet  # the same failure again soon after the last one (flapping) is summarised
             if entry.loud:
                 log.error("upstream %s is down: %s (retrying in the background)", name, exc)
@@ -198,7 +198,7 @@ class Supervisor:
             entry.loud, quiet = True, False
         elif not quiet:
             log.warning("upstream %s is still down: %d failed attempts since %s; last: %s", name,
-                        entry.attempts + 1, datetime.fromtimestamp(entry.since, UTC).isoformat(timespec="seconds"),
+                        entry.attempts + 1, clock.rfc3339_offset(entry.since),
                         exc)
         if quiet:
             log.debug("upstream %s: attempt failed: %s", name, exc)
@@ -217,7 +217,7 @@ class Supervisor:
                         len(upstream.tools()))
         else:
             log.debug("upstream %s is back", upstream.name)
-        entry.state, entry.since, entry.up_at = State.UP, time.time(), time.monotonic()
+        entry.state, entry.since, entry.up_at = State.UP, clock.now(), time.monotonic()
         if self._serving:  # at start the registry is built once all upstreams were tried
             self._registry.refresh()
 

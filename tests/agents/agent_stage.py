@@ -1,7 +1,7 @@
 """``Stage``: a fake model, an upstream, gateways in front of it, agent runs and approver calls.
 
     fake model      tests/agents/fake_model.py: a scripted OpenAI-compatible model
-    upstream        ``CountingUpstream`` (tests/gateway/approval_support.py): an MCP server over
+    upstream        ``CountingUpstream`` (tests/approval_support.py): an MCP server over
                     streamable HTTP behind the gateway as ``ops`` (``ops_deploy``, ``ops_slow``, ...);
                     it records every run, so "ran once, with these arguments" is read from the upstream
     the gateway     ``await stage.start(policy)``: gateway.yaml (``PEOPLE``'s keys) and the policy in a
@@ -26,8 +26,8 @@ from typing import Any
 
 import httpx2
 
-# approval_support lives beside the gateway tests; it is a plain module imported by name.
-sys.path.insert(0, str(Path(__file__).parent.parent / "gateway"))
+# approval_support lives at the top of tests/; it is a plain module imported by name.
+sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from approval_support import CountingUpstream, auth_header, serve_gateway
 from drivers import DRIVERS, AgentRun

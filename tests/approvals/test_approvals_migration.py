@@ -14,8 +14,9 @@ from pathlib import Path
 
 from gateway.approvals.model import Approval, Requirement, args_digest
 from gateway.approvals.store import ApprovalStore, ListFilter
+from gateway.core.clock import now_rfc3339
 from gateway.policy.call import Principal
-from gateway.store.sqlite import SqliteStore, now_rfc3339
+from gateway.store.sqlite import SqliteStore
 
 OLD_SCHEMA = """
 CREATE TABLE approvals (

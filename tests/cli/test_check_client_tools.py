@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from cli_run import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
-UPSTREAM_SERVER = REPO / "tests" / "gateway" / "upstream_mcp_server.py"
+UPSTREAM_SERVER = REPO / "tests" / "upstream_mcp_server.py"
 
 POLICY = """\
 policy: agent
@@ -32,9 +33,8 @@ rules:
 
 
 def gateway(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run `python -m gateway ARGS` in ``cwd``."""
-    return subprocess.run([sys.executable, "-m", "gateway", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, check=False)
+    """Run `gateway ARGS` in ``cwd``, in this process (``run_subprocess`` for the real console entry)."""
+    return run_cli(cwd, *args)
 
 
 def config(tmp_path: Path, upstreams: bool, **model: Any) -> None:

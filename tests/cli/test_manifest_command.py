@@ -1,14 +1,15 @@
-"""`gateway check --write-manifest`, run as the real command in a subprocess."""
+"""`gateway check --write-manifest`, run in this process through `gateway.cli.main`; one test per command runs the real
+command in a subprocess."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
+from cli_run import run_cli, run_subprocess
 
 POLICY = """
     policy: pay
@@ -38,9 +39,8 @@ SUITE = """
 
 
 def gateway(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run `python -m gateway ARGS` in ``cwd``."""
-    return subprocess.run([sys.executable, "-m", "gateway", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, check=False)
+    """Run `gateway ARGS` in ``cwd``, in this process (``run_subprocess`` for the real console entry)."""
+    return run_cli(cwd, *args)
 
 
 def sha256(path: Path) -> str:
@@ -51,7 +51,7 @@ def test_write_manifest_lists_each_policy_file_with_its_digest_relative_and_sort
     write("policies/pay.yaml", POLICY)
     write("policies/sub/notes.yaml", OTHER)
     write("policies/pay_test.yaml", SUITE)
-    out = gateway(tmp_path, "check", "policies", "--write-manifest", "policies/policies.manifest.json")
+    out = run_subprocess(tmp_path, "check", "policies", "--write-manifest", "policies/policies.manifest.json")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1] == "wrote policies/policies.manifest.json (2 files)"
     manifest = tmp_path / "policies" / "policies.manifest.json"

@@ -63,6 +63,7 @@ async def _serve_and_read_stderr(config: Path, *args: str) -> list[str]:
     return err.decode().splitlines()
 
 
+@pytest.mark.slow  # a real `gateway serve` subprocess per test: >10 s on a loaded 2-core machine
 @pytest.mark.parametrize("how", ["flag", "config"])
 async def test_every_log_line_is_a_json_object(tmp_path, how):
     if how == "flag":
@@ -79,6 +80,7 @@ async def test_every_log_line_is_a_json_object(tmp_path, how):
     assert any(r["logger"] == "uvicorn.access" and "/v1/tools/nothing/invoke" in r["message"] for r in records)
 
 
+@pytest.mark.slow  # a real `gateway serve` subprocess per test: >10 s on a loaded 2-core machine
 async def test_text_logs_stay_the_default(tmp_path):
     lines = await _serve_and_read_stderr(_write(tmp_path))
     assert any(line.startswith("gateway: listening on") for line in lines)
@@ -88,7 +90,7 @@ async def test_text_logs_stay_the_default(tmp_path):
 # --- no argument value in the log (issue 18, item 17) ----------------------------------------------
 
 MARKER = "SSN-778-41-9920"  # an argument value: in an upstream URL's path and query, an MCP argument
-UPSTREAM_MCP_SERVER = Path(__file__).resolve().parents[1] / "gateway" / "upstream_mcp_server.py"
+UPSTREAM_MCP_SERVER = Path(__file__).resolve().parents[1] / "upstream_mcp_server.py"
 
 
 def _item_app() -> Any:
@@ -103,6 +105,7 @@ def _item_app() -> Any:
     return Starlette(routes=[Route("/items/{item_id}", item)])
 
 
+@pytest.mark.slow  # a real `gateway serve` subprocess per test: >10 s on a loaded 2-core machine
 @pytest.mark.parametrize("log_format", ["text", "json"])
 async def test_no_argument_value_reaches_the_log_at_debug(tmp_path, log_format):
     from loopback import serve_app

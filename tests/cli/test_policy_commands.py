@@ -1,4 +1,5 @@
-"""`gateway check | test | explain | schema`, run as the real command in a subprocess."""
+"""`gateway check | test | explain | schema`, run in this process through `gateway.cli.main`; one test per
+command runs the real command in a subprocess."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from cli_run import run_cli, run_subprocess
 
 POLICY = """
     policy: pay
@@ -54,9 +56,8 @@ BROKEN = """
 
 
 def gateway(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run `python -m gateway ARGS` in ``cwd``."""
-    return subprocess.run([sys.executable, "-m", "gateway", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, check=False)
+    """Run `gateway ARGS` in ``cwd``, in this process (``run_subprocess`` for the real console entry)."""
+    return run_cli(cwd, *args)
 
 
 @pytest.fixture
@@ -72,12 +73,13 @@ def project(write, tmp_path) -> Path:
 
 
 def test_check_ok(project):
-    out = gateway(project, "check", "good")
+    out = run_subprocess(project, "check", "good")
     assert out.returncode == 0, out.stderr
     assert re.fullmatch(r"ok: 1 policies, 2 rules, revision [0-9a-f]{16} \(cel-expr-python\)\n", out.stdout)
     assert out.stderr == ""
 
 
+@pytest.mark.both_engines
 def test_check_uses_the_engine_it_is_given(project, engine):
     out = gateway(project, "check", "--engine", engine, "good")
     assert out.returncode == 0, out.stderr
@@ -171,7 +173,7 @@ SNAPSHOT = {"version": 1, "tools": [
     {"name": "github_create_branch", "input_schema": {"type": "object", "additionalProperties": False,
                                                       "properties": {"repo": {}, "branch": {}}}},
 ]}
-UPSTREAM_SERVER = Path(__file__).parents[1] / "gateway" / "upstream_mcp_server.py"
+UPSTREAM_SERVER = Path(__file__).parents[1] / "upstream_mcp_server.py"
 
 
 @pytest.fixture
@@ -292,7 +294,7 @@ def test_check_config_fails_when_an_upstream_does_not_start(write, tmp_path):
 
 
 def test_test_prints_failures_and_a_summary(project):
-    out = gateway(project, "test", "good")
+    out = run_subprocess(project, "test", "good")
     assert out.returncode == 1
     assert out.stdout.splitlines() == [
         "FAIL good/pay_test.yaml:9: pay/wrong",
@@ -339,7 +341,7 @@ def test_test_with_broken_policies_reports_errors(project, write):
 
 
 def test_explain_text(project):
-    out = gateway(project, "explain", "--policies", "good", "--call", "calls/big.json")
+    out = run_subprocess(project, "explain", "--policies", "good", "--call", "calls/big.json")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[:4] == [
@@ -376,7 +378,7 @@ def test_explain_with_a_bad_call_file(project, write):
 
 
 def test_schema_policy_is_a_json_schema_that_accepts_policies(project):
-    out = gateway(project, "schema", "policy")
+    out = run_subprocess(project, "schema", "policy")
     assert out.returncode == 0
     schema = json.loads(out.stdout)
     jsonschema.Draft202012Validator.check_schema(schema)

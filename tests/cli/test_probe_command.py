@@ -13,7 +13,7 @@ import yaml
 
 TESTS = Path(__file__).parent.parent
 PID_SERVICE = TESTS / "upstreams" / "pid_service.py"
-MCP_SERVER = TESTS / "gateway" / "upstream_mcp_server.py"
+MCP_SERVER = TESTS / "upstream_mcp_server.py"
 TIMEOUT = 120  # the stdio server imports the MCP SDK
 
 

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_run import run_cli, run_subprocess
 
 from gateway.policy.catalog import Catalog
 
-UPSTREAM_SERVER = Path(__file__).parents[1] / "gateway" / "upstream_mcp_server.py"
+UPSTREAM_SERVER = Path(__file__).parents[1] / "upstream_mcp_server.py"
 
 API_TOOLS = [
     {"name": "get_item", "description": "One item.\nMore text.", "method": "GET", "path": "/items/{item_id}",
@@ -29,9 +30,8 @@ API_TOOLS = [
 
 
 def gateway(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run `python -m gateway ARGS` in ``cwd``."""
-    return subprocess.run([sys.executable, "-m", "gateway", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, check=False)
+    """Run `gateway ARGS` in ``cwd``, in this process (``run_subprocess`` for the real console entry)."""
+    return run_cli(cwd, *args)
 
 
 def write_config(root: Path, marker: str, *extra: dict[str, Any]) -> Path:
@@ -66,7 +66,7 @@ def snapshot(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess
     """`gateway tools --format json` run once: (its folder, the result)."""
     root = tmp_path_factory.mktemp("tools")
     write_config(root, f"marker-{uuid.uuid4().hex}")
-    return root, gateway(root, "tools", "--config", "gateway.yaml", "--format", "json")
+    return root, run_subprocess(root, "tools", "--config", "gateway.yaml", "--format", "json")
 
 
 def test_the_json_snapshot_has_every_exposed_tool_with_schema_and_annotations(snapshot):

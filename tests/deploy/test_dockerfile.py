@@ -1,6 +1,6 @@
 """The Dockerfile, read as text (no Docker here): what it installs and copies exists in the repository,
 and it installs the `otlp` extra, so `tracing: {enabled: true}` exports from the image
-(tests/gateway/test_otlp_export.py exports with that extra installed)."""
+(tests/observe/test_otlp_export.py exports with that extra installed)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Fixtures for the end-to-end flows with real clients in their default settings; 127.0.0.1 only.
 
-    upstream   ``CountingUpstream`` (tests/gateway/approval_support.py): the MCP server behind the gateway as
+    upstream   ``CountingUpstream`` (tests/approval_support.py): the MCP server behind the gateway as
                ``ops``; it records every run, so "ran exactly once" is read from the upstream itself
     e2e        ``E2E``: gateways in front of it (``await e2e.start(policy)``), the approver API, and the
                clients: the MCP SDK opening a session per call (what LangChain's MCP adapters do by

@@ -27,7 +27,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 # approval_support and thirdparty are plain modules beside the other tests, imported by name.
-sys.path.insert(0, str(Path(__file__).parent.parent / "gateway"))
+sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from approval_support import CountingUpstream, auth_header, serve_gateway
 from thirdparty import inspector_cli

@@ -8,7 +8,7 @@ import mcp_types as types
 import pytest
 from mcp import MCPError
 
-from gateway.frontends.mcp_tasks import NOT_FOUND, TaskTable, listed_execution
+from gateway.frontends.mcp.tasks import NOT_FOUND, TaskTable, listed_execution
 
 
 async def test_a_principal_holds_a_bounded_number_of_tasks() -> None:

@@ -1,6 +1,6 @@
-"""The counting behind each key's share of the connections (gateway/frontends/shares.py), and its config.
+"""The counting behind each key's share of the connections (gateway/frontends/http/shares.py), and its config.
 
-The end-to-end behaviour, with real clients on a real gateway, is in tests/gateway/test_connection_shares.py;
+The end-to-end behaviour, with real clients on a real gateway, is in tests/frontends/test_connection_shares.py;
 here the arithmetic: how much heavy keys can take, what is left for the others, who may use the reserve.
 """
 
@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from gateway.config.model import HttpSpec
 from gateway.core.limits import DEFAULT_MAX_CONNECTIONS
-from gateway.frontends.shares import Shares
+from gateway.frontends.http.shares import Shares
 
 
 def fill(shares: Shares, key: str, operator: bool = False) -> int:

@@ -102,7 +102,7 @@ def test_gateway_conforms_to_its_openapi(case: Any, module_fuzz_gateway: Any, pe
     if case.operation.path == "/v1/tools/{name}/invoke":
         # Arguments are admitted only when policies can see them exactly (integers within int64,
         # no U+0000, no lone surrogates, at most 64 levels deep): rules JSON Schema cannot state, so
-        # a schema-valid body may rightly get 400 invalid-input. tests/gateway/test_bad_values.py
+        # a schema-valid body may rightly get 400 invalid-input. tests/frontends/test_bad_values.py
         # pins those refusals; every other check still applies to invoke.
         active = [c for c in CHECKS if c is not checks_module.positive_data_acceptance]
     case.call_and_validate(base_url=module_fuzz_gateway.url, checks=active, timeout=10)

@@ -280,6 +280,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("property")
 
 
+@pytest.mark.slow  # many generated policy sets: >10 s on a loaded 2-core machine
 @DOCUMENTS
 @given(texts=FILES, calls=st.lists(CALLS, min_size=1, max_size=3))
 def test_random_policy_documents_load_and_decide_without_raising(base, engine, texts, calls):

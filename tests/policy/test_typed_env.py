@@ -204,6 +204,7 @@ def test_a_comment_with_an_apostrophe_does_not_hide_a_variable(check, engine):
     assert policy_set.rules[0].references == frozenset({"args", "principal", "variables"})
 
 
+@pytest.mark.both_engines
 def test_an_expression_only_the_cpp_engine_reads_is_assumed_to_read_everything(check, engine):
     policy_set, diagnostics, _ = check(rule("'strings.quote(principal.id) != \"\"'"))
     if engine == "cel-python":  # the cel-python engine has no strings.quote
@@ -385,6 +386,7 @@ def test_env_keys_the_config_does_not_set_may_be_probed(loads):
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.both_engines
 @pytest.mark.parametrize("env", [None, {}, ENV])
 def test_every_shipped_pack_and_example_loads_in_the_typed_environment(engine, env):
     paths = [ROOT / "policies", *sorted((ROOT / "examples").glob("*/policies"))]

@@ -29,7 +29,7 @@ class Clock:
 def runs(tmp_path: Path):
     store = SqliteStore(tmp_path / "g.sqlite3")
     clock = Clock()
-    yield ImplicitRuns(600, store._implicit_changed, store._implicit_row, clock), clock
+    yield ImplicitRuns(600, store.sql_usage.run_changed, store.sql_usage.run_row, clock), clock
     store.close()
 
 

@@ -295,6 +295,7 @@ async def test_a_killed_gateway_leaves_its_call_interrupted_and_never_run_twice(
     assert counting.started["slow"] == 1  # it started once, on A, and B never ran it again
 
 
+@pytest.mark.slow  # two gateway replicas, one started while the other runs a call: >10 s loaded
 @pytest.mark.parametrize("pair", ["postgres", "sqlite"], indirect=True)
 async def test_a_replica_starting_leaves_anothers_running_call_alone(pair, upstream) -> None:
     a, b = pair

@@ -27,11 +27,11 @@ def stored_calls(path: Path, principal: str, session_id: str) -> int | None:
 async def test_the_changes_of_one_call_go_out_in_one_transaction(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db", usage_windows={"hour": 3600})
     try:
-        assert store.coalesce == STORE_WRITE_COALESCE_SECONDS > 0
-        store.coalesce = 0.5  # longer than the default, so a busy machine cannot split the gathering
+        assert store.write_behind.coalesce == STORE_WRITE_COALESCE_SECONDS > 0
+        store.write_behind.coalesce = 0.5  # longer than the default, so a busy machine cannot split the gathering
         state = await store.session("alice", "run-1", "agent-x")  # an implicit run: its row is a change too
         await store.flushed()
-        before = store.transactions
+        before = store.write_behind.transactions
         store.count_call(state, "echo")
         await asyncio.sleep(0.05)  # the call awaits its tool meanwhile
         store.record_outcome(state, rejected=True, tool="echo")
@@ -41,7 +41,7 @@ async def test_the_changes_of_one_call_go_out_in_one_transaction(tmp_path: Path)
             assert time.monotonic() < deadline, "the counts were never written"
             await asyncio.sleep(0.005)
         await store.flushed()
-        assert store.transactions == before + 1
+        assert store.write_behind.transactions == before + 1
         reread = await store.session("alice", "run-1")
         assert (reread.calls, reread.rejected, reread.calls_by_tool) == (2, 1, {"echo": 2})
         assert store.usage.snapshot("alice")["hour"].calls == 2
@@ -52,7 +52,7 @@ async def test_the_changes_of_one_call_go_out_in_one_transaction(tmp_path: Path)
 async def test_with_write_through_nothing_waits_and_each_call_is_written_before_it_answers(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db", write_through=True)
     try:
-        assert store.coalesce == 0
+        assert store.write_behind.coalesce == 0
         state = await store.session("alice", "run-1")
         for n in (1, 2, 3):
             store.count_call(state, "echo")

@@ -1,5 +1,5 @@
 """``child_environment``: the rules a launched process's environment is built by (the end-to-end proof,
-through a real gateway and real launched processes, is tests/gateway/test_launch_env.py)."""
+through a real gateway and real launched processes, is tests/upstreams/test_launch_env.py)."""
 
 from __future__ import annotations
 

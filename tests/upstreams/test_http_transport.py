@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import gzip
 import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -25,7 +26,7 @@ from starlette.types import ASGIApp
 from gateway.core.errors import UpstreamError, UpstreamNotReached
 from gateway.upstreams.base import ToolResult
 from gateway.upstreams.http import HttpUpstream
-from gateway.upstreams.http_transport import LeanTransport
+from gateway.upstreams.http_transport import LeanTransport, lean_transport, proxied_environment
 
 TIMEOUT = 5.0
 
@@ -274,6 +275,44 @@ async def test_a_proxy_in_the_environment_leaves_requests_to_httpx(monkeypatch: 
         assert upstream.transport is None  # httpx2's own transports, which honour the proxy
     finally:
         await upstream.close()
+
+
+# Proxy environments, and whether httpx2 (trust_env) would send some request through a proxy in each.
+PROXY_ENVIRONMENTS: list[tuple[dict[str, str], bool]] = [
+    ({}, False),
+    ({"HTTP_PROXY": "http://127.0.0.1:9"}, True),
+    ({"http_proxy": "http://127.0.0.1:9"}, True),
+    ({"HTTPS_PROXY": "http://127.0.0.1:9"}, True),
+    ({"ALL_PROXY": "socks5://127.0.0.1:9"}, True),
+    ({"all_proxy": "127.0.0.1:9"}, True),
+    ({"HTTP_PROXY": "proxy.internal:3128"}, True),
+    ({"HTTP_PROXY": ""}, False),
+    ({"FTP_PROXY": "http://127.0.0.1:9"}, False),
+    ({"NO_PROXY": "localhost"}, False),
+    ({"HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "*"}, False),
+    ({"ALL_PROXY": "http://127.0.0.1:9", "no_proxy": "localhost, * "}, False),
+    ({"HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "localhost,127.0.0.1,::1,.internal"}, True),
+    ({"ALL_PROXY": "http://127.0.0.1:9", "NO_PROXY": "*.example.com,http://a.example"}, True),
+    ({"HTTP_PROXY": "http://127.0.0.1:9", "http_proxy": ""}, False),
+]
+
+
+@pytest.mark.parametrize(("environment", "proxied"), PROXY_ENVIRONMENTS)
+async def test_proxied_environment_reads_the_environment_as_httpx2_does(
+        monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], proxied: bool) -> None:
+    from httpx2._utils import get_environment_proxies  # the reference: httpx2's own reading (private to it)
+
+    for name in list(os.environ):
+        if name.lower().endswith("_proxy") or name == "REQUEST_METHOD":
+            monkeypatch.delenv(name)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert any(url is not None for url in get_environment_proxies().values()) is proxied
+    assert proxied_environment() is proxied
+    transport = lean_transport(httpx2.Limits(max_connections=4, keepalive_expiry=5.0))
+    assert (transport is None) is proxied  # a proxy leaves every request to httpx2's own transports
+    if transport is not None:
+        await transport.aclose()
 
 
 async def test_a_response_still_open_when_the_upstream_closes_does_not_keep_its_connection(serve: Serve) -> None:

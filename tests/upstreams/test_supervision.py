@@ -41,7 +41,7 @@ KEY = "supervision-key-5d1e"
 FAST = {"retry_first": 0.05, "retry_max": 0.2, "check_interval": 0.1}
 HERE = Path(__file__).parent
 PID_SERVICE = HERE / "pid_service.py"
-MCP_SERVER = HERE.parent / "gateway" / "upstream_mcp_server.py"
+MCP_SERVER = HERE.parent / "upstream_mcp_server.py"
 STARTUP_SECONDS = 30.0  # the stdio server imports the MCP SDK: seconds on a busy machine
 Json = dict[str, Any]
 

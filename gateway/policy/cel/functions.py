@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl
 
 import ada_url
 
-from gateway.policy.cel.globbing import glob_match
+from gateway.core.globs import glob_match
 from gateway.policy.cel.netaddr import (
     Address,
     canonical_host,
@@ -42,7 +42,7 @@ _CACHED_CHARS = 2048
 
 
 def glob(value: str, pattern: str) -> bool:
-    """Glob match of the whole string (see ``globbing``); a malformed pattern is an error."""
+    """Glob match of the whole string (see ``gateway/core/globs.py``); a malformed pattern is an error."""
     return glob_match(value, pattern)
 
 

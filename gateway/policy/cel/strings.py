@@ -17,6 +17,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from gateway.core.durations import cel_nanoseconds
+
 __all__ = [
     "STRING_EXTENSION",
     "format_double",
@@ -130,9 +132,6 @@ _BOOLS = {"true": True, "t": True, "1": True, "TRUE": True, "True": True, "T": T
 _TIMESTAMP = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:[Zz]|([+-])(\d{2}):(\d{2}))"
 )
-_DURATION = re.compile(r"([+-]?)((?:(?:\d+\.?\d*|\.\d+)(?:ns|us|ms|s|m|h))+|0)")
-_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|ms|s|m|h)")
-_NANOS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -205,12 +204,9 @@ def timestamp_seconds(value: datetime) -> int:
 
 
 def parse_duration(text: str) -> timedelta:
-    """A Go-style duration such as ``15m``, ``1h30m``, ``-1.5s`` or ``100ms``."""
-    match = _DURATION.fullmatch(text)
-    if not match:
-        raise ValueError(f"cannot parse duration {text!r}")
-    nanos = sum(int(Decimal(n) * _NANOS[unit]) for n, unit in _DURATION_PART.findall(match.group(2)))
-    return check_duration(timedelta(microseconds=(-1 if match.group(1) == "-" else 1) * (nanos // 1000)))
+    """A Go-style duration such as ``15m``, ``1h30m``, ``-1.5s`` or ``100ms`` (the grammar: core/durations.py)."""
+    nanos = cel_nanoseconds(text)
+    return check_duration(timedelta(microseconds=(-1 if nanos < 0 else 1) * (abs(nanos) // 1000)))
 
 
 def check_duration(value: timedelta) -> timedelta:

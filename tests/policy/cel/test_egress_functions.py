@@ -28,6 +28,8 @@ from gateway.policy.cel import ExprType, get_engine
 from gateway.policy.cel.functions import url
 from gateway.policy.cel.netaddr import IPV4_NOT_PUBLIC, IPV6_NOT_PUBLIC
 
+pytestmark = pytest.mark.both_engines  # each engine implements the egress functions
+
 EGRESS_SUITE = Path(__file__).parents[3] / "policies" / "egress" / "egress_test.yaml"
 FAILS = CelEvaluationError
 

@@ -20,6 +20,8 @@ from gateway.policy.cel import ExprType, check_result_type, get_engine
 from gateway.policy.cel.base import Engine
 from gateway.policy.cel.pure import PureEngine
 
+pytestmark = pytest.mark.both_engines  # the differential corpus: each engine answers alike
+
 ENGINES = ("cel-expr-python", "cel-python")
 FAILS = CelEvaluationError  # expected outcome: the expression fails when evaluated
 

@@ -14,6 +14,8 @@ from gateway.policy.cel import ExprType, get_engine
 from gateway.policy.cel.base import Engine
 from gateway.policy.cel.regex import HIDDEN, cached_regex, rename_matches
 
+pytestmark = pytest.mark.both_engines  # both engines answer alike
+
 DATA: dict[str, Any] = {"args": {"text": "my PASSWORD is AKIAABCDEFGHIJKLMNOP", "pattern": "^my",
                                  "matches": "a field", "p": "x.matches(y)"}}
 

@@ -1,0 +1,63 @@
+"""What the policies are asked at each stage of a call, and their answer when the engine fails (fail closed)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gateway.core.clock import now_rfc3339
+from gateway.observe.observer import CallObserver
+from gateway.pipeline.call_trace import CallTrace
+from gateway.pipeline.request import CallRequest
+from gateway.pipeline.results import POLICY_FAILED, as_result_info
+from gateway.policy.call import CallInfo, SessionInfo, ToolCall, UsageInfo
+from gateway.policy.decision import Decision, Stage, Verdict
+from gateway.policy.policyset import PolicySet
+from gateway.store.model import SessionState
+from gateway.upstreams.base import ToolResult
+from gateway.upstreams.registry import ExposedTool
+
+__all__ = ["decide", "evaluate", "request_stage_call", "response_stage_call"]
+
+log = logging.getLogger("gateway.pipeline")
+
+
+def evaluate(policy_set: PolicySet, call: ToolCall) -> Decision:
+    """The policies' decision on ``call``; a refusal if the engine raises (it should never: fail closed)."""
+    try:
+        return policy_set.decide(call)
+    except Exception:
+        log.exception("policy evaluation raised for %s", call.tool.name)
+        return Decision(Verdict.REJECT, call.stage, call.args, call.original_args or call.args,
+                        policy_set.revision, POLICY_FAILED, "engine-error")
+
+
+def decide(trace: CallTrace, policy_set: PolicySet, call: ToolCall, observer: CallObserver) -> Decision:
+    """One stage's decision, timed into ``trace`` and told to the observer (metrics, a span)."""
+    decision = evaluate(policy_set, call)
+    trace.policy_us += decision.elapsed_us
+    observer.decided(decision)
+    trace.decisions.append(decision)
+    return decision
+
+
+def request_stage_call(request: CallRequest, tool: ExposedTool, session: SessionState, usage: dict[str, Any],
+                       env: dict[str, Any]) -> ToolCall:
+    """What the request-stage rules read: the tool, the arguments as sent, the run, the principal's usage."""
+    return ToolCall(
+        tool=tool.info, args=request.arguments, principal=request.principal,
+        session=SessionInfo(session.id, session.calls, dict(session.calls_by_tool), session.rejected,
+                            session.started_at, session.implicit),
+        call=CallInfo(request.call_id, session.calls if request.iteration is None else request.iteration,
+                      now_rfc3339()), env=env,
+        usage={name: UsageInfo(t.calls, t.calls_by_tool, t.rejected) for name, t in usage.items()},
+    )
+
+
+def response_stage_call(call: ToolCall, decision: Decision, result: ToolResult) -> ToolCall:
+    """What the response-stage rules read: the request stage's input, the final arguments and the result."""
+    return ToolCall(
+        tool=call.tool, args=decision.args, original_args=call.args, principal=call.principal,
+        session=call.session, usage=call.usage, call=call.call, env=call.env, stage=Stage.RESPONSE,
+        result=as_result_info(result),
+    )
