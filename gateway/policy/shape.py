@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from gateway.core.globs import glob_problem
 from gateway.core.sourcemap import Path
-from gateway.policy.cel.globbing import glob_problem
 from gateway.policy.decision import REQUESTER, Action, Stage
 from gateway.policy.model import RuleSpec
 
