@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path as FsPath
 from typing import Any
 
-from lark import Token, Tree
-from lark.exceptions import LarkError
+from lark import Tree
 from pydantic import ValidationError
 
 from gateway.core.diagnostics import Diagnostic, Severity
@@ -39,7 +38,7 @@ from gateway.core.globs import glob_match, glob_problem
 from gateway.core.sourcemap import Path, YamlDocument
 from gateway.policy.catalog import Catalog, CatalogTool
 from gateway.policy.cel import VARIABLES, Engine, ExprType
-from gateway.policy.cel.pure_check import MACROS, parser
+from gateway.policy.cel.syntax import comprehends, free_variables, guarded, line_column, parse, references
 from gateway.policy.decision import ACTION_VERDICT, STRICTNESS, Mode, OnError, Stage, Verdict
 from gateway.policy.model import RuleSpec, VariableSpec
 
@@ -48,7 +47,6 @@ __all__ = ["check_against_catalog", "check_documents"]
 _ARG_ROOTS = ("args", "original_args")
 _WILDCARDS = "*?["
 _MAX_SUGGESTIONS = 3
-_TRIPLE = ("'''", '"""')
 _CLOSE = 0.6  # difflib's similarity below which a name is no suggestion
 _NEAR_BEST = 0.1  # a second suggestion must be about as close as the first
 
@@ -79,15 +77,6 @@ def check_documents(documents: Sequence[YamlDocument], catalog: Catalog | None, 
     found.extend(_shadowed(rules, catalog))
     found.sort(key=lambda d: (d.file, d.line, d.column))
     return found
-
-
-@dataclass(frozen=True, slots=True)
-class _Reference:
-    """``root.name`` (or ``root["name"]``) read by an expression, at ``offset`` in its source."""
-
-    root: str
-    name: str
-    offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +167,7 @@ class _FileCheck:
     def constant_false(self, source: str, path: Path, rule_id: str) -> None:
         """Warn about a ``when`` that reads nothing and is false: the rule can never fire."""
         tree = _parse(source)
-        if tree is None or any(True for _ in _free_variables(tree, frozenset())) or _comprehends(tree):
+        if tree is None or any(True for _ in free_variables(tree)) or comprehends(tree):
             return  # a comprehension is not evaluated here: its cost is the loader's to bound
         try:
             activation = self.engine.activation({name: {} for name in VARIABLES})
@@ -203,14 +192,14 @@ class _FileCheck:
             tree = _parse(source)
             if tree is None:
                 continue
-            guarded = _guarded(tree)
-            for ref in _references(tree, frozenset()):
+            tested = guarded(tree)
+            for ref in references(tree):
                 if ref.root not in _ARG_ROOTS or ref.name in known:
                     continue
                 # a plain read of an argument no schema lists fails on every call that lacks it
                 # (then on_error decides); one the expression guards with has() is only always false
-                error = closed or (ref.root, ref.name) not in guarded
-                where = _line_column(source, ref.offset)
+                error = closed or (ref.root, ref.name) not in tested
+                where = line_column(source, ref.offset)
                 tools = ", ".join(t.name for t in covered[:3]) + (f" and {len(covered) - 3} more"
                                                                   if len(covered) > 3 else "")
                 close = _closest(ref.name, sorted(known))
@@ -239,7 +228,7 @@ class _FileCheck:
             path, source = pending.pop(0)
             yield path, source
             tree = _parse(source)
-            for ref in _references(tree, frozenset()) if tree is not None else ():
+            for ref in references(tree) if tree is not None else ():
                 if ref.root == "variables" and ref.name in self.variables and ref.name not in seen:
                     seen.add(ref.name)
                     pending.append(self.variables[ref.name])
@@ -401,101 +390,9 @@ def _resolve(root: Mapping[str, Any], ref: str) -> Mapping[str, Any] | None:
     return node if isinstance(node, dict) else None
 
 
-# --- CEL references, from the parse tree ---
-
 def _parse(source: str) -> Tree[Any] | None:
+    """The front end's tree of ``source`` (shared with loading); None when it does not parse."""
     try:
-        return parser().parse(source)
-    except LarkError:
+        return parse(source)
+    except CelCompileError:
         return None  # loading reports the syntax error
-
-
-def _line_column(source: str, offset: int) -> tuple[int, int]:
-    return source.count("\n", 0, offset) + 1, offset - source.rfind("\n", 0, offset)
-
-
-def _free_variables(tree: Tree[Any], bound: frozenset[str]) -> Iterator[str]:
-    """Declared variables the expression reads (macro variables excepted)."""
-    for node, scope in _walk(tree, bound):
-        if node.data in ("ident", "dot_ident"):
-            name = str(node.children[0])
-            if name in VARIABLES and name not in scope:
-                yield name
-
-
-def _references(tree: Tree[Any], bound: frozenset[str]) -> Iterator[_Reference]:
-    """``root.name`` and ``root["name"]`` selections on declared variables."""
-    for node, scope in _walk(tree, bound):
-        if node.data == "member_dot":
-            operand, field = node.children
-            root = _root_name(operand, scope)
-            if root is not None and isinstance(field, Token):
-                yield _Reference(root, str(field), field.start_pos or 0)
-        elif node.data == "member_index":
-            container, key = node.children
-            root = _root_name(container, scope)
-            literal = _string_literal(key)
-            if root is not None and literal is not None:
-                yield _Reference(root, literal[0], literal[1])
-
-
-def _comprehends(tree: Tree[Any]) -> bool:
-    """Whether the expression has a comprehension (``all``, ``exists``, ``map``, ...)."""
-    return any(node.data == "member_dot_arg" and str(node.children[1]) in MACROS
-               for node in tree.iter_subtrees())
-
-
-def _guarded(tree: Tree[Any]) -> set[tuple[str, str]]:
-    """The ``(root, name)`` selections the expression tests with ``has(root.name)``."""
-    found: set[tuple[str, str]] = set()
-    for node, scope in _walk(tree, frozenset()):
-        if node.data == "ident_arg" and str(node.children[0]) == "has" and len(node.children) == 2:
-            for ref in _references(node.children[1], scope):
-                found.add((ref.root, ref.name))
-    return found
-
-
-def _walk(tree: Tree[Any], bound: frozenset[str]) -> Iterator[tuple[Tree[Any], frozenset[str]]]:
-    """Every node with the macro variables in scope at it."""
-    stack = [(tree, bound)]
-    while stack:
-        node, scope = stack.pop()
-        yield node, scope
-        kids = [k for k in node.children if isinstance(k, Tree)]
-        if node.data == "member_dot_arg" and str(node.children[1]) in MACROS and len(node.children) == 3:
-            receiver, _, arglist = node.children
-            args = [a for a in arglist.children if isinstance(a, Tree)]
-            variable = _root_ident(args[0]) if args else None
-            if variable is not None:
-                stack.append((receiver, scope))
-                stack.extend((a, scope | {variable}) for a in args[1:])
-                continue
-        stack.extend((k, scope) for k in kids)
-
-
-def _unwrapped(tree: Tree[Any]) -> Tree[Any]:
-    while len(tree.children) == 1 and isinstance(tree.children[0], Tree) and tree.data not in ("ident", "literal"):
-        tree = tree.children[0]
-    return tree
-
-
-def _root_ident(tree: Tree[Any]) -> str | None:
-    node = _unwrapped(tree)
-    return str(node.children[0]) if node.data == "ident" else None
-
-
-def _root_name(tree: Tree[Any], scope: frozenset[str]) -> str | None:
-    """The declared variable ``tree`` is, when it is one (not a macro variable of the same name)."""
-    name = _root_ident(tree)
-    return name if name is not None and name in VARIABLES and name not in scope else None
-
-
-def _string_literal(tree: Tree[Any]) -> tuple[str, int] | None:
-    node = _unwrapped(tree)
-    if node.data != "literal" or not isinstance(node.children[0], Token):
-        return None
-    token = node.children[0]
-    text = str(token)
-    if token.type != "STRING_LIT" or "\\" in text or text[:1] not in "'\"" or text[:3] in _TRIPLE:
-        return None
-    return text[1:-1], (token.start_pos or 0) + 1

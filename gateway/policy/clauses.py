@@ -1,7 +1,7 @@
 """A `when` split at its top-level ``&&`` / ``||``, and each part's value for one call.
 
-The split comes from a CEL parse (celpy's grammar, the one the pure engine uses), never from text
-search, so operators inside strings, comments, calls and parentheses stay where they are. Each
+The split comes from the front end's syntax tree (``cel/syntax.py``, the one loading parsed), never
+from text search, so operators inside strings, comments, calls and parentheses stay where they are. Each
 clause is compiled on its own with the set's engine and evaluated in the activation the rule saw
 (file variables bound), so `gateway explain` can say which part of a condition was false and
 `gateway test --coverage` which parts no case made true or false.
@@ -13,21 +13,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lark import LarkError, Tree
-
 from gateway.core.errors import CelCompileError, CelEvaluationError
 from gateway.policy.call import ToolCall
 from gateway.policy.cel import Engine, ExprType, Program
-from gateway.policy.cel.pure_check import parser, unwrap
+from gateway.policy.cel.syntax import flatten, parse
 from gateway.policy.compile import CompiledRule, Variable, inline_source
 from gateway.policy.decision import Action, Decision, Stage
 from gateway.policy.evaluate import rule_activation
 from gateway.policy.policyset import PolicySet
 
 __all__ = ["Clause", "Clauses", "clause_values", "split_when"]
-
-_OPERATORS = {"conditionalor": "||", "conditionaland": "&&"}
-
 
 @dataclass(frozen=True, slots=True)
 class Clause:
@@ -54,15 +49,15 @@ def split_when(source: str, engine: Engine, variables: Sequence[Variable] = ()) 
     being bound again: the C++ engine will not take back a timestamp).
     """
     try:
-        tree = unwrap(parser().parse(source))
-    except LarkError:
+        split = flatten(parse(source))  # the tree loading parsed (cached by source)
+    except CelCompileError:
         return None
-    operator = _OPERATORS.get(tree.data)
-    if operator is None or len(tree.children) < 2:
+    if split is None:
         return None
+    operator, nodes = split
     known = {v.name: v.inline for v in variables}
     parts: list[Clause] = []
-    for node in _flatten(tree):
+    for node in nodes:
         text = source[node.meta.start_pos:node.meta.end_pos].strip()
         inline = inline_source(text, known) if variables else None
         program: Program | None = None
@@ -76,22 +71,6 @@ def split_when(source: str, engine: Engine, variables: Sequence[Variable] = ()) 
         else:
             parts.append(Clause(text, None))
     return Clauses(operator, tuple(parts))
-
-
-def _flatten(tree: Tree[Any]) -> list[Tree[Any]]:
-    """The operands of a left-nested chain of one operator: ``a && b && c`` → [a, b, c]."""
-    out: list[Tree[Any]] = []
-    node = tree
-    while True:
-        left, right = node.children[0], node.children[-1]
-        out.append(right)
-        left_node = unwrap(left) if isinstance(left, Tree) else left
-        if isinstance(left_node, Tree) and left_node.data == tree.data and len(left_node.children) >= 2:
-            node = left_node
-            continue
-        out.append(left)
-        break
-    return list(reversed(out))
 
 
 def clause_values(policy_set: PolicySet, call: ToolCall, decision: Decision, rule: CompiledRule,

@@ -8,13 +8,11 @@ evaluator only reads.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.core.diagnostics import Diagnostic, Severity
 from gateway.core.durations import parse_duration
 from gateway.core.errors import CelCompileError
-from gateway.core.globs import glob_problem
 from gateway.core.limits import (
     DEFAULT_APPROVAL_HOLD_SECONDS,
     DEFAULT_APPROVAL_VALID_SECONDS,
@@ -25,99 +23,15 @@ from gateway.core.sourcemap import Path, YamlDocument
 from gateway.policy.cel import VARIABLES, Engine, ExprType, Program
 from gateway.policy.cel.pure_check import INPUTS, Analysis, CelTypeError, analyse
 from gateway.policy.cel.types import DYN, ObjectType
-from gateway.policy.decision import REQUESTER, Action, ApprovalRequirement, Mode, OnError, Stage, Verdict
+from gateway.policy.compiled import CompiledPolicy, CompiledRewrite, CompiledRule, Expression, Variable
+from gateway.policy.decision import Action, ApprovalRequirement, Stage, Verdict
 from gateway.policy.model import PolicyFile, RuleSpec
 from gateway.policy.rewrite import PathParts, parse_path
+from gateway.policy.shape import check_shape
 from gateway.policy.typed_env import RESULT, TypeEnvironment, rewrite_problem
 
 __all__ = ["CompiledPolicy", "CompiledRewrite", "CompiledRule", "Expression", "Variable", "compile_policy"]
 
-_RESPONSE_ACTIONS = frozenset({Action.REWRITE, Action.REJECT, Action.TERMINATE})
-# What a rule deciding resource reads or prompt gets may do (there is no approval or rewrite of a read).
-_ITEM_ACTIONS = frozenset({Action.ALLOW, Action.REJECT, Action.TERMINATE})
-
-
-@dataclass(frozen=True, slots=True)
-class Expression:
-    """A compiled expression with its source, kept for explain output and error messages."""
-
-    source: str
-    program: Program
-    expected: ExprType
-    references: frozenset[str]
-    variables_read: frozenset[str] | None = frozenset()  # variables.NAME it reads; None: it reads them all
-    type: Any = DYN  # its static type in the typed environment
-    # where it reads variables.NAME (name, start, end in source); None: it cannot be inlined
-    variable_spans: tuple[tuple[str, int, int], ...] | None = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Variable:
-    """A compiled file variable and the earlier variables it needs (transitively)."""
-
-    name: str
-    expression: Expression
-    needs: frozenset[str]
-    inline: str | None = None  # its source with earlier variables written in; None: cannot be inlined
-
-
-@dataclass(frozen=True, slots=True)
-class CompiledRewrite:
-    """A rewrite's compiled parts."""
-
-    set: tuple[tuple[PathParts, Expression], ...] = ()
-    remove: tuple[PathParts, ...] = ()
-    redact: tuple[re.Pattern[str], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class CompiledRule:
-    """A rule ready to evaluate."""
-
-    id: str  # policy/rule
-    policy_index: int
-    ordinal: int  # position in the whole set's load order
-    action: Action
-    stage: Stage
-    tools: tuple[str, ...] | None
-    when: Expression | None
-    message: str | None
-    message_expression: Expression | None
-    on_error: OnError
-    mode: Mode
-    file: str
-    line: int
-    column: int
-    description: str = ""
-    approval: ApprovalRequirement | None = None
-    rewrite: CompiledRewrite | None = None
-    result: Any = None
-    result_expression: Expression | None = None
-    references: frozenset[str] = frozenset()  # CEL variables the rule reads, variables resolved
-    variables_needed: frozenset[str] = frozenset()  # file variables to bind when it runs (not inlined)
-    variables_read: frozenset[str] = frozenset()  # every file variable it reads as written, transitively
-    resources: tuple[str, ...] | None = None  # gateway resource URIs it decides reads of (globs)
-    prompts: tuple[str, ...] | None = None  # exposed prompt names it decides gets of (globs)
-    # ``when`` and ``messageExpression`` as one program, ``when ? [message] : []``: a firing rule costs
-    # one evaluation instead of two. Only a shortcut: any other value than ``[]`` or ``[a string]``
-    # (an error, a wrong type) sends the evaluator back to the two expressions, so answers stay the same.
-    when_message: Program | None = None
-
-    @property
-    def decides_tools(self) -> bool:
-        """Whether it applies to tool calls: it names tools, or names no target at all."""
-        return self.tools is not None or (self.resources is None and self.prompts is None)
-
-@dataclass(frozen=True, slots=True)
-class CompiledPolicy:
-    """One policy file, compiled."""
-
-    name: str
-    file: str
-    description: str
-    default: str | None
-    variables: tuple[Variable, ...]
-    rules: tuple[CompiledRule, ...] = field(default=())
 
 
 def inline_variables(expr: Expression, known: dict[str, str | None]) -> str | None:
@@ -311,7 +225,7 @@ def _compile_rule(
     ordinal: int, variables: dict[str, Variable], env: dict[str, Any],
 ) -> CompiledRule | None:
     before = c.errors()
-    _check_shape(c, rule, path, full_id)
+    check_shape(c, rule, path, full_id)
     when = c.expression(rule.when, ExprType.BOOL, (*path, "when"), full_id, env) if rule.when is not None else None
     proven = c.proves if when is not None else frozenset()
     message_expr = (c.expression(rule.messageExpression, ExprType.STRING, (*path, "messageExpression"), full_id,
@@ -388,76 +302,6 @@ def _closure(read: frozenset[str] | None, known: dict[str, Variable]) -> frozens
     """The known variables ``read`` names, with everything they need in turn."""
     names = frozenset(known) if read is None else read & known.keys()
     return names.union(*(known[n].needs for n in names))
-
-
-def _check_shape(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> None:
-    """Fields that only make sense with some actions or stages."""
-    action = rule.action
-    if rule.stage is Stage.RESPONSE and action not in _RESPONSE_ACTIONS:
-        c.error((*path, "action"), "invalid-stage-action",
-                f"action {action!s} is not valid at the response stage", rule_id,
-                "at the response stage use rewrite, reject or terminate")
-    if action is Action.REWRITE and rule.rewrite is None:
-        c.error((*path, "action"), "missing-key", "action rewrite needs a 'rewrite' block", rule_id,
-                "add rewrite: {set: {...}, remove: [...], redact: [...]}")
-    misplaced = {
-        "rewrite": (rule.rewrite is not None, Action.REWRITE),
-        "approval": (rule.approval is not None, Action.APPROVE),
-        "result": (rule.result is not None, Action.SKIP),
-        "resultExpression": (rule.resultExpression is not None, Action.SKIP),
-    }
-    for key, (present, wanted) in misplaced.items():
-        if present and action is not wanted:
-            c.error((*path, key), "misplaced-key", f"{key!r} only applies to action {wanted!s}", rule_id,
-                    f"remove {key!r} or change the action to {wanted!s}", key=True)
-    if rule.result is not None and rule.resultExpression is not None:
-        c.error((*path, "resultExpression"), "conflicting-keys", "give either 'result' or 'resultExpression'",
-                rule_id, "remove one of them", key=True)
-    if rule.tools is not None and not rule.tools:
-        c.error((*path, "tools"), "invalid-value", "'tools' is empty, so the rule can never match", rule_id,
-                "omit 'tools' to match every tool, or list names or globs")
-    for key, patterns in (("tools", rule.tools), ("resources", rule.resources), ("prompts", rule.prompts)):
-        for index, pattern in enumerate(patterns or ()):
-            problem = glob_problem(pattern)
-            if problem is not None:
-                c.error((*path, key, index), "invalid-value", problem, rule_id,
-                        "fix the [...] set: a range runs from the lower character to the higher")
-    _check_items(c, rule, path, rule_id)
-    _check_approvers(c, rule, path, rule_id)
-
-
-def _check_approvers(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> None:
-    """``via: elicitation`` lets the requester's own client answer, so it must name the requester (``self``)
-    among the approvers; ``self`` means nothing on the page, where nobody approves their own call."""
-    spec = rule.approval
-    if spec is None:
-        return
-    asks_self = REQUESTER in spec.approvers
-    if spec.via == "elicitation" and not asks_self:
-        c.error((*path, "approval", "via"), "invalid-value",
-                "via: elicitation lets the requester's own client approve the call, but no approver is the"
-                " requester", rule_id,
-                "add self to approvers (approvers: [self], or [self, group:NAME] to let either decide),"
-                " or use via: page")
-    if asks_self and spec.via != "elicitation":
-        c.error((*path, "approval", "approvers", spec.approvers.index(REQUESTER)), "invalid-value",
-                "self (the requester) can only approve through their own client, and nobody may approve their"
-                " own call on the page", rule_id, "add via: elicitation, or remove self")
-
-
-def _check_items(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str) -> None:
-    """Resource reads and prompt gets are allowed or refused before they run, nothing else."""
-    for key, patterns in (("resources", rule.resources), ("prompts", rule.prompts)):
-        if patterns is None:
-            continue
-        if not patterns:
-            c.error((*path, key), "invalid-value", f"{key!r} is empty, so the rule can never match", rule_id,
-                    f"omit {key!r}, or list URIs, names or globs")
-        if rule.action not in _ITEM_ACTIONS or rule.stage is not Stage.REQUEST:
-            c.error((*path, "action"), "invalid-item-action",
-                    f"a rule with {key!r} can only allow, reject or terminate at the request stage", rule_id,
-                    "give rewrites, approvals and skips their own rule with 'tools'")
-            return
 
 
 def _compile_rewrite(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str, env: dict[str, Any],

@@ -88,11 +88,12 @@ class _Bindings:
         key = (rule.policy_index, needed)
         found = self._activations.get(key)
         if found is None:
-            values = self._variables(rule.policy_index, needed)
+            values = self.values_for(rule.policy_index, needed)
             found = self._activations[key] = self.engine.activation({**self.base, "variables": values})
         return found
 
-    def _variables(self, policy_index: int, needed: frozenset[str]) -> dict[str, Any]:
+    def values_for(self, policy_index: int, needed: frozenset[str]) -> dict[str, Any]:
+        """The values of the file variables ``needed`` (those that evaluated), each evaluated once per call."""
         done = self._values.setdefault(policy_index, {})
         failed = self.variable_errors.setdefault(policy_index, {})
         for var in self.policies[policy_index].variables:  # in order: a variable's needs come first
@@ -121,7 +122,7 @@ class _Bindings:
 
     def explain_error(self, rule: CompiledRule, error: str) -> str:
         if rule.variables_read:  # inlined variables fail inside the rule: find which (error path only)
-            self._variables(rule.policy_index, rule.variables_read)
+            self.values_for(rule.policy_index, rule.variables_read)
         failed = {k: v for k, v in self.variable_errors.get(rule.policy_index, {}).items()
                   if k in rule.variables_read}
         if failed:
@@ -176,7 +177,7 @@ def rule_activation(engine: Engine, policies: Sequence[CompiledPolicy], base: di
                     rule: CompiledRule) -> Any:
     """The activation ``rule`` reads, with every file variable it reads bound (for explain and coverage)."""
     bindings = _Bindings(engine, policies, dict(base))
-    values = bindings._variables(rule.policy_index, rule.variables_read)
+    values = bindings.values_for(rule.policy_index, rule.variables_read)
     return engine.activation({**bindings.base, "variables": values})
 
 

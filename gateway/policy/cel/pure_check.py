@@ -7,23 +7,41 @@ wrong result type, at positions that match the C++ engine (the operator, the ``(
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
-import celpy.celparser
-from lark import Lark, Token, Tree
-from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
+from lark import Token, Tree
 
 from gateway.core.errors import CelCompileError
-from gateway.core.limits import MAX_CACHED_PARSE_TREES, MAX_COMPREHENSION_NESTING
+from gateway.core.limits import MAX_COMPREHENSION_NESTING
 from gateway.policy.cel.base import VARIABLES, ExprType
-from gateway.policy.cel.pure_signatures import BOOL, DYN, SIGNATURES, TYPE_NAMES, TYPE_VARIABLES
+from gateway.policy.cel.pure_signatures import BOOL, DYN, SIGNATURES, TYPE_NAMES
 from gateway.policy.cel.strings import INT64_MAX, INT64_MIN, UINT64_MAX
-from gateway.policy.cel.types import DYN_MAP, ObjectType, fmt_type, suggestion
+from gateway.policy.cel.syntax import (
+    MACROS,
+    PASS_THROUGH,
+    depth_beyond,
+    has_paths,
+    line_column,
+    parse,
+    parser,
+    string_literal,
+    unwrap,
+)
+from gateway.policy.cel.syntax import (
+    dotted as dotted_path,
+)
+from gateway.policy.cel.types import (
+    ObjectType,
+    compatible,
+    fmt_type,
+    join_types,
+    substitute,
+    suggestion,
+    unify,
+)
 
 __all__ = ["INPUTS", "MACROS", "MAX_TREE_DEPTH", "OPERATORS", "PASS_THROUGH", "Analysis", "CelTypeError", "analyse",
            "check", "parser", "unwrap"]
@@ -31,16 +49,11 @@ __all__ = ["INPUTS", "MACROS", "MAX_TREE_DEPTH", "OPERATORS", "PASS_THROUGH", "A
 _VARIABLE_TYPE = ("map", "string", DYN)  # every declared variable
 # The variables whose size the caller controls: comprehensions over them are what the cost bound counts.
 INPUTS = frozenset({"args", "original_args", "result"})
-# Receiver-style calls that the checker and the evaluator treat as comprehensions, not functions.
-MACROS = {"all", "exists", "exists_one", "map", "filter"}
 # celpy's interpreter recurses about five Python frames per parse-tree level. 120 levels (about ten
 # nested parentheses, calls or lists) stay near 600 frames, leaving room for the caller under
 # Python's default recursion limit of 1000, which this engine does not raise.
 MAX_TREE_DEPTH = 120
 
-# Grammar rules that are only a wrapper when they have a single child.
-PASS_THROUGH = {"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication",
-                "unary", "member", "primary", "paren_expr"}
 # Parse-tree operator rules by the CEL function name they stand for.
 OPERATORS = {
     "relation_lt": "_<_", "relation_le": "_<=_", "relation_gt": "_>_", "relation_ge": "_>=_",
@@ -54,84 +67,15 @@ _FLOAT = re.compile(r"-?(?:\d+\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\.\d+(?:[eE
 _ESCAPE = re.compile(r"\\(?:[abfnrtv\"'\\]|[0-3][0-7]{2}|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})")
 
 
-@functools.cache
-def parser() -> Lark:
-    """celpy's CEL grammar as a Lark parser that keeps a position on every token, built once."""
-    # celpy's own parser turns true/false into tokens without positions; this one keeps them,
-    # so every node has a position for error messages. Same grammar and options, same trees.
-    def keep_position(token: Token) -> Token:
-        if token.value in ("true", "false"):
-            return Token.new_borrow_pos("BOOL_LIT", token.value, token)
-        return token
-
-    grammar = Path(celpy.celparser.__file__).with_name("cel.lark").read_text()
-    return Lark(grammar, parser="lalr", start="expr", g_regex_flags=re.M, propagate_positions=True,
-                maybe_placeholders=False, priority="invert", lexer_callbacks={"IDENT": keep_position})
-
-
-def _line_column(source: str, pos: int) -> tuple[int, int]:
-    return source.count("\n", 0, pos) + 1, pos - source.rfind("\n", 0, pos)
-
-
-@functools.lru_cache(maxsize=MAX_CACHED_PARSE_TREES)
 def _parse(source: str) -> Tree[Any]:
-    """The parse tree of ``source``, its depth bounded (shared: nothing may change it).
-
-    Cached, because a reload parses the same expressions again, and the cel-python engine parses
-    each twice (its own check, then the typed one).
-    """
-    def error(pos: int, what: str) -> CelCompileError:
-        return CelCompileError(f"Syntax error: {what}", *_line_column(source, pos))
-
-    try:
-        tree = parser().parse(source)
-    except UnexpectedToken as exc:
-        if exc.token.type == "$END":
-            raise error(len(source), "unexpected end of expression") from None
-        raise error(exc.token.start_pos or 0, f"unexpected {exc.token.value!r}") from None
-    except UnexpectedCharacters as exc:
-        pos = exc.pos_in_stream or 0
-        raise error(pos, f"unexpected character {source[pos:pos + 1]!r}") from None
-    except UnexpectedEOF:
-        raise error(len(source), "unexpected end of expression") from None
-    except LarkError as exc:
-        raise CelCompileError(f"Syntax error: {exc}") from None
-    _check_depth(tree, source)
+    """The front end's tree of ``source`` (``syntax.parse``), its depth bounded for this engine's evaluator."""
+    tree = parse(source)
+    deepest = depth_beyond(tree, MAX_TREE_DEPTH)
+    if deepest is not None:
+        raise CelCompileError(
+            "expression is nested too deeply for the cel-python engine "
+            "(about ten levels of parentheses, calls or lists at most)", *line_column(source, deepest))
     return tree
-
-
-def _check_depth(tree: Tree[Any], source: str) -> None:
-    stack = [(tree, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_TREE_DEPTH:
-            raise CelCompileError(
-                "expression is nested too deeply for the cel-python engine "
-                "(about ten levels of parentheses, calls or lists at most)",
-                *_line_column(source, getattr(node.meta, "start_pos", 0)),
-            )
-        stack.extend((kid, depth + 1) for kid in node.children if isinstance(kid, Tree))
-
-
-def unwrap(tree: Tree[Any]) -> Tree[Any]:
-    """The first node under ``tree`` that is not a single-child wrapper."""
-    while tree.data in PASS_THROUGH and len(tree.children) == 1 and isinstance(tree.children[0], Tree):
-        tree = tree.children[0]
-    return tree
-
-
-def _dotted(tree: Tree[Any]) -> str | None:
-    """``a.b.c`` when the tree is a chain of plain field selections on an identifier."""
-    node = unwrap(tree)
-    if node.data == "ident":
-        return str(node.children[0])
-    if node.data == "member_dot":
-        base = _dotted(node.children[0])
-        return None if base is None else f"{base}.{node.children[1]}"
-    return None
-
-
-_fmt = fmt_type
 
 
 class CelTypeError(CelCompileError):
@@ -142,77 +86,9 @@ class CelTypeError(CelCompileError):
         self.hint = hint
 
 
-def _erase(t: Any) -> Any:
-    """Object types as the maps they are at run time (for operators and functions)."""
-    if isinstance(t, ObjectType):
-        return DYN_MAP
-    return tuple(_erase(part) for part in t) if isinstance(t, tuple) else t
-
-
-def _compatible(a: Any, b: Any) -> bool:
-    if a == b or DYN in (a, b):
-        return True
-    if isinstance(a, ObjectType) or isinstance(b, ObjectType):
-        return _compatible(_erase(a), _erase(b))
-    return (isinstance(a, tuple) and isinstance(b, tuple) and a[0] == b[0] and len(a) == len(b)
-            and all(map(_compatible, a[1:], b[1:])))
-
-
-def _unify(param: Any, arg: Any, bound: dict[str, Any]) -> bool:
-    if param in TYPE_VARIABLES:
-        if param not in bound:
-            bound[param] = arg
-        elif not _compatible(bound[param], arg):
-            return False
-        elif bound[param] != arg:
-            bound[param] = DYN
-        return True
-    if DYN in (param, arg):
-        return True
-    if isinstance(arg, ObjectType):
-        arg = DYN_MAP
-    if isinstance(param, tuple):
-        return (isinstance(arg, tuple) and param[0] == arg[0] and len(param) == len(arg)
-                and all(_unify(p, a, bound) for p, a in zip(param[1:], arg[1:], strict=True)))
-    return bool(param == arg)
-
-
-def _substitute(t: Any, bound: dict[str, Any]) -> Any:
-    if isinstance(t, tuple):
-        return tuple(_substitute(part, bound) for part in t)
-    return bound.get(t, DYN) if t in TYPE_VARIABLES else t
-
-
-def _join(types: list[Any]) -> Any:
-    return types[0] if types and all(t == types[0] for t in types) else DYN
-
-
 def _string_literal(tree: Tree[Any]) -> str | None:
-    node = unwrap(tree)
-    if node.data != "literal" or cast(Token, node.children[0]).type != "STRING_LIT":
-        return None
-    match = re.fullmatch(r"""(['"])(\w+)\1""", str(node.children[0]))
-    return match.group(2) if match else None
-
-
-def _has_paths(tree: Tree[Any], positive: bool) -> frozenset[str]:
-    """The fields ``tree`` proves present when it is true (``positive``) or false: ``has(a.b)``,
-    ``'b' in a``, and conjunctions (disjunctions) and negations of these."""
-    node = unwrap(tree)
-    kids = node.children
-    if node.data == "unary" and kids[0].data == "unary_not":
-        return _has_paths(kids[1], not positive)
-    if node.data == ("conditionaland" if positive else "conditionalor") and len(kids) == 2:
-        return _has_paths(kids[0], positive) | _has_paths(kids[1], positive)
-    if not positive:
-        return frozenset()
-    if node.data == "ident_arg" and str(kids[0]) == "has" and len(kids) == 2 and len(kids[1].children) == 1:
-        path = _dotted(kids[1].children[0])
-        return frozenset({path}) if path else frozenset()
-    if node.data == "relation" and kids[0].data == "relation_in":
-        key, container = _string_literal(kids[0].children[0]), _dotted(kids[1])
-        return frozenset({f"{container}.{key}"}) if key and container else frozenset()
-    return frozenset()
+    found = string_literal(tree)
+    return found[0] if found and re.fullmatch(r"\w+", found[0]) else None
 
 
 class _Checker:
@@ -249,7 +125,7 @@ class _Checker:
             self.guards = saved
 
     def error(self, message: str, pos: int | None, kind: str = "cel-compile") -> CelCompileError:
-        return CelCompileError(message, *_line_column(self.source, pos or 0), kind=kind)
+        return CelCompileError(message, *line_column(self.source, pos or 0), kind=kind)
 
     def after(self, end: int | Tree[Any] | None) -> int:
         """Position of the first token after ``end`` (an offset or a subtree)."""
@@ -262,12 +138,12 @@ class _Checker:
         if tree.data in PASS_THROUGH and len(kids) == 1:
             return self.type_of(kids[0], scope)
         if tree.data == "expr":  # cond ? a : b
-            types = [self.type_of(kids[0], scope), self.guarded(kids[1], scope, _has_paths(kids[0], True)),
-                     self.guarded(kids[2], scope, _has_paths(kids[0], False))]
+            types = [self.type_of(kids[0], scope), self.guarded(kids[1], scope, has_paths(kids[0], True)),
+                     self.guarded(kids[2], scope, has_paths(kids[0], False))]
             return self.call("_?_:_", types, self.after(kids[0]))
         if tree.data in ("conditionalor", "conditionaland"):
             left, right = kids[0], kids[1]
-            proven = _has_paths(left, tree.data == "conditionaland")
+            proven = has_paths(left, tree.data == "conditionaland")
             types = [self.type_of(left, scope), self.guarded(right, scope, proven)]
             return self.call(OPERATORS[tree.data], types, self.after(left))
         if tree.data in ("relation", "addition", "multiplication"):
@@ -287,12 +163,12 @@ class _Checker:
         results = []
         for overload in overloads:
             bound: dict[str, Any] = {}
-            if all(_unify(p, t, bound) for p, t in zip(overload.params, types, strict=True)):
-                results.append(_substitute(overload.result, bound))
+            if all(unify(p, t, bound) for p, t in zip(overload.params, types, strict=True)):
+                results.append(substitute(overload.result, bound))
         if not results:
-            shown = ", ".join(map(_fmt, types))
+            shown = ", ".join(map(fmt_type, types))
             raise self.error(f"found no matching overload for '{name}' applied to '({shown})'", pos)
-        return _join(results)
+        return join_types(results)
 
     def declared(self, name: str, scope: dict[str, Any]) -> Any:
         if name in scope:
@@ -318,7 +194,7 @@ class _Checker:
         raise self.error("a function call with a leading '.' is not supported", tree.meta.start_pos)
 
     def member_object(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
-        name = _dotted(tree.children[0]) or "message"
+        name = dotted_path(tree.children[0]) or "message"
         raise self.error(f"undeclared reference to '{name}'", tree.meta.start_pos, "cel-undeclared")
 
     def literal(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
@@ -343,16 +219,16 @@ class _Checker:
 
     def list_lit(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
         items = tree.children[0].children if tree.children else []
-        return ("list", _join([self.type_of(item, scope) for item in items]))
+        return ("list", join_types([self.type_of(item, scope) for item in items]))
 
     def map_lit(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
         entries = [self.type_of(e, scope) for e in (tree.children[0].children if tree.children else [])]
-        return ("map", _join(entries[0::2]), _join(entries[1::2]))
+        return ("map", join_types(entries[0::2]), join_types(entries[1::2]))
 
     def member_dot(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
         operand, field = cast(tuple[Tree[Any], Token], tree.children)
         dot = self.source.rindex(".", 0, field.start_pos)
-        dotted = _dotted(tree)
+        dotted = dotted_path(tree)
         if dotted is not None and self.declared(dotted.split(".")[0], scope) is None:
             raise self.error(f"undeclared reference to '{dotted}'", dot, "cel-undeclared")
         target = self.type_of(operand, scope)
@@ -366,7 +242,7 @@ class _Checker:
             return target[2]
         if target == DYN:
             return DYN
-        raise self.error(f"expression of type '{_fmt(target)}' cannot be the operand of a select operation", dot)
+        raise self.error(f"expression of type '{fmt_type(target)}' cannot be the operand of a select operation", dot)
 
     def field(self, target: ObjectType, name: Token, dot: int, dotted: str | None) -> Any:
         """The type of ``operand.name`` on an object type: unknown fields are errors."""
@@ -378,19 +254,19 @@ class _Checker:
                 self.warnings.append(CelTypeError(
                     f"{target.name} has no field '{key}'{suggestion(key, target.fields)} in this configuration, "
                     "so reading it fails unless something guards it",
-                    *_line_column(self.source, dot), "cel-missing-field",
+                    *line_column(self.source, dot), "cel-missing-field",
                     f"guard it: has({dotted}) && ..., or set it (the fields of {target.name} are: "
                     f"{', '.join(sorted(target.fields)) or 'none'})"))
             return DYN
         if found is None:
             known = ", ".join(sorted(target.fields)) or "none"
             raise CelTypeError(f"undefined field '{key}' of {target.name}{suggestion(key, target.fields)}",
-                               *_line_column(self.source, dot), "cel-field",
+                               *line_column(self.source, dot), "cel-field",
                                f"the fields of {target.name} are: {known}")
         if key in target.optional and not guarded and dotted is not None:
             self.warnings.append(CelTypeError(
                 f"'{dotted}' may be absent ({target.name} does not require '{key}'); reading it then is an error",
-                *_line_column(self.source, dot), "cel-optional-field",
+                *line_column(self.source, dot), "cel-optional-field",
                 f"guard it: has({dotted}) && ..., or has({dotted}) ? {dotted} : DEFAULT"))
         return found
 
@@ -435,7 +311,7 @@ class _Checker:
         if isinstance(target, ObjectType):
             target = ("map", "string", target.rest if target.open else DYN)
         if target != DYN and not (isinstance(target, tuple) and target[0] in ("list", "map")):
-            raise self.error(f"expression of type '{_fmt(target)}' cannot be the range of a comprehension "
+            raise self.error(f"expression of type '{fmt_type(target)}' cannot be the range of a comprehension "
                              "(must be list, map, or dynamic)", receiver.meta.start_pos)
         element = target[1] if isinstance(target, tuple) else DYN
         inner = {**scope, str(variable.children[0]): element}
@@ -447,12 +323,12 @@ class _Checker:
         finally:
             if dynamic:
                 self.ranges.pop()
-        if (name != "map" or len(bodies) == 2) and not _compatible(bodies[0], BOOL):
+        if (name != "map" or len(bodies) == 2) and not compatible(bodies[0], BOOL):
             step = {"all": ("_&&_", [BOOL, bodies[0]]), "exists": ("_||_", [BOOL, bodies[0]]),
                     "exists_one": ("_?_:_", [bodies[0], "int", "int"])}
             op, shown = step.get(name, ("_?_:_", [bodies[0], ("list", element), ("list", element)]))
             raise self.error(f"found no matching overload for '{op}' applied to "
-                             f"'({', '.join(map(_fmt, shown))})'", pos)
+                             f"'({', '.join(map(fmt_type, shown))})'", pos)
         if name in ("map", "filter"):
             return ("list", bodies[-1] if name == "map" else element)
         return BOOL
@@ -466,14 +342,14 @@ class _Checker:
         """Whether ``receiver`` has a size the caller controls; refuse nesting too many such ranges."""
         reads = {str(t) for t in receiver.scan_values(lambda v: isinstance(v, Token) and v.type == "IDENT")}
         uses = {str(node.children[1]) for node in receiver.iter_subtrees()
-                if node.data == "member_dot" and _dotted(node.children[0]) == "variables"}
+                if node.data == "member_dot" and dotted_path(node.children[0]) == "variables"}
         if not (reads & (INPUTS | set(self.ranges)) or uses & self.unbounded):
             return False
         if len(self.ranges) >= MAX_COMPREHENSION_NESTING:
             raise CelTypeError(
                 f"expression cost is unbounded: {name}() is comprehension number {len(self.ranges) + 1} nested over "
                 f"inputs of unbounded size (at most {MAX_COMPREHENSION_NESTING} may nest)",
-                *_line_column(self.source, pos), "cel-cost",
+                *line_column(self.source, pos), "cel-cost",
                 "compute the inner part in a variable, range over a literal list, or test membership with 'in'")
         return True
 
@@ -505,13 +381,13 @@ def analyse(source: str, expected: ExprType, env: Mapping[str, Any] | None, limi
     _check_result(result, expected)
     return Analysis(result, frozenset(checker.references), checker.variable_uses,
                     checker.variables_idents != len(checker.variable_uses), checker.has_variables,
-                    checker.warnings, _has_paths(tree, True))
+                    checker.warnings, has_paths(tree, True))
 
 
 def _check_result(result: Any, expected: ExprType) -> None:
     want = {ExprType.BOOL: BOOL, ExprType.STRING: "string"}.get(expected)
     if want is not None and result not in (want, DYN):
-        shown = _fmt(result).replace("(", "<").replace(")", ">").replace("null_type", "null")
+        shown = fmt_type(result).replace("(", "<").replace(")", ">").replace("null_type", "null")
         raise CelCompileError(f"expression must evaluate to {expected}, but it is {shown}", kind="cel-type")
 
 

@@ -29,6 +29,7 @@ from gateway.policy.cel.pure_values import (
 )
 from gateway.policy.cel.regex import matches
 from gateway.policy.cel.strings import INT64_MAX, INT64_MIN, UINT64_MAX
+from gateway.policy.cel.types import TYPE_VARIABLES
 
 __all__ = [
     "BOOL",
@@ -45,7 +46,6 @@ __all__ = [
 # ("type", T). The same table types calls at compile time and dispatches them at run time.
 
 DYN, BOOL = "dyn", "bool"
-TYPE_VARIABLES = ("A", "B")
 _LIST, _MAP = ("list", "A"), ("map", "A", "B")
 TYPE_NAMES: dict[str, Any] = {
     **{n: n for n in ("int", "uint", "double", "string", "bytes", "bool", "null_type")},
@@ -192,6 +192,11 @@ def _declare_all() -> None:
     for name, test in (("contains", operator.contains), ("startsWith", str.startswith), ("endsWith", str.endswith)):
         _declare(name, "m", ("string", "string"), "bool", test)
     _declare("matches", "gm", ("string", "string"), "bool", lambda s, p: matches(s, str(p)))
+    _declare_conversions()
+    _declare_gateway_functions()
+
+
+def _declare_conversions() -> None:
     conversions: dict[str, dict[str, Callable[[Any], Any]]] = {
         "int": {"int": int, "uint": _int64, "double": _to_int, "string": strings.parse_int,
                 "timestamp": strings.timestamp_seconds},
@@ -216,6 +221,9 @@ def _declare_all() -> None:
     for name, part in (("getHours", _duration_part(3_600_000_000)), ("getMinutes", _duration_part(60_000_000)),
                        ("getSeconds", _duration_part(1_000_000)), ("getMilliseconds", _duration_part(1000, 1000))):
         _declare(name, "m", ("duration",), "int", part)
+
+
+def _declare_gateway_functions() -> None:
     kinds = {"string": "string", "bool": "bool", "map": ("map", "string", DYN)}
     for name, (impl, params, result) in FUNCTIONS.items():
         plain_impl = lambda *a, f=impl: f(*map(str, a))  # noqa: E731

@@ -13,10 +13,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DYN", "DYN_MAP", "ObjectType", "fmt_type", "join_types", "suggestion", "type_of_value"]
+__all__ = ["DYN", "DYN_MAP", "TYPE_VARIABLES", "ObjectType", "compatible", "fmt_type", "join_types", "substitute",
+           "suggestion", "type_of_value", "unify"]
 
 DYN = "dyn"
 DYN_MAP = ("map", "string", DYN)
+# The type variables of overload signatures (``("list", "A")``), bound by ``unify``.
+TYPE_VARIABLES = ("A", "B")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -79,3 +82,46 @@ def type_of_value(value: Any, name: str = "value") -> Any:
     if isinstance(value, Mapping):
         return ObjectType(name, {str(k): type_of_value(v, f"{name}.{k}") for k, v in value.items()}, probe=True)
     return DYN
+
+
+# --- unification, for the checker: object types are the maps they are at run time ---
+
+def _erase(t: Any) -> Any:
+    """Object types as the maps they are at run time (for operators and functions)."""
+    if isinstance(t, ObjectType):
+        return DYN_MAP
+    return tuple(_erase(part) for part in t) if isinstance(t, tuple) else t
+
+
+def compatible(a: Any, b: Any) -> bool:
+    if a == b or DYN in (a, b):
+        return True
+    if isinstance(a, ObjectType) or isinstance(b, ObjectType):
+        return compatible(_erase(a), _erase(b))
+    return (isinstance(a, tuple) and isinstance(b, tuple) and a[0] == b[0] and len(a) == len(b)
+            and all(map(compatible, a[1:], b[1:])))
+
+
+def unify(param: Any, arg: Any, bound: dict[str, Any]) -> bool:
+    if param in TYPE_VARIABLES:
+        if param not in bound:
+            bound[param] = arg
+        elif not compatible(bound[param], arg):
+            return False
+        elif bound[param] != arg:
+            bound[param] = DYN
+        return True
+    if DYN in (param, arg):
+        return True
+    if isinstance(arg, ObjectType):
+        arg = DYN_MAP
+    if isinstance(param, tuple):
+        return (isinstance(arg, tuple) and param[0] == arg[0] and len(param) == len(arg)
+                and all(unify(p, a, bound) for p, a in zip(param[1:], arg[1:], strict=True)))
+    return bool(param == arg)
+
+
+def substitute(t: Any, bound: dict[str, Any]) -> Any:
+    if isinstance(t, tuple):
+        return tuple(substitute(part, bound) for part in t)
+    return bound.get(t, DYN) if t in TYPE_VARIABLES else t
