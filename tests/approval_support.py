@@ -121,6 +121,7 @@ class CountingUpstream:
                                           _tool("vanishing", "A tool that will be removed.", "note"),
                                           _tool("slow", "Take a while (``seconds``) to finish.", "seconds")]}
         self._sessions.clear()
+        self.released = asyncio.Event()  # ``slow`` with seconds="until-released" runs until this is set
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -156,7 +157,9 @@ class CountingUpstream:
         args = dict(params.arguments or {})
         self.runs.append((params.name, args))  # counted when it starts: a run cut short still ran
         run = len(self.runs)
-        if params.name == "slow":
+        if params.name == "slow" and args["seconds"] == "until-released":
+            await asyncio.wait_for(self.released.wait(), 120)  # the test says when: no race with a slow machine
+        elif params.name == "slow":
             await asyncio.sleep(float(args["seconds"]))
         return types.CallToolResult(content=[types.TextContent(type="text", text=f"{params.name} done (run {run})")],
                                     structured_content={"tool": params.name, "args": args, "run": run})

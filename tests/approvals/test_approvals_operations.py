@@ -92,20 +92,22 @@ async def _until(check: Any) -> None:
 async def test_a_second_gateway_on_the_same_database_leaves_a_running_approved_call_alone(bench, call_id):
     config = bench.write(SLOW)
     first = await bench.stack.enter_async_context(bench.gateway(config))
-    cid, args = call_id(), {"seconds": "6"}
+    cid, args = call_id(), {"seconds": "until-released"}
     approval_id = await _approved(bench, first, "ops_slow", args, cid)
     async with in_background(bench.invoke(first, "ops_slow", args, call_id=cid)) as running:
         await _until(lambda: bench.upstream.ran("slow") == 1)
         # An operator starts a second `gateway serve` on the same config: it starts up (recovery
-        # included), then fails to bind the port the first one holds.
+        # included), then fails to bind the port the first one holds. The call runs until the test
+        # releases it, however long that takes on a loaded machine.
         port = first.url.rsplit(":", 1)[1]
         second = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gateway", "serve", str(config), "--port", port, "--log-level", "warning",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         _, err = await asyncio.wait_for(second.communicate(), 60)
         assert second.returncode != 0 and "address already in use" in err.decode().lower(), err.decode()
-        assert not running.done(), "the run ended before the second gateway started; make it slower"
+        assert not running.done(), "the call ended before the test released it"
         assert (await bench.approval(first, approval_id))["state"] == "executing"
+        bench.upstream.released.set()
         response = await finished(running)
 
     body = response.json()
