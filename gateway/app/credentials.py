@@ -25,7 +25,11 @@ def build_authenticator(config: LoadedConfig) -> Authenticator:
 
     keys = [(key.sha256 or hash_key(resolve_secret(key.key, config.base)),  # type: ignore[arg-type]
              Identity(principal(key.principal), key.approver, key.admin, key.metrics)) for key in spec.api_keys]
-    return Authenticator(keys, Identity(principal(spec.anonymous)) if spec.anonymous else None)
+    anonymous = None
+    if spec.anonymous:
+        a = spec.anonymous
+        anonymous = Identity(Principal(a.id, tuple(a.groups), dict(a.claims), kind="anonymous"))
+    return Authenticator(keys, anonymous)
 
 
 def build_notifier(config: LoadedConfig, page_url: str) -> WebhookNotifier:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.core.errors import AmbiguousCredentials, CredentialError
 from gateway.policy.call import Principal
@@ -31,6 +31,9 @@ class Identity:
     approver: bool = False
     admin: bool = False  # sees every approval request (still decides only what qualifies them)
     metrics: bool = False  # scrape-only: /metrics and nothing else (admins may scrape too)
+    # The caller's verified bearer token (kind "jwt" only), kept for token exchange with upstreams; never
+    # logged, never printed, never passed through to an upstream as it is.
+    token: str | None = field(default=None, repr=False, compare=False)
 
 
 class Authenticator:

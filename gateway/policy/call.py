@@ -85,6 +85,11 @@ class Principal:
     id: str = "anonymous"
     groups: tuple[str, ...] = ()
     claims: dict[str, Any] = field(default_factory=dict)
+    # How the caller was recognised: "key" (an API key), "jwt" (a verified token) or "anonymous".
+    kind: str = "key"
+    issuer: str = ""  # the token's verified ``iss``; empty unless kind is "jwt"
+    subject: str = ""  # the token's verified ``sub``; empty unless kind is "jwt"
+    token_id_hash: str = ""  # SHA-256 hex of the token's ``jti`` (never the token); empty without one
 
     def to_cel(self) -> dict[str, Any]:
         """The ``principal`` map."""
