@@ -106,7 +106,10 @@ class JwtAuthenticator:
                 failure = exc
                 continue
             except jwt_errors.PyJWTError as exc:
-                raise TokenRefused(_reason(exc)) from None
+                reason = _reason(exc)
+                if reason == "bad-claims" and isinstance(exc, jwt_errors.MissingRequiredClaimError):
+                    raise TokenRefused(reason, f"The token has no '{exc.claim}' claim.") from None
+                raise TokenRefused(reason) from None
             return claims
         raise TokenRefused(_reason(failure) if failure else "unknown-key")
 
@@ -215,6 +218,10 @@ class JwtAuthenticators:
         if authenticator is None:
             raise TokenRefused("unknown-issuer")
         return authenticator.mapping.identity(issuer, claims, token)
+
+    def keys(self, issuer: str) -> IssuerKeys:
+        """The key cache of ``issuer`` (KeyError if it is not configured)."""
+        return self._by_issuer[issuer].keys
 
     def status(self) -> list[IssuerStatus]:
         """Each issuer's keys, for /readyz (a due refresh starts in the background)."""
