@@ -35,10 +35,10 @@ from jwt import exceptions as jwt_errors
 from gateway.auth.claims import ClaimMapping
 from gateway.auth.jwks import IssuerKeys, IssuerStatus, JwksClient
 from gateway.auth.keys import Identity
-from gateway.core.errors import TokenRefused
+from gateway.core.errors import TOKEN_REFUSALS, TokenRefused
 from gateway.core.limits import MAX_BEARER_TOKEN_BYTES, MAX_JWT_HEADER_BYTES, MAX_VERIFIED_TOKENS
 
-__all__ = ["JwtAuthenticator", "JwtAuthenticators", "TokenRefused"]
+__all__ = ["TOKEN_REFUSALS", "JwtAuthenticator", "JwtAuthenticators", "TokenRefused"]
 
 _ACCESS_TYPES = frozenset({"at+jwt", "jwt"})  # compared without an "application/" prefix, in lower case
 _BASE64URL = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")

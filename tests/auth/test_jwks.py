@@ -27,7 +27,7 @@ from starlette.routing import Route
 from test_jwt import RESOURCE, jwt_entry, jwt_gateway, refusals, search
 
 from gateway.auth.jwks import IssuerKeys, JwksClient, KeysUnavailable, usable_keys
-from gateway.core.errors import TOKEN_REFUSALS, TokenRefused
+from gateway.auth.jwt import TOKEN_REFUSALS, TokenRefused
 from gateway.core.limits import JWKS_MIN_REFETCH_SECONDS, MAX_JWKS_BYTES
 
 pytestmark = pytest.mark.session_loop

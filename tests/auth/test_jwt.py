@@ -21,8 +21,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from gateway.auth.jwt import TOKEN_REFUSALS
 from gateway.auth.keys import hash_key
-from gateway.core.errors import TOKEN_REFUSALS
 from gateway.observe.metrics import families
 
 pytestmark = pytest.mark.session_loop
