@@ -8,7 +8,6 @@ misbehaviour switches; the redirect's target is a loopback server of this test, 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,23 +23,13 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from test_jwt import RESOURCE, jwt_entry, jwt_gateway, refusals, search
+from test_jwt import RESOURCE, Clock, jwt_entry, jwt_gateway, refusals, search
 
 from gateway.auth.jwks import IssuerKeys, JwksClient, KeysUnavailable, usable_keys
 from gateway.auth.jwt import TOKEN_REFUSALS, TokenRefused
 from gateway.core.limits import JWKS_MIN_REFETCH_SECONDS, MAX_JWKS_BYTES
 
 pytestmark = pytest.mark.session_loop
-
-
-class Clock:
-    """Monotonic seconds that start at the real clock's reading and then move only when the test says."""
-
-    def __init__(self) -> None:
-        self.now = time.monotonic()
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def jwks_fetches(idp: Any) -> int:

@@ -21,9 +21,12 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from gateway.auth.jwt import TOKEN_REFUSALS
+from gateway.auth.claims import ClaimMapping
+from gateway.auth.jwks import IssuerKeys, JwksClient
+from gateway.auth.jwt import TOKEN_REFUSALS, JwtAuthenticator, JwtAuthenticators, TokenRefused
 from gateway.auth.keys import hash_key
 from gateway.observe.metrics import families
+from gateway.policy.call import Principal
 
 pytestmark = pytest.mark.session_loop
 
@@ -126,6 +129,16 @@ async def test_readyz_names_each_issuer_and_its_keys(idp, start_gateway, configs
 
 
 # --- bad tokens: each a 401 with the error body, counted, and no upstream call ---------------------------------
+
+
+class Clock:
+    """Monotonic seconds that start at the real clock's reading and then move only when the test says."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def _now() -> int:
@@ -252,3 +265,46 @@ async def test_a_token_without_a_required_scope_gets_403_insufficient_scope(idp,
     assert answer.json()["error"] == {"code": "insufficient-scope", "message": "The token lacks the scope tools:write."}
     assert http_api.seen(marker) == []
     assert (await refusals(gateway)).get("insufficient-scope") == 1
+
+
+# --- remembered tokens ---------------------------------------------------------------------------------------
+
+
+async def test_a_remembered_token_is_refused_once_its_key_is_withdrawn(idp):
+    clock = Clock()
+    client = JwksClient()
+    keys = IssuerKeys(idp.issuer, None, ["RS256"], 86_400, client, clock)
+    mapping = ClaimMapping(id="claims.sub", groups="claims.groups", claims="{}")
+    authenticators = JwtAuthenticators([JwtAuthenticator(idp.issuer, [RESOURCE], ["RS256"], 30, keys, mapping)],
+                                       client)
+    token = idp.sign(_claims(idp))
+    try:
+        first = await authenticators.identify(token)
+        again = await authenticators.identify(token)  # remembered: the same identity, no second check
+        assert first is again
+        assert (first.principal.kind, first.principal.issuer, first.principal.subject) == ("jwt", idp.issuer, "alice")
+
+        await idp.set_keys(published=["rsa-2"], kid="rsa-2")  # rsa-1 withdrawn (compromised, say)
+        clock.now += 30
+        await authenticators.identify(idp.sign(_claims(idp), kid="rsa-2"))  # its new kid fetches the new set
+
+        with pytest.raises(TokenRefused) as refused:
+            await authenticators.identify(token)
+        assert refused.value.reason == "unknown-key"
+    finally:
+        await authenticators.aclose()
+
+
+async def test_the_principal_carries_issuer_subject_and_a_hash_of_the_token_id(idp):
+    jti = uuid.uuid4().hex
+    token = idp.sign(_claims(idp, jti=jti, client_id="c"))
+    mapping = ClaimMapping(id='claims.email', groups="claims.groups", claims='{"client": claims.client_id}',
+                           roles={"approver": '"leads" in principal.groups', "metrics": "false"})
+
+    identity = mapping.identity(idp.issuer, pyjwt.decode(token, options={"verify_signature": False}), token)
+
+    assert identity.principal == Principal("alice@example.test", ("leads",), {"client": "c"}, kind="jwt",
+                                           issuer=idp.issuer, subject="alice",
+                                           token_id_hash=hashlib.sha256(jti.encode()).hexdigest())
+    assert (identity.approver, identity.admin, identity.metrics, identity.token) == (True, False, False, token)
+    assert token not in repr(identity)
