@@ -20,6 +20,12 @@ import jwt as pyjwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+from loopback import serve_app
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from gateway.auth.claims import ClaimMapping
 from gateway.auth.jwks import IssuerKeys, JwksClient
@@ -308,3 +314,36 @@ async def test_the_principal_carries_issuer_subject_and_a_hash_of_the_token_id(i
                                            token_id_hash=hashlib.sha256(jti.encode()).hexdigest())
     assert (identity.approver, identity.admin, identity.metrics, identity.token) == (True, False, False, token)
     assert token not in repr(identity)
+
+
+async def test_each_token_goes_only_to_the_authenticator_of_its_own_issuer(idp):
+    other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = {**RSAAlgorithm.to_jwk(other_key.public_key(), as_dict=True), "kid": "other-1"}
+    fetched: list[str] = []
+
+    async def jwks(request: Request) -> JSONResponse:
+        fetched.append(request.url.path)
+        return JSONResponse({"keys": [jwk]})
+
+    async with serve_app(Starlette(routes=[Route("/keys", jwks)])) as url:
+        client = JwksClient()
+        mapping = ClaimMapping(id="claims.sub", groups="[]", claims="{}")
+        other = "https://other.example"
+        authenticators = JwtAuthenticators([
+            JwtAuthenticator(idp.issuer, [RESOURCE], ["RS256"], 30, IssuerKeys(idp.issuer, None, ["RS256"], 3600,
+                                                                               client), mapping),
+            JwtAuthenticator(other, [RESOURCE], ["RS256"], 30, IssuerKeys(other, f"{url}/keys", ["RS256"], 3600,
+                                                                          client), mapping)], client)
+        try:
+            mine = await authenticators.identify(idp.sign(_claims(idp, sub="alice")))
+            assert fetched == []  # the IdP's token never made the other issuer's keys load
+            theirs = await authenticators.identify(pyjwt.encode(
+                _claims(idp, iss=other, sub="alice"), other_key, algorithm="RS256", headers={"kid": "other-1"}))
+            assert fetched == ["/keys"]
+            # the same sub at two issuers: two principals (sessions and budgets bind to issuer and subject)
+            assert (mine.principal.issuer, theirs.principal.issuer) == (idp.issuer, other)
+            with pytest.raises(TokenRefused) as refused:  # the IdP's key does not speak for the other issuer
+                await authenticators.identify(idp.sign(_claims(idp, iss=other)))
+            assert refused.value.reason == "unknown-key"
+        finally:
+            await authenticators.aclose()
