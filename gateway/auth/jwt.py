@@ -167,7 +167,8 @@ class JwtAuthenticators:
                 return identity
             del self._verified[digest]
         header, payload = self._unverified(token)
-        authenticator = self._by_issuer.get(payload.get("iss"))  # type: ignore[arg-type]
+        issuer = payload.get("iss")
+        authenticator = self._by_issuer.get(issuer) if isinstance(issuer, str) else None
         if authenticator is None:
             raise TokenRefused("unknown-issuer")
         claims = await authenticator.verify(token, header, authenticator.audiences)

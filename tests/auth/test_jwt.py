@@ -180,6 +180,13 @@ def _signed(idp: Any, claims: dict[str, Any], headers: dict[str, Any]) -> str:
     return pyjwt.encode(claims, key, algorithm="RS256", headers={"kid": "rsa-1", "typ": "at+jwt", **headers})
 
 
+def _raw_signed(idp: Any, header: dict[str, Any], claims: dict[str, Any]) -> str:
+    """A header no library would write, signed RS256 by hand with the IdP's own rsa-1 key."""
+    key = pyjwt.PyJWK(idp.keys["rsa-1"].as_dict(private=True)).key
+    signing_input = ".".join([_b64(json.dumps(header).encode()), _b64(json.dumps(claims).encode())])
+    return signing_input + "." + _b64(RSAAlgorithm(RSAAlgorithm.SHA256).sign(signing_input.encode(), key))
+
+
 def _tampered(idp: Any) -> str:
     head, _, signature = idp.sign(_claims(idp, groups=["eng"])).split(".")
     return ".".join([head, _b64(json.dumps(_claims(idp, groups=["leads", "admins"])).encode()), signature])
@@ -213,6 +220,10 @@ BAD_TOKENS: dict[str, Any] = {
     "no-expiry": lambda idp: idp.sign({k: v for k, v in _claims(idp).items() if k != "exp"}, defaults=False),
     "garbage-header": lambda idp: "eyJhbGciOi.e30.c2ln",  # '{"alg":"' and no more
     "rule-fails": lambda idp: idp.sign(_claims(idp, scope="other")),
+    "issuer-not-a-string": lambda idp: idp.sign(_claims(idp, iss=[idp.issuer])),
+    "kid-not-a-string": lambda idp: _raw_signed(idp, {"alg": "RS256", "kid": 7}, _claims(idp)),
+    "typ-not-a-string": lambda idp: _raw_signed(idp, {"alg": "RS256", "kid": "rsa-1", "typ": ["at+jwt"]},
+                                                _claims(idp)),
 }
 
 # token → the reason it is refused for (the label of gateway_auth_refusals_total), and what the caller reads
@@ -225,7 +236,8 @@ EXPECTED = {
     "unconfigured-issuer": "unknown-issuer", "missing-sub": "missing-subject",
     "groups-of-the-wrong-type": "bad-claims", "over-the-header-limit": "too-large",
     "over-the-token-limit": "too-large", "not-an-access-token": "bad-type", "no-expiry": "bad-claims",
-    "garbage-header": "malformed", "rule-fails": "rule-failed",
+    "garbage-header": "malformed", "rule-fails": "rule-failed", "issuer-not-a-string": "unknown-issuer",
+    "kid-not-a-string": "malformed", "typ-not-a-string": "bad-type",
 }
 MESSAGES = {
     "groups-of-the-wrong-type": "The token's claims do not map to a principal: principal.groups must be a list of"
@@ -347,3 +359,27 @@ async def test_each_token_goes_only_to_the_authenticator_of_its_own_issuer(idp):
             assert refused.value.reason == "unknown-key"
         finally:
             await authenticators.aclose()
+
+
+async def test_verify_checks_an_id_token_for_its_client_and_refuses_an_access_token(idp):
+    client = JwksClient()
+    keys = IssuerKeys(idp.issuer, None, ["RS256"], 3600, client)
+    mapping = ClaimMapping(id="claims.sub", groups="has(claims.groups) ? claims.groups : []", claims="{}",
+                           roles={"approver": '"leads" in principal.groups'})
+    authenticators = JwtAuthenticators([JwtAuthenticator(idp.issuer, [RESOURCE], ["RS256"], 30, keys, mapping)],
+                                       client)
+    tokens = await idp.user_tokens("alice", resource=RESOURCE, scope="mcp")
+    try:
+        claims = await authenticators.verify(tokens["id_token"], issuer=idp.issuer, audiences=[idp.public.client_id])
+        identity = authenticators.identity_for_claims(idp.issuer, claims)
+
+        assert (claims["sub"], claims["aud"]) == ("alice", idp.public.client_id)
+        assert (identity.principal.id, identity.approver, identity.token) == ("alice", True, None)
+        with pytest.raises(TokenRefused) as refused:  # the access token is for the gateway, not for the client
+            await authenticators.verify(tokens["access_token"], issuer=idp.issuer, audiences=[idp.public.client_id])
+        assert refused.value.reason == "bad-audience"
+        with pytest.raises(TokenRefused) as refused:
+            await authenticators.verify(tokens["id_token"], issuer="https://another.example", audiences=["x"])
+        assert refused.value.reason == "unknown-issuer"
+    finally:
+        await authenticators.aclose()
