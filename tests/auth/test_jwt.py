@@ -109,6 +109,21 @@ async def test_a_real_idp_token_calls_a_tool_and_the_policy_sees_the_mapped_prin
     assert events[0]["principal"]["groups"] == ["leads", "eng"]
 
 
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_real_idp_token_calls_a_tool_over_mcp_in_both_eras(mode, idp, start_gateway, configs, http_api,
+                                                                  connect_mcp):
+    gateway = await jwt_gateway(start_gateway, configs, http_api, jwt_entry(idp))
+    token = await idp.user_token("alice", resource=RESOURCE, scope="mcp")
+    marker = uuid.uuid4().hex
+
+    async with connect_mcp(gateway, None, headers={"Authorization": f"Bearer {token}"}, mode=mode) as conn:
+        result = await conn.call("web_search", {"q": marker})
+
+    assert result.is_error is False
+    assert result.structured_content == {"query": {"q": marker}}
+    assert len(http_api.seen(marker)) == 1
+
+
 async def test_api_keys_keep_working_beside_tokens(idp, start_gateway, configs, http_api, rest, rest_call):
     gateway = await jwt_gateway(start_gateway, configs, http_api, jwt_entry(idp))
     marker = uuid.uuid4().hex
