@@ -1,0 +1,62 @@
+"""The ``WWW-Authenticate`` of every refused credential: what to send, and where to learn how to get it.
+
+    no credential            401  Bearer realm="gateway"[, scope=…][, resource_metadata=…]
+    a credential refused     401  … error="invalid_token" …          (RFC 6750 section 3.1)
+    two credentials          400  … error="invalid_request" …
+    a token lacking a scope  403  … error="insufficient_scope", scope="<the missing scopes>" …
+
+``resource_metadata`` (RFC 9728 section 5.1) is the URL of the protected resource metadata when
+`auth.resource_metadata` is configured: MCP clients start their OAuth discovery from it. It and the
+scope are built from the config once, never from the request (a Host header must not be able to
+point a client at another server's metadata). On a 401 the scope is what a client should ask for at
+first (`scopes_supported`); on a 403 it is what the token lacked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gateway.core.errors import CredentialError
+
+__all__ = ["PLAIN", "Challenge", "presents_credential"]
+
+INSUFFICIENT_SCOPE = "insufficient-scope"  # the TokenRefused reason that is a 403 with the scope (gateway/auth/jwt.py)
+
+
+def presents_credential(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Whether a request sent a credential at all (refused or not): then a 401 says ``invalid_token``."""
+    return any(name.lower() in (b"authorization", b"x-api-key") for name, _ in headers)
+
+
+@dataclass(frozen=True, slots=True)
+class Challenge:
+    """The challenge parameters this gateway always adds (plain values from the composition root)."""
+
+    resource_metadata: str | None = None  # the metadata document's URL, when configured
+    scope: str | None = None  # `scopes_supported`, space-separated: what to ask for at first
+
+    def header(self, exc: CredentialError | None, presented: bool) -> bytes:
+        """The ``WWW-Authenticate`` value refusing ``exc`` (None: no usable credential; ``presented``: one was sent)."""
+        params = ['realm="gateway"']
+        scope = self.scope
+        if exc is not None and exc.status == 403 and getattr(exc, "reason", None) == INSUFFICIENT_SCOPE:
+            params.append('error="insufficient_scope"')
+            scope = getattr(exc, "scope", "") or scope
+        elif exc is not None and exc.status == 400:
+            params.append('error="invalid_request"')
+        elif exc is not None or presented:
+            params.append('error="invalid_token"')
+        if scope:
+            params.append(f'scope="{_quotable(scope)}"')
+        if self.resource_metadata is not None:
+            params.append(f'resource_metadata="{self.resource_metadata}"')
+        return ("Bearer " + ", ".join(params)).encode("ascii")
+
+
+def _quotable(text: str) -> str:
+    """Scope tokens never hold a quote, a backslash or a control character (RFC 6749 section 3.3); drop any."""
+    return "".join(c for c in text if " " <= c <= "~" and c not in '"\\')
+
+
+PLAIN = Challenge()  # a gateway without `auth.resource_metadata`: the scheme and the error, nothing to discover
