@@ -9,16 +9,20 @@ accept tokens for it: both are checked at load (``resource_metadata_problems``),
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
+from gateway.config.identity import JwtSpec
+from gateway.core.diagnostics import Diagnostic
+from gateway.core.loopback import is_loopback
+from gateway.core.sourcemap import YamlDocument
 from gateway.core.strict import StrictModel
 
-__all__ = ["ResourceMetadataSpec", "check_resource_url", "resource_metadata_problems"]
+__all__ = ["ResourceMetadataSpec", "check_resource_url", "issuer_problems", "resource_metadata_problems"]
 
 # RFC 3986's characters, nothing else: the URL goes into a quoted-string of WWW-Authenticate as it is,
 # so a quote, a backslash, a space or a control character must never reach it.
@@ -30,15 +34,6 @@ _DEFAULT_PORTS = {"https": 443, "http": 80}
 Problem = tuple[tuple[str | int, ...], str, str, str]  # (path in the config, code, message, hint)
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_resource_url(value: str, what: str = "the URL") -> str:
     """An absolute https URL (http only for a loopback host), in normal form, without query or fragment."""
     if not _URL_CHARS.fullmatch(value):
@@ -46,7 +41,7 @@ def check_resource_url(value: str, what: str = "the URL") -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise ValueError(f"{what} must be an absolute https:// URL")
-    if parts.scheme == "http" and not _loopback(parts.hostname):
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
         raise ValueError(f"{what} must use https: http is allowed only for a loopback host (127.0.0.1, ::1,"
                          " localhost)")
     if parts.username is not None or parts.password is not None:
@@ -117,7 +112,20 @@ class ResourceMetadataSpec(StrictModel):
     _scopes = field_validator("scopes_supported")(_check_scopes)
 
 
-def resource_metadata_problems(spec: ResourceMetadataSpec, audiences: Mapping[str, Sequence[str]]) -> list[Problem]:
+def resource_metadata_problems(spec: ResourceMetadataSpec | None, issuers: Sequence[JwtSpec], doc: YamlDocument,
+                               file: Path) -> list[Diagnostic]:
+    """``issuer_problems`` of `auth.resource_metadata` against `auth.jwt`, positioned in the config file."""
+    if spec is None:
+        return []
+    audiences = {issuer.issuer: issuer.audiences for issuer in issuers}
+    out = []
+    for path, code, message, hint in issuer_problems(spec, audiences):
+        pos = doc.position(path)
+        out.append(Diagnostic(code, message, str(file), pos.line, pos.column, hint=hint))
+    return out
+
+
+def issuer_problems(spec: ResourceMetadataSpec, audiences: Mapping[str, Sequence[str]]) -> list[Problem]:
     """What is wrong between `auth.resource_metadata` and `auth.jwt` (``audiences``: issuer → its audiences).
 
     Each advertised authorization server must be a configured issuer (a token from any other would be

@@ -17,11 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gateway.core.errors import CredentialError
+from gateway.core.errors import CredentialError, TokenRefused
 
 __all__ = ["PLAIN", "Challenge", "presents_credential"]
-
-INSUFFICIENT_SCOPE = "insufficient-scope"  # the TokenRefused reason that is a 403 with the scope (gateway/auth/jwt.py)
 
 
 def presents_credential(headers: Iterable[tuple[bytes, bytes]]) -> bool:
@@ -40,9 +38,9 @@ class Challenge:
         """The ``WWW-Authenticate`` value refusing ``exc`` (None: no usable credential; ``presented``: one was sent)."""
         params = ['realm="gateway"']
         scope = self.scope
-        if exc is not None and exc.status == 403 and getattr(exc, "reason", None) == INSUFFICIENT_SCOPE:
+        if isinstance(exc, TokenRefused) and exc.reason == "insufficient-scope":
             params.append('error="insufficient_scope"')
-            scope = getattr(exc, "scope", "") or scope
+            scope = exc.scope or scope
         elif exc is not None and exc.status == 400:
             params.append('error="invalid_request"')
         elif exc is not None or presented:

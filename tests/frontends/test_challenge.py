@@ -33,7 +33,9 @@ REFUSED = f'Bearer realm="gateway", error="invalid_token", scope="mcp tools.read
 async def gateway(start_gateway, configs):
     meta = {"resource": RESOURCE, "authorization_servers": ["https://idp.example.com"],
             "scopes_supported": ["mcp", "tools.read"]}
-    return await start_gateway(configs.base(auth={"api_keys": configs.api_keys("alice"), "resource_metadata": meta},
+    issuers = [{"issuer": "https://idp.example.com", "audiences": [RESOURCE]}]  # never asked: no request has a JWT
+    return await start_gateway(configs.base(auth={"api_keys": configs.api_keys("alice"), "jwt": issuers,
+                                                  "resource_metadata": meta},
                                             metrics={"enabled": True}), POLICY)
 
 

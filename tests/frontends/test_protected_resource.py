@@ -20,8 +20,15 @@ PATHS = ["/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-
          "/.well-known/oauth-protected-resource/tools/mcp"]
 
 
+def issuers(meta):
+    """`auth.jwt` entries for the advertised issuers (never asked: every request here carries an API key or none)."""
+    return [{"issuer": issuer, "audiences": [meta["resource"]]} for issuer in meta["authorization_servers"]]
+
+
 def with_metadata(configs, meta=None, **auth):
-    return configs.base(auth={"api_keys": configs.api_keys("alice"), "resource_metadata": meta or META, **auth})
+    meta = meta or META
+    return configs.base(auth={"api_keys": configs.api_keys("alice"), "jwt": issuers(meta), "resource_metadata": meta,
+                              **auth})
 
 
 @pytest.mark.parametrize("path", PATHS, ids=["root", "mcp", "resource-path"])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config.load import check_config
-from gateway.config.protected_resource import ResourceMetadataSpec, resource_metadata_problems
+from gateway.config.protected_resource import ResourceMetadataSpec, issuer_problems
 
 GOOD = {"resource": "https://gateway.example.com/mcp", "authorization_servers": ["https://idp.example.com"]}
 
@@ -85,7 +85,7 @@ def test_a_page_for_people_must_be_an_https_url_too(config):
 def test_advertised_servers_must_be_configured_issuers_that_accept_the_resource():
     spec = ResourceMetadataSpec(**{**GOOD, "authorization_servers": ["https://idp.example.com", "https://other",
                                                                      "https://idp.example.com/"]})
-    problems = resource_metadata_problems(spec, {"https://idp.example.com": ["https://gateway.example.com/mcp"]})
+    problems = issuer_problems(spec, {"https://idp.example.com": ["https://gateway.example.com/mcp"]})
     # a trailing slash is another issuer: issuers are compared as text (RFC 8414 section 3.3)
     assert [(path, code) for path, code, _, _ in problems] == [
         (("auth", "resource_metadata", "authorization_servers", 1), "resource-metadata-issuer"),
@@ -96,8 +96,28 @@ def test_advertised_servers_must_be_configured_issuers_that_accept_the_resource(
 
 def test_an_issuer_whose_audiences_lack_the_resource_is_refused():
     spec = ResourceMetadataSpec(**GOOD)
-    (problem,) = resource_metadata_problems(spec, {"https://idp.example.com": ["https://gateway.example.com/api"]})
+    (problem,) = issuer_problems(spec, {"https://idp.example.com": ["https://gateway.example.com/api"]})
     path, code, _, hint = problem
     assert (path, code) == (("auth", "resource_metadata", "resource"), "resource-not-audience")
     assert "'https://gateway.example.com/mcp'" in hint
-    assert resource_metadata_problems(spec, {"https://idp.example.com": ["https://gateway.example.com/mcp"]}) == []
+    assert issuer_problems(spec, {"https://idp.example.com": ["https://gateway.example.com/mcp"]}) == []
+
+
+def test_the_issuer_checks_are_positioned_in_the_config_file(tmp_path):
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "p.yaml").write_text("policy: p\nrules: [{id: r, action: allow}]\n")
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "auth:\n"
+        "  jwt:\n"
+        "    - issuer: https://idp.example.com\n"
+        "      audiences: [https://gateway.example.com/api]\n"
+        "  resource_metadata:\n"
+        "    resource: https://gateway.example.com/mcp\n"
+        "    authorization_servers:\n"
+        "      - https://idp.example.com\n"
+        "      - https://login.example.com\n")
+    _, problems = check_config(path)
+    assert sorted((d.code, d.line, d.column) for d in problems) == [
+        ("resource-metadata-issuer", 9, 9), ("resource-not-audience", 6, 15)]
+    assert all(d.file == str(path.resolve()) for d in problems)
