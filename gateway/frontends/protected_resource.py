@@ -39,6 +39,7 @@ class ProtectedResource:
     resource_documentation: str | None = None
     resource_policy_uri: str | None = None
     resource_tos_uri: str | None = None
+    challenge_scopes: tuple[str, ...] = ()  # what a 401 says to ask for (default: scopes_supported)
 
     @property
     def metadata_url(self) -> str:
@@ -60,8 +61,8 @@ class ProtectedResource:
 
     def challenge(self) -> Challenge:
         """What every refusal's ``WWW-Authenticate`` adds for this resource."""
-        scope = " ".join(self.scopes_supported) if self.scopes_supported else None
-        return Challenge(resource_metadata=self.metadata_url, scope=scope)
+        scopes = self.challenge_scopes or self.scopes_supported
+        return Challenge(resource_metadata=self.metadata_url, scope=" ".join(scopes) if scopes else None)
 
     def paths(self) -> tuple[str, ...]:
         """The paths the document is served at: the root form, the MCP endpoint's, the resource's own."""

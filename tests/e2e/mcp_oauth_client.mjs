@@ -4,12 +4,14 @@
 //
 //   node mcp_oauth_client.mjs <package folder of @modelcontextprotocol/client> <spec JSON>
 //
-// spec: {"url": MCP endpoint, "mode": "legacy" | "2026-07-28", "tool": name, "arguments": {...}}
+// spec: {"url": MCP endpoint, "mode": "legacy" | "2026-07-28", "tool": name, "arguments": {...},
+//        "held": {"client_information": {...}, "tokens": {...}}}  (held: what the provider holds from before)
 // The SDK does the discovery (401 → protected resource metadata → authorization server metadata), the dynamic
 // client registration, PKCE and the token request itself. Where a person's browser would open, this prints
 // {"authorize": URL} and reads one line back, {"redirect": URL}: the test drives the provider's sign-in over
 // HTTP and answers with the URL the provider sent the browser back to. Every other line it prints is an event
-// ({"registered": client_id}, {"tokens": scope}) and the last one {"result": CallToolResult} or {"error": ...}.
+// ({"registered": client_id}, {"tokens": scope}, {"response": [method, url, status, WWW-Authenticate]} for each
+// HTTP answer the SDK got) and the last one {"result": CallToolResult} or {"error": ...}.
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -26,9 +28,9 @@ const emit = (event) => process.stdout.write(`${JSON.stringify(event)}\n`);
 const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
 
 class Provider {
-  constructor() {
-    this.registered = undefined;
-    this.saved = undefined;
+  constructor(held) {
+    this.registered = held?.client_information;
+    this.saved = held?.tokens;
     this.verifier = undefined;
     this.authorizeUrl = undefined;
   }
@@ -47,7 +49,15 @@ class Provider {
   codeVerifier() { return this.verifier; }
 }
 
-const provider = new Provider();
+const provider = new Provider(spec.held);
+let lastRefusal; // the last error that made the client sign in again
+
+async function recordingFetch(input, init) {
+  const response = await fetch(input, init);
+  const url = typeof input === 'string' ? input : input.url ?? String(input);
+  emit({ response: [init?.method ?? 'GET', url, response.status, response.headers.get('www-authenticate') ?? ''] });
+  return response;
+}
 const mode = spec.mode === 'legacy' ? 'legacy' : { pin: spec.mode };
 
 async function signIn(transport) {
@@ -60,13 +70,15 @@ async function signIn(transport) {
 }
 
 async function callOnce() {
-  const transport = new StreamableHTTPClientTransport(new URL(spec.url), { authProvider: provider });
+  const transport = new StreamableHTTPClientTransport(new URL(spec.url), { authProvider: provider,
+                                                                           fetch: recordingFetch });
   const client = new Client({ name: 'gateway-e2e-ts', version: '1.0.0' }, { versionNegotiation: { mode } });
   try {
     await client.connect(transport);
     return await client.callTool({ name: spec.tool, arguments: spec.arguments ?? {} });
   } catch (error) {
     if (error instanceof UnauthorizedError || provider.authorizeUrl !== undefined) {
+      lastRefusal = `${error?.name}: ${error?.message}`;
       await signIn(transport);
       return undefined;
     }
@@ -79,7 +91,7 @@ async function callOnce() {
 try {
   let result;
   for (let attempt = 0; result === undefined && attempt <= MAX_SIGN_INS; attempt++) result = await callOnce();
-  if (result === undefined) throw new Error(`still refused after ${MAX_SIGN_INS} sign-ins`);
+  if (result === undefined) throw new Error(`still refused after ${MAX_SIGN_INS} sign-ins (${lastRefusal})`);
   emit({ result });
 } catch (error) {
   emit({ error: { name: error?.name, message: String(error?.message ?? error), status: error?.status ?? error?.code } });

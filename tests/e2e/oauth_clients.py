@@ -39,6 +39,7 @@ from pydantic import AnyUrl
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from approval_support import CountingUpstream
+from idp_support import Client as IdpClient
 from idp_support import Idp
 from loopback import serve_app
 from thirdparty import mcp_ts_client
@@ -46,7 +47,7 @@ from thirdparty import mcp_ts_client
 from gateway.app import build_app, server_options
 from gateway.config.load import load_config
 
-__all__ = ["OAuthGateway", "Seen", "oauth_gateway", "python_oauth_call", "ts_oauth_call"]
+__all__ = ["Held", "OAuthGateway", "Seen", "held_tokens", "oauth_gateway", "python_oauth_call", "ts_oauth_call"]
 
 Json = dict[str, Any]
 STEP_SECONDS = 30.0
@@ -118,13 +119,29 @@ class Seen:
         return [header for _, _, code, header in self.responses if code == status]
 
 
+@dataclass(frozen=True)
+class Held:
+    """What a client holds from an earlier sign-in: its registration (a client of the IdP) and its tokens."""
+
+    client: IdpClient
+    tokens: Json
+
+
+async def held_tokens(idp: Idp, gateway: OAuthGateway, user: str, scope: str) -> Held:
+    """Tokens ``user`` got for the gateway earlier, with ``scope``, through the IdP's public client."""
+    tokens = await idp.user_tokens(user, resource=gateway.mcp_url, scope=scope, client=idp.public)
+    return Held(idp.public, {k: v for k, v in tokens.items() if k != "id_token"})
+
+
 class _Memory:
     """The Python SDK's ``TokenStorage``, in memory."""
 
-    def __init__(self, seen: Seen) -> None:
+    def __init__(self, seen: Seen, held: Held | None) -> None:
         self.seen = seen
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
+        self.tokens: OAuthToken | None = None if held is None else OAuthToken.model_validate(held.tokens)
+        self.client: OAuthClientInformationFull | None = None if held is None else OAuthClientInformationFull(
+            client_id=held.client.client_id, redirect_uris=[AnyUrl(REDIRECT)], token_endpoint_auth_method="none",
+            grant_types=["authorization_code", "refresh_token"])
 
     async def get_tokens(self) -> OAuthToken | None:
         return self.tokens
@@ -141,15 +158,15 @@ class _Memory:
 
 
 async def python_oauth_call(gateway: OAuthGateway, idp: Idp, user: str, mode: str, tool: str, arguments: Json,
-                            seen: Seen | None = None, **login: Any) -> types.CallToolResult:
+                            seen: Seen | None = None, held: Held | None = None) -> types.CallToolResult:
     """One tool call by the Python SDK's ``Client`` whose httpx2 client authenticates with ``OAuthClientProvider``;
-    ``user`` signs in when the SDK sends them to the provider (``login``: more for ``idp.login``)."""
+    ``user`` signs in when the SDK sends them to the provider; ``held``: what its storage holds at the start."""
     seen = seen if seen is not None else Seen()
     landed: list[str] = []
 
     async def redirect(url: str) -> None:
         seen.sign_ins.append(url)
-        landed.append(await idp.login(url, user, **login))
+        landed.append(await idp.login(url, user))
 
     async def callback() -> AuthorizationCodeResult:
         query = {k: v[0] for k, v in parse_qs(urlsplit(landed.pop()).query).items()}
@@ -162,7 +179,7 @@ async def python_oauth_call(gateway: OAuthGateway, idp: Idp, user: str, mode: st
     provider = OAuthClientProvider(
         gateway.mcp_url, OAuthClientMetadata(client_name="gateway e2e (Python SDK)", redirect_uris=[AnyUrl(REDIRECT)],
                                              token_endpoint_auth_method="none"),
-        _Memory(seen), redirect_handler=redirect, callback_handler=callback)
+        _Memory(seen, held), redirect_handler=redirect, callback_handler=callback)
     http = httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(STEP_SECONDS), event_hooks={"response": [record]})
     async with http, Client(streamable_http_client(gateway.mcp_url, http_client=http),
                             mode=mode) as client:  # type: ignore[arg-type]
@@ -170,11 +187,15 @@ async def python_oauth_call(gateway: OAuthGateway, idp: Idp, user: str, mode: st
 
 
 async def ts_oauth_call(gateway: OAuthGateway, idp: Idp, user: str, mode: str, tool: str, arguments: Json,
-                        seen: Seen | None = None) -> Json:
-    """One tool call by the TypeScript SDK's client with its OAuth provider (a node process); the result or error."""
+                        seen: Seen | None = None, held: Held | None = None) -> Json:
+    """One tool call by the TypeScript SDK's client with its OAuth provider (a node process); the result or error.
+    ``held``: what its provider holds at the start."""
     seen = seen if seen is not None else Seen()
     node, package = mcp_ts_client()
-    spec = {"url": gateway.mcp_url, "mode": mode, "tool": tool, "arguments": arguments}
+    spec: Json = {"url": gateway.mcp_url, "mode": mode, "tool": tool, "arguments": arguments}
+    if held is not None:
+        spec["held"] = {"client_information": {"client_id": held.client.client_id, "redirect_uris": [REDIRECT],
+                                               "token_endpoint_auth_method": "none"}, "tokens": held.tokens}
     process = await asyncio.create_subprocess_exec(
         node, str(Path(__file__).parent / "mcp_oauth_client.mjs"), str(package), json.dumps(spec),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -191,6 +212,9 @@ async def ts_oauth_call(gateway: OAuthGateway, idp: Idp, user: str, mode: str, t
                     await process.stdin.drain()
                 elif "registered" in event:
                     seen.registered.append(event["registered"])
+                elif "response" in event:
+                    method, url, status, challenge = event["response"]
+                    seen.responses.append((method, url, status, challenge))
                 elif "result" in event or "error" in event:
                     return event
             stderr = (await process.stderr.read()).decode() if process.stderr else ""
