@@ -1,25 +1,28 @@
 // An MCP client with OAuth, as TypeScript applications write one: the MCP TypeScript SDK's `Client` over its
-// `StreamableHTTPClientTransport` with an `OAuthClientProvider` (npm @modelcontextprotocol/client), run by
-// tests/e2e/oauth_clients.py.
+// `StreamableHTTPClientTransport` with an `OAuthClientProvider`, run by tests/e2e/oauth_clients.py. Either SDK line:
+// v2 (npm @modelcontextprotocol/client: both protocol eras) or v1 (npm @modelcontextprotocol/sdk: 2025-11-25 only).
 //
-//   node mcp_oauth_client.mjs <package folder of @modelcontextprotocol/client> <spec JSON>
+//   node mcp_oauth_client.mjs <package folder of the SDK> <spec JSON>
 //
-// spec: {"url": MCP endpoint, "mode": "legacy" | "2026-07-28", "tool": name, "arguments": {...},
+// spec: {"sdk": "v1" | "v2", "url": MCP endpoint, "mode": "legacy" | "2026-07-28", "tool": name, "arguments": {...},
 //        "held": {"client_information": {...}, "tokens": {...}}}  (held: what the provider holds from before)
 // The SDK does the discovery (401 → protected resource metadata → authorization server metadata), the dynamic
 // client registration, PKCE and the token request itself. Where a person's browser would open, this prints
 // {"authorize": URL} and reads one line back, {"redirect": URL}: the test drives the provider's sign-in over
 // HTTP and answers with the URL the provider sent the browser back to. Every other line it prints is an event
-// ({"registered": client_id}, {"tokens": scope}, {"response": [method, url, status, WWW-Authenticate]} for each
-// HTTP answer the SDK got) and the last one {"result": CallToolResult} or {"error": ...}.
+// ({"registered": client_id}, {"tokens": scope}, {"response": [method, url, status, WWW-Authenticate,
+// MCP-Protocol-Version sent]} for each HTTP answer the SDK got) and the last one {"result": CallToolResult} or {"error": ...}.
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const [packageDir, specText] = process.argv.slice(2);
 const spec = JSON.parse(specText);
-const sdk = await import(pathToFileURL(join(packageDir, 'dist', 'index.mjs')).href);
-const { Client, StreamableHTTPClientTransport, UnauthorizedError } = sdk;
+const load = (file) => import(pathToFileURL(join(packageDir, file)).href);
+const [{ Client }, { StreamableHTTPClientTransport }, { UnauthorizedError }] = spec.sdk === 'v1'
+  ? await Promise.all(['dist/esm/client/index.js', 'dist/esm/client/streamableHttp.js', 'dist/esm/client/auth.js']
+    .map(load))
+  : await load('dist/index.mjs').then((sdk) => [sdk, sdk, sdk]);
 
 const REDIRECT = 'http://127.0.0.1:9/callback'; // never visited: the test reads the code from the provider's answer
 const MAX_SIGN_INS = 3; // the first sign-in, and a step-up or two for missing scopes
@@ -55,7 +58,9 @@ let lastRefusal; // the last error that made the client sign in again
 async function recordingFetch(input, init) {
   const response = await fetch(input, init);
   const url = typeof input === 'string' ? input : input.url ?? String(input);
-  emit({ response: [init?.method ?? 'GET', url, response.status, response.headers.get('www-authenticate') ?? ''] });
+  const version = new Headers(init?.headers ?? {}).get('mcp-protocol-version') ?? '';
+  emit({ response: [init?.method ?? 'GET', url, response.status, response.headers.get('www-authenticate') ?? '',
+                    version] });
   return response;
 }
 const mode = spec.mode === 'legacy' ? 'legacy' : { pin: spec.mode };
@@ -66,13 +71,15 @@ async function signIn(transport) {
   provider.authorizeUrl = undefined;
   const { value } = await lines.next();
   const redirect = new URL(JSON.parse(value).redirect);
-  await transport.finishAuth(redirect.searchParams);
+  // v2 takes the callback's parameters (it checks `iss`, RFC 9207), v1 the code
+  await transport.finishAuth(spec.sdk === 'v1' ? redirect.searchParams.get('code') : redirect.searchParams);
 }
 
 async function callOnce() {
   const transport = new StreamableHTTPClientTransport(new URL(spec.url), { authProvider: provider,
                                                                            fetch: recordingFetch });
-  const client = new Client({ name: 'gateway-e2e-ts', version: '1.0.0' }, { versionNegotiation: { mode } });
+  const options = spec.sdk === 'v1' ? {} : { versionNegotiation: { mode } };
+  const client = new Client({ name: 'gateway-e2e-ts', version: '1.0.0' }, options);
   try {
     await client.connect(transport);
     return await client.callTool({ name: spec.tool, arguments: spec.arguments ?? {} });

@@ -6,7 +6,8 @@
     python_oauth_call   the MCP Python SDK's ``OAuthClientProvider`` as the ``auth`` of its httpx2 client, under
                         the SDK's ``Client`` in either era: one call
     ts_oauth_call       the MCP TypeScript SDK's ``OAuthClientProvider`` on its Streamable HTTP transport
-                        (mcp_oauth_client.mjs, npm @modelcontextprotocol/client), in either era: one call
+                        (mcp_oauth_client.mjs): v2 (npm @modelcontextprotocol/client) in either era, or v1
+                        (npm @modelcontextprotocol/sdk, the line most TypeScript clients still run) in 2025-11-25
 
 In both the SDK does everything a client does on its own: the 401, the protected resource metadata, the
 authorization server's metadata, dynamic client registration, PKCE and the resource indicator, the token
@@ -109,7 +110,9 @@ async def oauth_gateway(root: Path, upstream: CountingUpstream, idp: Idp, policy
 class Seen:
     """What a client saw and did on its way to a result."""
 
-    responses: list[tuple[str, str, int, str]] = field(default_factory=list)  # method, URL, status, WWW-Authenticate
+    # method, URL, status, WWW-Authenticate of each answer the client got
+    responses: list[tuple[str, str, int, str]] = field(default_factory=list)
+    versions: set[str] = field(default_factory=set)  # the MCP-Protocol-Version headers it sent
     sign_ins: list[str] = field(default_factory=list)  # the authorization URLs the client sent the user to
     registered: list[str] = field(default_factory=list)  # client ids from dynamic registration
     events: list[Json] = field(default_factory=list)
@@ -175,6 +178,8 @@ async def python_oauth_call(gateway: OAuthGateway, idp: Idp, user: str, mode: st
     async def record(response: httpx2.Response) -> None:
         seen.responses.append((response.request.method, str(response.request.url), response.status_code,
                                response.headers.get("www-authenticate", "")))
+        if version := response.request.headers.get("mcp-protocol-version"):
+            seen.versions.add(version)
 
     provider = OAuthClientProvider(
         gateway.mcp_url, OAuthClientMetadata(client_name="gateway e2e (Python SDK)", redirect_uris=[AnyUrl(REDIRECT)],
@@ -187,12 +192,12 @@ async def python_oauth_call(gateway: OAuthGateway, idp: Idp, user: str, mode: st
 
 
 async def ts_oauth_call(gateway: OAuthGateway, idp: Idp, user: str, mode: str, tool: str, arguments: Json,
-                        seen: Seen | None = None, held: Held | None = None) -> Json:
+                        seen: Seen | None = None, held: Held | None = None, sdk: str = "v2") -> Json:
     """One tool call by the TypeScript SDK's client with its OAuth provider (a node process); the result or error.
-    ``held``: what its provider holds at the start."""
+    ``held``: what its provider holds at the start; ``sdk``: the SDK's line, v2 or v1 (2025-11-25 only)."""
     seen = seen if seen is not None else Seen()
-    node, package = mcp_ts_client()
-    spec: Json = {"url": gateway.mcp_url, "mode": mode, "tool": tool, "arguments": arguments}
+    node, package = mcp_ts_client(sdk)
+    spec: Json = {"sdk": sdk, "url": gateway.mcp_url, "mode": mode, "tool": tool, "arguments": arguments}
     if held is not None:
         spec["held"] = {"client_information": {"client_id": held.client.client_id, "redirect_uris": [REDIRECT],
                                                "token_endpoint_auth_method": "none"}, "tokens": held.tokens}
@@ -213,8 +218,10 @@ async def ts_oauth_call(gateway: OAuthGateway, idp: Idp, user: str, mode: str, t
                 elif "registered" in event:
                     seen.registered.append(event["registered"])
                 elif "response" in event:
-                    method, url, status, challenge = event["response"]
+                    method, url, status, challenge, version = event["response"]
                     seen.responses.append((method, url, status, challenge))
+                    if version and url.startswith(gateway.mcp_url):
+                        seen.versions.add(version)
                 elif "result" in event or "error" in event:
                     return event
             stderr = (await process.stderr.read()).decode() if process.stderr else ""

@@ -29,6 +29,7 @@ rules:
     message: Only leads deploy.
 """
 ERAS = ["legacy", "2026-07-28"]
+VERSION = {"legacy": "2025-11-25", "2026-07-28": "2026-07-28"}  # what each mode's requests say they speak
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -50,6 +51,7 @@ async def test_the_python_sdk_signs_in_by_itself_and_calls_a_tool(gateway, idp, 
 
     assert not result.is_error, result
     assert upstream.ran("deploy", service="web") == 1
+    assert VERSION[mode] in seen.versions  # the era asked for is the era spoken
     # it began with the gateway's 401, which named the metadata; it registered once and signed in once
     first = seen.responses[0]
     assert (first[0], first[1], first[2]) == ("POST", gateway.mcp_url, 401)
@@ -61,14 +63,17 @@ async def test_the_python_sdk_signs_in_by_itself_and_calls_a_tool(gateway, idp, 
     assert "scope=mcp" in seen.sign_ins[0]
 
 
-@pytest.mark.parametrize("mode", ERAS)
-async def test_the_typescript_sdk_signs_in_by_itself_and_calls_a_tool(gateway, idp, upstream, mode):
+@pytest.mark.parametrize(("sdk", "mode"), [("v2", "legacy"), ("v2", "2026-07-28"), ("v1", "legacy")])
+async def test_the_typescript_sdk_signs_in_by_itself_and_calls_a_tool(gateway, idp, upstream, sdk, mode):
     seen = Seen()
-    answer = await ts_oauth_call(gateway, idp, "alice", mode, "ops_deploy", {"service": "api"}, seen)
+    answer = await ts_oauth_call(gateway, idp, "alice", mode, "ops_deploy", {"service": f"api-{sdk}"}, seen, sdk=sdk)
 
     assert "result" in answer, answer
     assert not answer["result"].get("isError"), answer
-    assert upstream.ran("deploy", service="api") == 1
+    assert upstream.ran("deploy", service=f"api-{sdk}") == 1
+    assert VERSION[mode] in seen.versions  # the era asked for is the era spoken
+    first = seen.responses[0]
+    assert (first[1], first[2]) == (gateway.mcp_url, 401) and f'resource_metadata="{metadata_url(gateway)}"' in first[3]
     assert len(seen.registered) == 1 and len(seen.sign_ins) == 1
     assert "resource=" in seen.sign_ins[0] and "scope=mcp" in seen.sign_ins[0]
 

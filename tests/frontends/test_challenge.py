@@ -12,7 +12,7 @@ import httpx2
 import pytest
 import pytest_asyncio
 
-from gateway.core.errors import AmbiguousCredentials, CredentialError
+from gateway.core.errors import AmbiguousCredentials, CredentialError, TokenRefused
 from gateway.frontends.challenge import PLAIN, Challenge
 
 pytestmark = pytest.mark.session_loop
@@ -99,3 +99,21 @@ def test_a_scope_never_breaks_out_of_its_quoted_string():
     header = Challenge("https://g.example.com/.well-known/oauth-protected-resource/mcp", 'mcp" evil="1\\').header(
         None, presented=False)
     assert header.count(b'"') == 6  # realm, scope and resource_metadata: three quoted strings, nothing else
+
+
+def test_insufficient_scope_names_every_scope_needed_and_the_metadata():
+    challenge = Challenge("https://g.example.com/.well-known/oauth-protected-resource/mcp", "mcp tools:write")
+    lacking = TokenRefused("insufficient-scope", scope="tools:write admin")
+    assert lacking.status == 403
+    assert challenge.header(lacking, presented=True) == (
+        b'Bearer realm="gateway", error="insufficient_scope", scope="mcp tools:write admin",'
+        b' resource_metadata="https://g.example.com/.well-known/oauth-protected-resource/mcp"')
+    assert PLAIN.header(lacking, presented=True) == (
+        b'Bearer realm="gateway", error="insufficient_scope", scope="tools:write admin"')
+
+
+@pytest.mark.parametrize("reason", ["expired", "bad-audience", "unknown-issuer", "keys-unavailable", "malformed"])
+def test_every_other_refused_token_is_an_invalid_token(reason):
+    refused = TokenRefused(reason)
+    assert refused.status == 401
+    assert PLAIN.header(refused, presented=True) == b'Bearer realm="gateway", error="invalid_token"'
