@@ -118,8 +118,15 @@ def resource_metadata_problems(spec: ResourceMetadataSpec | None, issuers: Seque
     if spec is None:
         return []
     audiences = {issuer.issuer: issuer.audiences for issuer in issuers}
+    problems = issuer_problems(spec, audiences)
+    # the advertised issuers' required scopes go into every challenge: each must be one scope token
+    problems.extend((("auth", "jwt", i, "required_scopes", j), "challenge-scope",
+                     f"required scope {scope!r} is not a scope token, and it is named in WWW-Authenticate",
+                     "RFC 6749 section 3.3: printable ASCII without spaces, quotes or backslashes")
+                    for i, issuer in enumerate(issuers) if issuer.issuer in spec.authorization_servers
+                    for j, scope in enumerate(issuer.required_scopes) if not _SCOPE_TOKEN.fullmatch(scope))
     out = []
-    for path, code, message, hint in issuer_problems(spec, audiences):
+    for path, code, message, hint in problems:
         pos = doc.position(path)
         out.append(Diagnostic(code, message, str(file), pos.line, pos.column, hint=hint))
     return out

@@ -121,3 +121,24 @@ def test_the_issuer_checks_are_positioned_in_the_config_file(tmp_path):
     assert sorted((d.code, d.line, d.column) for d in problems) == [
         ("resource-metadata-issuer", 9, 9), ("resource-not-audience", 6, 15)]
     assert all(d.file == str(path.resolve()) for d in problems)
+
+
+def test_an_advertised_issuers_required_scope_must_fit_in_a_challenge(tmp_path):
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "p.yaml").write_text("policy: p\nrules: [{id: r, action: allow}]\n")
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "auth:\n"
+        "  jwt:\n"
+        "    - issuer: https://idp.example.com\n"
+        "      audiences: [https://gateway.example.com/mcp]\n"
+        "      required_scopes:\n"
+        "        - mcp\n"
+        "        - 'x\"y'\n"
+        "        - 'a\\\\b'\n"
+        "        - 'é'\n"
+        "  resource_metadata:\n"
+        "    resource: https://gateway.example.com/mcp\n"
+        "    authorization_servers: [https://idp.example.com]\n")
+    _, problems = check_config(path)
+    assert [(d.code, d.line, d.column) for d in problems] == [("challenge-scope", line, 11) for line in (7, 8, 9)]
