@@ -1,8 +1,10 @@
 """Third-party servers the tests run beside our own: installed from their registries on first use.
 
 ``@modelcontextprotocol/server-everything`` is the MCP project's reference server,
-``@modelcontextprotocol/inspector`` its Inspector (run here as a client, in CLI mode), and ``oidc-provider`` the
-certified OpenID Provider the identity tests sign in with (tests/idp_support.py), written by nobody here. Each
+``@modelcontextprotocol/inspector`` its Inspector (run here as a client, in CLI mode), ``oidc-provider`` the
+certified OpenID Provider the identity tests sign in with (tests/idp_support.py), and ``@modelcontextprotocol/client``
+the MCP TypeScript SDK's client (and its v1 line, ``@modelcontextprotocol/sdk``; tests/e2e/mcp_oauth_client.mjs),
+written by nobody here. Each
 comes from npm at a pinned version into ``.cache/npm`` at the repository root (git-ignored), once per machine;
 Node.js and npm come from Debian (``bash .ci/install-system``).
 """
@@ -17,6 +19,8 @@ from pathlib import Path
 SERVER_EVERYTHING_VERSION = "2026.8.31"
 INSPECTOR_VERSION = "2.12.0"
 OIDC_PROVIDER_VERSION = "9.13.3"
+MCP_TS_CLIENT_VERSION = "2.4.0"
+MCP_TS_SDK_V1_VERSION = "1.32.2"
 _ROOT = Path(__file__).resolve().parent.parent
 _NPM_CACHE = _ROOT / ".cache" / "npm"
 
@@ -53,4 +57,16 @@ def inspector_cli() -> list[str]:
 def oidc_provider() -> tuple[str, Path]:
     """``(node, package folder)`` of npm ``oidc-provider``: tests/idp/provider.mjs imports it from that folder."""
     node, manifest = _npm_script("oidc-provider", OIDC_PROVIDER_VERSION, "oidc-provider", "package.json")
+    return node, Path(manifest).parent
+
+
+def mcp_ts_client(line: str = "v2") -> tuple[str, Path]:
+    """``(node, package folder)`` of the MCP TypeScript SDK's client: npm ``@modelcontextprotocol/client`` (``v2``,
+    both protocol eras) or ``@modelcontextprotocol/sdk`` (``v1``, 2025-11-25); tests/e2e/mcp_oauth_client.mjs
+    imports it from that folder."""
+    if line == "v1":
+        node, manifest = _npm_script("@modelcontextprotocol/sdk", MCP_TS_SDK_V1_VERSION, "mcp-ts-sdk", "package.json")
+    else:
+        node, manifest = _npm_script("@modelcontextprotocol/client", MCP_TS_CLIENT_VERSION, "mcp-ts-client",
+                                     "package.json")
     return node, Path(manifest).parent

@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.types import Scope
 
 from gateway.app.credentials import build_authenticator, build_notifier
+from gateway.app.protected_resource import build_protected_resource
 from gateway.approvals.service import ApprovalService
 from gateway.approvals.store import ApprovalStore
 from gateway.auth.keys import Authenticator
@@ -34,6 +35,7 @@ from gateway.core.limits import (
 )
 from gateway.frontends.approvals_api import approval_routes
 from gateway.frontends.approvals_page import approvals_page_routes
+from gateway.frontends.challenge import PLAIN, Challenge
 from gateway.frontends.chat import chat_routes
 from gateway.frontends.http.edge import LOOPBACK_NAMES, BodyLimit, HostOriginGuard, HostRules, JsonOnly, is_loopback
 from gateway.frontends.http.errors import json_http_errors
@@ -43,6 +45,7 @@ from gateway.frontends.identity import RequireIdentity
 from gateway.frontends.mcp import McpFrontend
 from gateway.frontends.metrics_api import METRICS_PATH, metrics_routes
 from gateway.frontends.openapi_doc import openapi_routes
+from gateway.frontends.protected_resource import protected_resource_routes
 from gateway.frontends.rest import rest_routes
 from gateway.frontends.sessions_api import session_admin_routes
 from gateway.models import ModelProxy, ModelRoute
@@ -223,6 +226,8 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     edge = _edge_middleware(config)  # first: a config the edge refuses starts nothing
     gateway = gateway or build_gateway(config)
     auth = build_authenticator(config, refused=gateway.observer.auth_refused)
+    resource = build_protected_resource(config)
+    challenge = PLAIN if resource is None else resource.challenge()
     mcp = McpFrontend(gateway, max_sessions_per_principal=config.spec.limits.max_sessions_per_principal,
                       task_timeout=parse_duration(config.spec.limits.task_timeout),
                       fast_path=config.spec.mcp.fast_path)
@@ -288,12 +293,13 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
 
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway),
            *session_admin_routes(gateway), *(chat_routes(models) if models.routes else [])]
-    open_routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/readyz", readyz), *openapi_routes()]
+    open_routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/readyz", readyz), *openapi_routes(),
+                                    *(protected_resource_routes(resource) if resource is not None else [])]
     scrape_routes: list[BaseRoute] = []
     if gateway.observer.metrics is not None:
         # the one app that admits scrape-only keys; every route in `api` refuses them at the door
         scrape = Starlette(routes=metrics_routes(gateway.observer.metrics),
-                           middleware=[Middleware(RequireIdentity, auth=auth, scrapers=True)],
+                           middleware=[Middleware(RequireIdentity, auth=auth, scrapers=True, challenge=challenge)],
                            exception_handlers=json_http_errors())
         scrape.router.redirect_slashes = False
         scrape_routes.append(Route(METRICS_PATH, scrape, methods=["GET"]))
@@ -301,8 +307,8 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
         api.extend(approval_routes(gateway.approvals))
         open_routes.extend(approvals_page_routes())
     # each key's share of the connections, counted before the body is read (BodyLimit, the last of the edge)
-    edge.insert(-1, _connection_shares(config, auth, gateway, open_routes))
-    protected = Starlette(routes=api, middleware=[Middleware(RequireIdentity, auth=auth)],
+    edge.insert(-1, _connection_shares(config, auth, gateway, open_routes, challenge))
+    protected = Starlette(routes=api, middleware=[Middleware(RequireIdentity, auth=auth, challenge=challenge)],
                           exception_handlers=json_http_errors())
     app = Starlette(routes=[*open_routes, *scrape_routes, Mount("/", app=protected)], lifespan=lifespan,
                     middleware=edge, exception_handlers=json_http_errors())
@@ -325,7 +331,7 @@ def server_options(config: LoadedConfig) -> dict[str, Any]:
 
 
 def _connection_shares(config: LoadedConfig, auth: Authenticator, gateway: Gateway,
-                       open_routes: list[BaseRoute]) -> Middleware:
+                       open_routes: list[BaseRoute], challenge: Challenge) -> Middleware:
     """Each key's share of the connections, and those reserved for approvers and admins, from `http:`."""
     http = config.spec.http
     reserved = http.reserved()
@@ -335,13 +341,14 @@ def _connection_shares(config: LoadedConfig, auth: Authenticator, gateway: Gatew
         return any(route.matches(scope)[0] is Match.FULL for route in open_routes)
 
     return Middleware(ConnectionShares, auth=auth, shares=shares, open_route=open_route,
-                      refused=gateway.observer.share_refused)
+                      refused=gateway.observer.share_refused, challenge=challenge)
 
 
 def _edge_middleware(config: LoadedConfig) -> list[Middleware]:
     """Host/Origin checks, JSON-only bodies and the body limit, from `http:` (and refuse unsafe anonymous access)."""
     spec, where = config.spec, str(config.file)
     listen, http, public = spec.listen.host, spec.http, spec.approvals.public_url
+    resource = spec.auth.resource_metadata.resource if spec.auth.resource_metadata is not None else None
     if spec.auth.anonymous is not None and not is_loopback(listen) and not spec.auth.anonymous_beyond_loopback:
         raise ConfigError([Diagnostic(
             "anonymous-beyond-loopback", f"auth.anonymous is set and listen.host {listen!r} is not a loopback address",
@@ -351,8 +358,9 @@ def _edge_middleware(config: LoadedConfig) -> list[Middleware]:
         raise ConfigError([Diagnostic(
             "body-limit", f"http.max_body_bytes ({max_body}) is smaller than limits.max_argument_bytes"
             f" ({spec.limits.max_argument_bytes})", where, hint="raise http.max_body_bytes")])
-    # the public URL is where approvers and webhooks reach the gateway: its host and origin are served
-    own = [urlsplit(public)] if public else []
+    # the public URL is where approvers and webhooks reach the gateway, the resource where MCP clients do:
+    # their hosts and origins are served
+    own = [urlsplit(url) for url in (public, resource) if url]
     hosts = [*(u.netloc for u in own), *(http.allowed_hosts if http.allowed_hosts is not None else
                                         [*LOOPBACK_NAMES, *([] if is_loopback(listen) else [listen])])]
     # without a list: names nobody can point elsewhere (IP literals, localhost), plus the ones above

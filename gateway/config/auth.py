@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from gateway.config.fields import SecretRef
 from gateway.config.identity import JwtSpec
+from gateway.config.protected_resource import ResourceMetadataSpec
 from gateway.core.strict import StrictModel
 from gateway.policy.callspec import PrincipalSpec
 
@@ -45,6 +46,8 @@ class AuthSpec(StrictModel):
     anonymous: PrincipalSpec | None = None
     # the anonymous principal is refused on a non-loopback listen address unless this says so
     anonymous_beyond_loopback: bool = False
+    # RFC 9728 metadata for MCP clients that get their tokens with OAuth (gateway/config/protected_resource.py)
+    resource_metadata: ResourceMetadataSpec | None = None
 
 
 ApprovalEvent = Literal["approval.created", "approval.decided", "approval.expired"]

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from gateway.config.identity import jwt_problems
 from gateway.config.model import GatewayConfig, SecretRef
+from gateway.config.protected_resource import resource_metadata_problems
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.durations import parse_duration
 from gateway.core.errors import ConfigError
@@ -156,6 +157,7 @@ def _semantic_problems(cfg: LoadedConfig, fetch_specs: bool) -> list[Diagnostic]
         except ValueError as exc:
             err(path, "secret-missing", str(exc), "set the variable or create the file before starting the gateway")
     out.extend(jwt_problems(spec.auth.jwt, doc, cfg.file, spec.engine))
+    out.extend(resource_metadata_problems(spec.auth.resource_metadata, spec.auth.jwt, doc, cfg.file))
     for i, p in enumerate(spec.policies):
         if not cfg.path(p).exists():
             err(("policies", i), "not-found", f"policy path {p!r} not found", f"paths are relative to {cfg.base}")

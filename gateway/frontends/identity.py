@@ -11,6 +11,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.auth.keys import Authenticator, Identity
 from gateway.core.errors import CredentialError
+from gateway.frontends.challenge import PLAIN, Challenge, presents_credential
 
 __all__ = ["IDENTITY_KEY", "RequireIdentity", "identity_of", "refuse_unidentified", "session_owner",
            "unauthorized_body"]
@@ -29,13 +30,16 @@ class RequireIdentity:
 
     A scrape-only key (``metrics: true``) is refused with 403 unless ``scrapers`` says this app is
     the one that serves them (only ``/metrics``): every other endpoint is closed to it by default,
-    including any added later.
+    including any added later. ``challenge``: what every refusal's ``WWW-Authenticate`` adds
+    (gateway/frontends/challenge.py).
     """
 
-    def __init__(self, app: ASGIApp, auth: Authenticator, scrapers: bool = False) -> None:
+    def __init__(self, app: ASGIApp, auth: Authenticator, scrapers: bool = False,
+                 challenge: Challenge = PLAIN) -> None:
         self.app = app
         self.auth = auth
         self.scrapers = scrapers
+        self.challenge = challenge
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -46,13 +50,14 @@ class RequireIdentity:
             try:
                 identity = await self.auth.identify(scope["headers"])
             except CredentialError as exc:
-                await refuse_unidentified(send, exc)
+                await refuse_unidentified(send, exc, challenge=self.challenge)
                 return
         if identity is None:
-            await refuse_unidentified(send, None)
+            await refuse_unidentified(send, None, challenge=self.challenge,
+                                      presented=presents_credential(scope["headers"]))
             return
         if identity.metrics and not self.scrapers:
-            await _refuse(send, 403, _SCRAPE_ONLY, challenge=False)
+            await _refuse(send, 403, _SCRAPE_ONLY, challenge=None)
             return
         scope[IDENTITY_KEY] = identity
         scope["user"] = session_owner(identity)
@@ -75,20 +80,22 @@ _SCRAPE_ONLY = json.dumps({"error": {"code": "metrics-key-scrape-only", "message
     " approvals and the admin API with another key.")}}).encode()
 
 
-async def refuse_unidentified(send: Send, exc: CredentialError | None, close: bool = False) -> None:
+async def refuse_unidentified(send: Send, exc: CredentialError | None, close: bool = False,
+                              challenge: Challenge = PLAIN, presented: bool = False) -> None:
     """Answer a request whose credential cannot be used (``exc``) or that sent none: 401 or the error's status.
-    ``close``: the request body was not read, so the connection closes after the answer."""
+    ``close``: the request body was not read, so the connection closes after the answer. ``presented``: a
+    credential was sent but recognised by no one (an unknown key)."""
     if exc is None:
         status, body = 401, unauthorized_body()
     else:
         status, body = exc.status, json.dumps({"error": {"code": exc.code, "message": str(exc)}}).encode()
-    await _refuse(send, status, body, close=close)
+    await _refuse(send, status, body, challenge=challenge.header(exc, presented), close=close)
 
 
-async def _refuse(send: Send, status: int, body: bytes, challenge: bool = True, close: bool = False) -> None:
+async def _refuse(send: Send, status: int, body: bytes, challenge: bytes | None, close: bool = False) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if challenge:  # the credential is missing or unusable: say which scheme to send
-        headers.append((b"www-authenticate", b'Bearer realm="gateway"'))
+    if challenge is not None:  # the credential is missing or unusable: say which scheme to send, and how to get one
+        headers.append((b"www-authenticate", challenge))
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})

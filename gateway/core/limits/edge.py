@@ -135,3 +135,7 @@ SHARE_RETRY_AFTER_SECONDS = 1
 # counts too): waiting calls of one key cannot fill its connection share, let alone the gateway's.
 # Calls made as MCP tasks hold no connection and do not count (MAX_TASKS_PER_PRINCIPAL bounds them).
 DEFAULT_MAX_HELD_CALLS_PER_PRINCIPAL = 16
+
+# How long clients and caches may keep the protected resource metadata (RFC 9728, `Cache-Control:
+# max-age`): it changes only when the config does, and clients fetch it again on their next 401 anyway.
+RESOURCE_METADATA_MAX_AGE_SECONDS = 3_600

@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.auth.keys import Authenticator, Identity
 from gateway.core.errors import CredentialError
 from gateway.core.limits import SHARE_RETRY_AFTER_SECONDS
+from gateway.frontends.challenge import PLAIN, Challenge, presents_credential
 from gateway.frontends.identity import IDENTITY_KEY, refuse_unidentified
 from gateway.frontends.rest import error_response
 
@@ -134,8 +135,9 @@ class ConnectionShares:
 
     def __init__(self, app: ASGIApp, auth: Authenticator, shares: Shares,
                  open_route: Callable[[Scope], bool] = lambda scope: False,
-                 refused: Callable[[str], None] | None = None) -> None:
+                 refused: Callable[[str], None] | None = None, challenge: Challenge = PLAIN) -> None:
         self.app = app
+        self.challenge = challenge  # what a refusal here says in WWW-Authenticate, as RequireIdentity's do
         self.auth = auth
         self.shares = shares
         self.open_route = open_route  # whether a request is for a route served without a key
@@ -152,11 +154,12 @@ class ConnectionShares:
         try:
             identity = await self.auth.identify(scope["headers"])
         except CredentialError as exc:  # answered here, so the credential is checked (and counted) once
-            await refuse_unidentified(send, exc, close=body)
+            await refuse_unidentified(send, exc, close=body, challenge=self.challenge)
             return
         if identity is None:
             if body:  # refused before its body is read: no one without a key waits on anything
-                await refuse_unidentified(send, None, close=True)
+                await refuse_unidentified(send, None, close=True, challenge=self.challenge,
+                                          presented=presents_credential(scope["headers"]))
                 return
             await self.app(scope, receive, send)  # answered at once: 401, or an open page
             return
