@@ -43,8 +43,8 @@ def chat_routes(proxy: ModelProxy) -> list[Route]:
         explicit = explicit_run_id(request.headers)
         why = None if explicit is None else id_problem("run id", explicit)
         if explicit is not None and why is not None:  # refused at the door: no run read or made, no model asked
-            return _refused_run(proxy, identity.principal.id, explicit, why)
-        run = await proxy.gateway.resolve_run(identity.principal.id, explicit,
+            return _refused_run(proxy, identity.principal.key, explicit, why)
+        run = await proxy.gateway.resolve_run(identity.principal.key, explicit,
                                               client_of(None, request.headers, conversation_of(body.get("messages"))))
         caller = Caller(identity.principal, run)
         try:

@@ -66,7 +66,7 @@ def session_owner(identity: Identity) -> AuthenticatedUser:
     included. The API key itself is never put here: the principal id is the identity.
     """
     principal = identity.principal
-    return AuthenticatedUser(AccessToken(token="", client_id=principal.id, subject=principal.id,
+    return AuthenticatedUser(AccessToken(token="", client_id=principal.key, subject=principal.key,
                                          scopes=list(principal.groups)))
 
 

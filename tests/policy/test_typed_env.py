@@ -101,7 +101,7 @@ def test_a_misspelled_principal_field_is_a_load_error_with_did_you_mean(error):
     d = error(rule("'\"admins\" in principal.grups'"))
     assert at(d) == ("cel-field", 5, 33, "t/r")  # the '.' before grups
     assert "undefined field 'grups' of principal (did you mean 'groups'?)" in d.message
-    assert d.hint == "the fields of principal are: claims, groups, id"
+    assert d.hint == "the fields of principal are: claims, groups, id, issuer, kind"
 
 
 @pytest.mark.parametrize(("expression", "field", "meant"), [
