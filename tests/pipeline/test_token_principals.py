@@ -9,9 +9,12 @@ whose id is a token's would-be binding key cannot be configured (tests/config/te
 from __future__ import annotations
 
 import uuid
+from urllib.parse import quote
 
+import httpx2
 import pytest
 
+from gateway.auth.keys import hash_key
 from gateway.pipeline.request import CallRequest
 from gateway.policy.call import Principal
 
@@ -41,8 +44,13 @@ rules:
 """
 
 
+ADMIN_KEY = "token-principals-admin-key"
+
+
 def _config(configs, http_api):
-    return configs.base(configs.http_upstream("api", http_api.url), usage_windows={"hour": "1h"})
+    keys = [*configs.api_keys("alice"), {"principal": {"id": "root"}, "sha256": hash_key(ADMIN_KEY), "admin": True}]
+    return configs.base(configs.http_upstream("api", http_api.url), usage_windows={"hour": "1h"},
+                        auth={"api_keys": keys})
 
 
 async def _search(gateway, principal: Principal, q: str, session: str) -> str:
@@ -94,3 +102,20 @@ async def test_two_issuers_subjects_get_their_own_implicit_runs(start_gateway, c
     assert await pipeline.run_ended(ALICE_B.key, run_b, "ended") is None
     assert await pipeline.run_ended(ALICE_A.key, run_a, "ended") is not None
     assert await _search(gateway, ALICE_B, "hello", run_b.id) == "allow"
+
+
+async def test_an_admin_names_one_issuers_alices_run_by_her_binding_key(start_gateway, configs, http_api):
+    gateway = await start_gateway(_config(configs, http_api), {"p.yaml": POLICY})
+    shared = f"s-{uuid.uuid4().hex}"
+    assert [await _search(gateway, p, "q", shared) for p in (ALICE_A, ALICE_B)] == ["allow", "allow"]
+    async with httpx2.AsyncClient(base_url=gateway.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+                                  timeout=httpx2.Timeout(30)) as admin:
+        listed = await admin.get("/v1/admin/sessions", params={"principal": ALICE_A.key})
+        # as `gateway sessions end` names it: each part percent-encoded whole
+        ended = await admin.post(f"/v1/admin/sessions/{quote(ALICE_A.key, safe='')}/{shared}/end",
+                                 json={"message": "ended by an admin"})
+    assert [(s["principal"], s["id"]) for s in listed.json()["sessions"]] == [(ALICE_A.key, shared)]
+    assert ended.status_code == 200, ended.text
+    assert (ended.json()["principal"], ended.json()["terminated"]) == (ALICE_A.key, True)
+    assert await _search(gateway, ALICE_A, "q", shared) == "terminated"
+    assert await _search(gateway, ALICE_B, "q", shared) == "allow"
