@@ -105,7 +105,8 @@ async def test_one_issuers_alice_cannot_read_the_others_request(approval_desk: A
     auth = Authenticator([(hash_key(key), identity) for key, identity in KEYS.items()])
     # plain callers (not approvers) read only their own requests: the alices are not approvers here
     callers = Authenticator([(hash_key(key), Identity(identity.principal)) for key, identity in KEYS.items()])
-    url = await serve(Starlette(routes=approval_routes(service), middleware=[Middleware(RequireIdentity, auth=callers)]))
+    url = await serve(Starlette(routes=approval_routes(service),
+                                middleware=[Middleware(RequireIdentity, auth=callers)]))
     approvers = await serve(Starlette(routes=approval_routes(service),
                                       middleware=[Middleware(RequireIdentity, auth=auth)]))
 
