@@ -15,13 +15,16 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
+import pytest_asyncio
 from joserfc import jwt
 from joserfc.jwk import RSAKey
+from loopback import serve_app
 from raw_mcp import MCP_HEADERS, RawMcp, message_of
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
@@ -79,11 +82,19 @@ def _claims(token: str) -> dict[str, Any]:
     return claims
 
 
-@pytest.fixture
-async def two_issuers(idp, serve, start_gateway, configs, http_api):
-    """(gateway, alice's token from A, alice's token from B, issuer B)."""
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def second_issuer() -> AsyncIterator[SecondIssuer]:
+    """Issuer B, served in the session loop (where the gateway runs) for the module."""
     second = SecondIssuer()
-    second.issuer = await serve(second.app())
+    async with serve_app(second.app(), lifespan="off") as url:
+        second.issuer = url
+        yield second
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def two_issuers(idp, second_issuer, start_gateway, configs, http_api):
+    """(gateway, alice's token from A, alice's token from B, issuer B)."""
+    second = second_issuer
     auth = {"api_keys": configs.api_keys("alice", "bob"),
             "jwt": [_jwt(idp.issuer), _jwt(second.issuer, jwks_uri=f"{second.issuer}/jwks")]}
     config = configs.base(configs.http_upstream("api", http_api.url), auth=auth,
@@ -118,8 +129,8 @@ async def test_one_issuers_alice_cannot_use_the_others_mcp_session(two_issuers):
 async def test_two_issuers_alices_keep_their_runs_and_see_their_issuer(two_issuers):
     gateway, token_a, token_b, second = two_issuers
     shared = f"s-{uuid.uuid4().hex}"
-    a = [(await _invoke(gateway, token_a, "api_search", shared, q=f"q{i}")).json()["decision"] for i in range(3)]
-    b = [(await _invoke(gateway, token_b, "api_search", shared, q=f"q{i}")).json()["decision"] for i in range(2)]
+    a = [(await _invoke(gateway, token_a, "api_get_item", shared, item_id=f"i{i}")).json()["decision"] for i in range(3)]
+    b = [(await _invoke(gateway, token_b, "api_get_item", shared, item_id=f"i{i}")).json()["decision"] for i in range(2)]
     assert a == ["allow", "allow", "reject"] and b == ["allow", "allow"]
     write_b = await _invoke(gateway, token_b, "api_create_item", f"s-{uuid.uuid4().hex}", name="x")
     write_a = await _invoke(gateway, token_a, "api_create_item", f"s-{uuid.uuid4().hex}", name="y")
@@ -138,10 +149,10 @@ async def test_no_token_reaches_the_decision_log_the_logs_or_the_store(two_issue
     gateway, token_a, token_b, _ = two_issuers
     caplog.set_level(logging.DEBUG)
     for token in (token_a, token_b):
-        assert (await _invoke(gateway, token, "api_search", f"s-{uuid.uuid4().hex}", q="hi")).status_code == 200
+        assert (await _invoke(gateway, token, "api_get_item", f"s-{uuid.uuid4().hex}", item_id="hi")).status_code == 200
         async with RawMcp.open(gateway.url, token) as session:
-            await session.call_tool("api_search", '{"q": "over mcp"}', f"c-{uuid.uuid4().hex}")
-        refused = await _invoke(gateway, token[:-4] + "AAAA", "api_search", "s", q="tampered")
+            await session.call_tool("api_get_item", '{"item_id": "over-mcp"}', f"c-{uuid.uuid4().hex}")
+        refused = await _invoke(gateway, token[:-4] + "AAAA", "api_get_item", "s", item_id="tampered")
         assert refused.status_code == 401 and token[:-4] not in refused.text
     await gateway.gateway.store.flushed()
 
