@@ -30,6 +30,9 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from gateway.policy.load import load_policy_set
+from gateway.testing.replay import read_events, replay
+
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 AUDIENCE = "https://gateway.test/mcp"
@@ -113,6 +116,11 @@ async def _invoke(gateway: Any, token: str, tool: str, session: str, **arguments
                                                                     "call_id": f"c-{uuid.uuid4().hex}"})
 
 
+async def _decision(gateway: Any, token: str, session: str, i: int) -> str:
+    decision: str = (await _invoke(gateway, token, "api_get_item", session, item_id=f"i{i}")).json()["decision"]
+    return decision
+
+
 async def test_one_issuers_alice_cannot_use_the_others_mcp_session(two_issuers):
     gateway, token_a, token_b, _ = two_issuers
     async with RawMcp.open(gateway.url, token_a) as alice_a:
@@ -129,8 +137,8 @@ async def test_one_issuers_alice_cannot_use_the_others_mcp_session(two_issuers):
 async def test_two_issuers_alices_keep_their_runs_and_see_their_issuer(two_issuers):
     gateway, token_a, token_b, second = two_issuers
     shared = f"s-{uuid.uuid4().hex}"
-    a = [(await _invoke(gateway, token_a, "api_get_item", shared, item_id=f"i{i}")).json()["decision"] for i in range(3)]
-    b = [(await _invoke(gateway, token_b, "api_get_item", shared, item_id=f"i{i}")).json()["decision"] for i in range(2)]
+    a = [await _decision(gateway, token_a, shared, i) for i in range(3)]
+    b = [await _decision(gateway, token_b, shared, i) for i in range(2)]
     assert a == ["allow", "allow", "reject"] and b == ["allow", "allow"]
     write_b = await _invoke(gateway, token_b, "api_create_item", f"s-{uuid.uuid4().hex}", name="x")
     write_a = await _invoke(gateway, token_a, "api_create_item", f"s-{uuid.uuid4().hex}", name="y")
@@ -166,3 +174,20 @@ async def test_no_token_reaches_the_decision_log_the_logs_or_the_store(two_issue
         for part in (token, f"{header}.{payload}", signature):
             assert part.encode() not in stored, "a token is in the audit log or the store"
             assert part not in logged and part not in out and part not in err, "a token was logged"
+
+
+async def test_replay_decides_the_logged_calls_by_their_issuer(two_issuers, tmp_path):
+    gateway, token_a, token_b, second = two_issuers
+    for token in (token_a, token_b):
+        assert (await _invoke(gateway, token, "api_get_item", f"s-{uuid.uuid4().hex}", item_id="r")).status_code == 200
+    stricter = tmp_path / "stricter"
+    stricter.mkdir()
+    (stricter / "p.yaml").write_text(POLICY + f"""  - id: not-issuer-b
+    when: principal.kind == "jwt" && principal.issuer == "{second.issuer}"
+    action: reject
+    message: Not issuer B.
+""")
+    report = replay(load_policy_set([stricter]), read_events(gateway.audit_path), dict(gateway.config.spec.env))
+    changed = [c for c in report.changes.values() if c.kind == "decision"]
+    assert [(c.was, c.now, c.now_by, c.count) for c in changed] == [("allow", "reject", "budget/not-issuer-b", 1)]
+    assert report.unchanged == 1  # issuer A's alice, decided alike
