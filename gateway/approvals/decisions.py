@@ -62,7 +62,8 @@ class Decisions:
                                    "a decision after that is not accepted")
         if approval.state is not ApprovalState.PENDING:
             raise ApprovalConflict(f"approval {approval_id} is already {approval.state}")
-        if not elicitation and approver.id == approval.principal.id:
+        # Neither the same caller (its binding key) nor one the page shows by the same id may approve.
+        if not elicitation and (approver.key == approval.principal.key or approver.id == approval.principal.id):
             raise ApprovalForbidden("you cannot approve your own call")
         # The requester's own client answers only for a requirement that names the requester (``self``).
         open_reqs = [r for r in approval.requirements if r.satisfied_by is None

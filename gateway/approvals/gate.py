@@ -164,13 +164,13 @@ class Gate:
         request, upstream = held.request, held.tool.upstream.name
         digest = args_digest(held.decision.args)  # over the real arguments; the stored copy is made JSON-safe
         if request.call_id_given:
-            return await self._records.run(self._store.find, request.principal.id, upstream, request.tool,
+            return await self._records.run(self._store.find, request.principal.key, upstream, request.tool,
                                            request.call_id, digest)
         # No call id: a retry is the same principal, upstream, tool and final arguments in the same run; in
         # any of the principal's implicit runs when the client named none (a client may open a new MCP
         # session, and so get a new implicit run, for every call).
         run = "" if request.run_client is not None else request.session_id
-        return await self._records.run(self._store.find_by_run, request.principal.id, upstream, run, request.tool,
+        return await self._records.run(self._store.find_by_run, request.principal.key, upstream, run, request.tool,
                                        digest, request.received_ts)
 
     def _new_request(self, held: HeldCall, needed: list[Requirement]) -> Approval:

@@ -233,7 +233,7 @@ class Approval:
         """The API's view of an approval."""
         return {
             "id": self.id, "call_id": self.call_id, "args_digest": self.digest, "state": str(self.state),
-            "principal": {"id": self.principal.id, "groups": list(self.principal.groups)},
+            "principal": self.principal.to_record(),
             "session": self.session_id, "tool": self.tool, "upstream": self.upstream,
             "original_args": self.original_args, "final_args": self.final_args,
             "requirements": [r.to_dict() for r in self.requirements],

@@ -89,7 +89,7 @@ class Notification:
             return
         try:
             self._audit({**audit_head(event, now_rfc3339(), current_trace_id()), "approval_id": approval.id,
-                         "principal": {"id": approval.principal.id, "groups": list(approval.principal.groups)},
+                         "principal": approval.principal.to_record(),
                          "session": approval.session_id, "tool": approval.tool, "state": str(approval.state),
                          "decided_at": approval.decided_at, "execution": approval.execution(), **fields})
         except Exception as exc:  # an audit failure must not stop the sweeper

@@ -83,7 +83,7 @@ def load(row: tuple[Any, ...]) -> Approval:
     p = d["principal"]
     return Approval(
         id=d["id"], call_id=d["call_id"], digest=d["args_digest"],
-        principal=Principal(p["id"], tuple(p["groups"]), p.get("claims") or {}), session_id=d["session"],
+        principal=Principal.from_record(p, p.get("claims") or {}), session_id=d["session"],
         tool=d["tool"], upstream=d.get("upstream", ""), original_args=d["original_args"], final_args=d["final_args"],
         requirements=[Requirement(r["rule"], r["message"], r["approvers"], r["satisfied_by"], r.get("via", "page"))
                       for r in d["requirements"]],

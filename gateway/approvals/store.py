@@ -146,7 +146,7 @@ class ApprovalStore:
                 self._db.execute(
                     "INSERT INTO approvals (id, call_id, principal, digest, state, expires_ts, created_at, data, tool,"
                     " session, by_run, upstream) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (approval.id, approval.call_id, approval.principal.id, approval.digest, str(approval.state),
+                    (approval.id, approval.call_id, approval.principal.key, approval.digest, str(approval.state),
                      approval.expires_ts, approval.created_at, dump(approval), approval.tool,
                      approval.run_key, int(approval.by_run), approval.upstream))
                 self._add_audience(approval)
@@ -166,9 +166,9 @@ class ApprovalStore:
     def _holder(self, approval: Approval) -> Approval | None:
         """The live request holding ``approval``'s key, if any."""
         if approval.by_run:
-            return self._find_by_run(approval.principal.id, approval.upstream, approval.run_key, approval.tool,
+            return self._find_by_run(approval.principal.key, approval.upstream, approval.run_key, approval.tool,
                                      approval.digest)
-        return self._find(approval.principal.id, approval.upstream, approval.tool, approval.call_id, approval.digest)
+        return self._find(approval.principal.key, approval.upstream, approval.tool, approval.call_id, approval.digest)
 
     def _find_by_run(self, principal: str, upstream: str, run: str, tool: str, digest: str) -> Approval | None:
         row = self._db.execute(

@@ -18,6 +18,7 @@ from gateway.core.durations import parse_duration
 from gateway.core.errors import ConfigError
 from gateway.core.sourcemap import YamlDocument
 from gateway.core.validation import validate_document
+from gateway.policy.call import JWT_KEY_PREFIX
 from gateway.policy.load import read_document
 
 __all__ = ["LoadedConfig", "check_config", "load_config", "resolve_secret"]
@@ -161,4 +162,17 @@ def _semantic_problems(cfg: LoadedConfig, fetch_specs: bool) -> list[Diagnostic]
     for i, p in enumerate(spec.policies):
         if not cfg.path(p).exists():
             err(("policies", i), "not-found", f"policy path {p!r} not found", f"paths are relative to {cfg.base}")
+    for path in _reserved_principal_ids(spec):
+        err(path, "reserved-principal-id", f"a principal id may not start with {JWT_KEY_PREFIX!r}: the gateway"
+            " keeps it for principals recognised by a token", f"name the principal without the {JWT_KEY_PREFIX!r}"
+            " prefix")
     return out
+
+
+def _reserved_principal_ids(spec: GatewayConfig) -> list[tuple[str | int, ...]]:
+    """Where the config names a principal whose id a token's binding key could take (``Principal.key``)."""
+    found: list[tuple[tuple[str | int, ...], str]] = [
+        (("auth", "api_keys", i, "principal", "id"), key.principal.id) for i, key in enumerate(spec.auth.api_keys)]
+    if spec.auth.anonymous is not None:
+        found.append((("auth", "anonymous", "id"), spec.auth.anonymous.id))
+    return [path for path, principal_id in found if principal_id.startswith(JWT_KEY_PREFIX)]

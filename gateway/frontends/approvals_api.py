@@ -85,7 +85,7 @@ class _ApproverApi:
         except StoreUnavailable as exc:
             return _unavailable(exc)
         reader = identity.approver or identity.admin
-        if approval is None or not (identity.principal.id == approval.principal.id or (
+        if approval is None or not (identity.principal.key == approval.principal.key or (
                 reader and self.service.may_see(approval, identity.principal, identity.admin))):
             return error_response(404, "approval-not-found", "No such approval request.")
         return JSONResponse(approval.to_dict())

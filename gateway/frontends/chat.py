@@ -22,6 +22,7 @@ from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
 from gateway.models.proxy import Caller, ModelProxy, RequestProblem, UnknownModel
 from gateway.pipeline.runs import client_of, conversation_of, explicit_run_id
+from gateway.policy.call import Principal
 
 __all__ = ["chat_routes"]
 
@@ -43,8 +44,8 @@ def chat_routes(proxy: ModelProxy) -> list[Route]:
         explicit = explicit_run_id(request.headers)
         why = None if explicit is None else id_problem("run id", explicit)
         if explicit is not None and why is not None:  # refused at the door: no run read or made, no model asked
-            return _refused_run(proxy, identity.principal.id, explicit, why)
-        run = await proxy.gateway.resolve_run(identity.principal.id, explicit,
+            return _refused_run(proxy, identity.principal, explicit, why)
+        run = await proxy.gateway.resolve_run(identity.principal.key, explicit,
                                               client_of(None, request.headers, conversation_of(body.get("messages"))))
         caller = Caller(identity.principal, run)
         try:
@@ -64,10 +65,10 @@ def chat_routes(proxy: ModelProxy) -> list[Route]:
     return [Route("/v1/chat/completions", completions, methods=["POST"])]
 
 
-def _refused_run(proxy: ModelProxy, principal: str, run_id: str, why: str) -> JSONResponse:
+def _refused_run(proxy: ModelProxy, principal: Principal, run_id: str, why: str) -> JSONResponse:
     """A 400 for a run id the gateway does not take, written to the audit log first (a 503 if it cannot be)."""
     try:
-        proxy.gateway.record("request.refused", frontend="model", principal={"id": principal},
+        proxy.gateway.record("request.refused", frontend="model", principal=principal.to_record(),
                              session=shown_id(run_id), verdict="invalid_input", reason=why)
     except AuditWriteError:
         return error_response(503, "audit-failed", "The request could not be recorded, so it was refused.")

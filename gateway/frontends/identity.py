@@ -68,10 +68,11 @@ def session_owner(identity: Identity) -> AuthenticatedUser:
     """The user the MCP SDK compares to tie each MCP session to the principal that opened it.
 
     The SDK answers "Session not found" to anyone else who sends that ``Mcp-Session-Id``, DELETE
-    included. The API key itself is never put here: the principal id is the identity.
+    included. No credential is put here: the principal's binding key (``Principal.key``: an API key's principal
+    id, a token's issuer and subject) is the identity, so a later token of the same caller owns the session too.
     """
     principal = identity.principal
-    return AuthenticatedUser(AccessToken(token="", client_id=principal.id, subject=principal.id,
+    return AuthenticatedUser(AccessToken(token="", client_id=principal.key, subject=principal.key,
                                          scopes=list(principal.groups)))
 
 

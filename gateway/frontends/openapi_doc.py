@@ -125,7 +125,11 @@ def _schemas() -> Json:
                 "id": {"type": "string"}, "call_id": {"type": "string"}, "args_digest": {"type": "string"},
                 "state": {"enum": [str(s) for s in ApprovalState]},
                 "principal": {"type": "object", "properties": {
-                    "id": {"type": "string"}, "groups": {"type": "array", "items": {"type": "string"}}}},
+                    "id": {"type": "string"}, "groups": {"type": "array", "items": {"type": "string"}},
+                    "kind": {"enum": ["key", "jwt", "anonymous"]},
+                    "issuer": {"type": "string", "description": "The token's issuer (kind jwt only)."},
+                    "subject": {"type": "string", "description": "The token's subject (kind jwt only)."},
+                    "token_id_hash": {"type": "string", "description": "SHA-256 hex of the token's jti, if any."}}},
                 "session": {"type": "string"}, "tool": {"type": "string"},
                 "upstream": {"type": "string", "description": "Whose tool it was asked for (\"client\": an agent-run"
                              " tool of the model proxy; \"\" for a request stored before upstreams were recorded)."},

@@ -77,7 +77,7 @@ def rest_routes(gateway: Gateway) -> list[Route]:
         arguments = body.get("arguments", {})
         if not isinstance(arguments, dict):
             refused, arguments = "'arguments' must be a JSON object", {}
-        run = await gateway.resolve_run(identity.principal.id,
+        run = await gateway.resolve_run(identity.principal.key,
                                         explicit_run_id(request.headers, body_session_id=body.get("session_id")),
                                         client_of(None, request.headers))
         try:

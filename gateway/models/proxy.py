@@ -170,13 +170,13 @@ class ModelProxy:
         upstream_body.pop("stream", None)
         if gateway:
             upstream_body["tools"] = [*(body.get("tools") or []), *(function_tool(t) for t in gateway.values())]
-        expanded = self.splices.expand(caller.principal.id, caller.run.id, messages)
+        expanded = self.splices.expand(caller.principal.key, caller.run.id, messages)
         return _Conversation(caller, route, upstream_body, expanded, client, gateway, model)
 
     async def _terminated(self, conversation: _Conversation) -> str | None:
         """The run's terminate message, when the run was terminated (then the model is not asked)."""
         caller = conversation.caller
-        return await self.gateway.run_ended(caller.principal.id, caller.run, "This run was terminated.")
+        return await self.gateway.run_ended(caller.principal.key, caller.run, "This run was terminated.")
 
     async def complete(self, body: Json, caller: Caller) -> Json:
         """A whole chat completion for the agent."""
@@ -283,7 +283,7 @@ class ModelProxy:
 
     def _keep_splice(self, conversation: _Conversation, returned: Json) -> None:
         caller = conversation.caller
-        self.splices.keep(caller.principal.id, caller.run.id, returned, conversation.resolved)
+        self.splices.keep(caller.principal.key, caller.run.id, returned, conversation.resolved)
 
     async def _decide(self, conversation: _Conversation, call: _Call, iteration: int) -> None:
         """One call through the pipeline; sets its status and what the model or the agent gets."""

@@ -88,7 +88,7 @@ class CallObserver:
         """Run one call (``run``) inside its span, counting it in flight and its outcome when done."""
         if self._quiet and request.traceparent is None:
             return await run
-        metrics, run_key = self.metrics, (request.principal.id, request.session_id)
+        metrics, run_key = self.metrics, (request.principal.key, request.session_id)
         started = time.perf_counter()
         outcome = "error"
         attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": request.tool,

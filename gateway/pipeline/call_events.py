@@ -31,7 +31,7 @@ def _call_head(kind: str, trace: CallTrace, tool: ExposedTool | None, session: S
     head["call_id"] = request.call_id
     head["iteration"] = request.iteration
     head["frontend"] = request.frontend
-    head["principal"] = {"id": request.principal.id, "groups": list(request.principal.groups)}
+    head["principal"] = request.principal.to_record()  # kind, issuer, subject, token id hash: never the token
     head["session"] = session.id if session is not None else request.session_id
     head["tool"] = request.tool
     head["upstream"] = tool.upstream.name if tool else None

@@ -199,7 +199,7 @@ class ItemGate:
             **audit_head(f"{request.kind}.{'subscribe' if request.method == 'resources/subscribe' else 'outcome'}",
                          now_rfc3339(), current_trace_id(), trace.audit_id),
             "frontend": request.frontend,
-            "principal": {"id": request.principal.id, "groups": list(request.principal.groups)},
+            "principal": request.principal.to_record(),
             "method": request.method,
             "kind": request.kind,
             "name": request.name,

@@ -138,7 +138,7 @@ class Gateway(Questions):
     async def _call(self, request: CallRequest, *, hand_out: bool) -> CallOutcome:
         trace = CallTrace(request, current_trace_id(), hand_out)
         policy_set = self.policies.current  # one revision for the whole call
-        exceeded = self.limits.acquire(request.principal.id)
+        exceeded = self.limits.acquire(request.principal.key)
         if exceeded is not None:
             outcome = refusal(printable(request.call_id), "rate_limited", exceeded.message,
                               retry_after=exceeded.retry_after)
@@ -146,7 +146,7 @@ class Gateway(Questions):
         try:
             return await self._steps(trace, policy_set, self._execution.hand_out if hand_out else self._execution.run)
         finally:
-            self.limits.release(request.principal.id)
+            self.limits.release(request.principal.key)
             await self.store.settle()  # with other processes on the store: its counts written before it answers
 
     async def _steps(self, trace: CallTrace, policy_set: PolicySet, run: _Run) -> CallOutcome:
@@ -178,7 +178,7 @@ class Gateway(Questions):
         """The run's session (fail closed when the store cannot be read); a terminated run ends the call."""
         request = trace.request
         try:
-            session = trace.session = await self.store.session(request.principal.id, request.session_id,
+            session = trace.session = await self.store.session(request.principal.key, request.session_id,
                                                                request.run_client)
         except StoreUnavailable as exc:  # fail closed: counts and terminations elsewhere cannot be seen
             log.warning("call %s refused: %s", printable(request.call_id), exc)
@@ -198,7 +198,7 @@ class Gateway(Questions):
         if tool is not None:
             return tool
         # A retry of an approved call whose tool has gone since gets a plain answer, not -32602.
-        orphan = await self.approvals.orphaned(request.principal.id, request.call_id, request.tool)
+        orphan = await self.approvals.orphaned(request.principal.key, request.call_id, request.tool)
         if orphan is not None:
             raise _Ended(_outcome(orphan), counted=False)
         self._finish(trace, refusal(request.call_id, "unknown_tool", "unknown tool"), policy_set, count=False)
@@ -225,7 +225,7 @@ class Gateway(Questions):
         request = trace.request
         # Read before the session's counters are taken: from here to counting the call there is no await.
         try:
-            usage = await self.store.usage_now(request.principal.id)
+            usage = await self.store.usage_now(request.principal.key)
         except StoreUnavailable as exc:
             log.warning("call %s refused: %s", printable(request.call_id), exc)
             trace.uncounted = True  # not run, and not a use of the run's budget
@@ -269,7 +269,7 @@ class Gateway(Questions):
         # A call held on an open connection takes one of its principal's held-call slots; past them it is
         # answered "pending" at once (the client calls again), so waiting calls cannot fill the connections.
         waits = request.holds_connection and request.wait_seconds != 0
-        holding = waits and self.limits.hold(request.principal.id)
+        holding = waits and self.limits.hold(request.principal.key)
         if waits and not holding:
             self.observer.share_refused("held")
         try:
@@ -280,7 +280,7 @@ class Gateway(Questions):
             raise
         finally:
             if holding:
-                self.limits.unhold(request.principal.id)
+                self.limits.unhold(request.principal.key)
         trace.approval = {"id": approval.approval_id, "approved": approval.approved, "pending": approval.pending,
                           "replayed": approval.replay is not None}
         if approval.replay is not None or approval.pending:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
+from urllib.parse import quote
 
 from gateway.core.values import door_problem
 from gateway.policy.decision import Stage
 
-__all__ = ["ITEM_KINDS", "CallInfo", "ItemInfo", "Principal", "ResultInfo", "SessionInfo", "ToolCall", "ToolInfo",
-           "UsageInfo"]
+__all__ = ["ITEM_KINDS", "JWT_KEY_PREFIX", "PRINCIPAL_KINDS", "CallInfo", "ItemInfo", "Principal", "ResultInfo",
+           "SessionInfo", "ToolCall", "ToolInfo", "UsageInfo", "jwt_key"]
 
 # What a decision can be about (``request.kind``), and the MCP method behind each.
 ITEM_KINDS: dict[str, str] = {"tool": "tools/call", "resource": "resources/read", "prompt": "prompts/get"}
@@ -91,9 +93,54 @@ class Principal:
     subject: str = ""  # the token's verified ``sub``; empty unless kind is "jwt"
     token_id_hash: str = ""  # SHA-256 hex of the token's ``jti`` (never the token); empty without one
 
+    @property
+    def key(self) -> str:
+        """What the gateway binds this caller's runs, sessions, usage, tasks and approvals to.
+
+        An API key's or the anonymous principal's id, exactly as before tokens (stored rows stay theirs);
+        for a token, its issuer and subject (``jwt_key``), so two issuers' ``sub: alice`` share nothing and
+        no token can take an API key principal's place (config ids may not start with ``jwt:``).
+        """
+        return jwt_key(self.issuer, self.subject) if self.kind == "jwt" else self.id
+
     def to_cel(self) -> dict[str, Any]:
         """The ``principal`` map."""
-        return {"id": self.id, "groups": list(self.groups), "claims": self.claims}
+        return {"id": self.id, "groups": list(self.groups), "claims": self.claims, "issuer": self.issuer,
+                "kind": self.kind}
+
+    def to_record(self) -> dict[str, Any]:
+        """Who called, as the decision log and stored requests write it: never a token, only the hash of its id.
+
+        ``{id, groups, kind}``, and for a token also ``issuer``, ``subject`` and ``token_id_hash`` (when it
+        had a ``jti``); ``from_record`` reads it back, and rows written before ``kind`` as API keys'.
+        """
+        out: dict[str, Any] = {"id": self.id, "groups": list(self.groups), "kind": self.kind}
+        if self.kind == "jwt":
+            out["issuer"], out["subject"] = self.issuer, self.subject
+            if self.token_id_hash:
+                out["token_id_hash"] = self.token_id_hash
+        return out
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any], claims: dict[str, Any] | None = None) -> Principal:
+        """Back from ``to_record`` (``claims`` kept apart: the decision log writes them elsewhere)."""
+        kind = str(data.get("kind") or "key")
+        return cls(str(data["id"]), tuple(str(g) for g in data.get("groups") or ()), claims or {},
+                   kind if kind in PRINCIPAL_KINDS else "key", str(data.get("issuer") or ""),
+                   str(data.get("subject") or ""), str(data.get("token_id_hash") or ""))
+
+
+# How a caller can be recognised (``principal.kind``).
+PRINCIPAL_KINDS = ("key", "jwt", "anonymous")
+# The binding key of a token's principal starts with this; a config principal id may not (gateway/config/load.py).
+JWT_KEY_PREFIX = "jwt:"
+
+
+@lru_cache(maxsize=4096)  # a few callers make most calls: quote once per (issuer, subject)
+def jwt_key(issuer: str, subject: str) -> str:
+    """``jwt:<issuer>:<subject>``, each percent-encoded whole (``:`` and ``/`` too), so the pair reads back
+    unambiguously, the key holds no ``/`` (the admin API names it in a path) and is never a config id."""
+    return f"{JWT_KEY_PREFIX}{quote(issuer, safe='')}:{quote(subject, safe='')}"
 
 
 @dataclass(frozen=True, slots=True)

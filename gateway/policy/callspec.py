@@ -3,21 +3,23 @@
     {tool, args, principal, session, usage, call, env, stage, result}
 
 ``tool`` is a name or a map {name, upstream, title, description, annotations}; ``principal`` is
-a map or (in a test suite) the name of a principal the suite declares.
+a map {id, groups, claims, kind, issuer} or (in a test suite) the name of a principal the suite declares.
+``kind`` says how the caller was recognised: "key" when it names an id, "anonymous" when it names none;
+"jwt" must give the token's ``issuer`` (the subject is then the id).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from gateway.core.strict import StrictModel as _Strict
 from gateway.policy.call import CallInfo, Principal, ResultInfo, SessionInfo, ToolCall, ToolInfo, UsageInfo
 from gateway.policy.decision import Stage
 
-__all__ = ["ANONYMOUS", "CallSpec", "PrincipalSpec", "ToolSpec", "with_anonymous_id"]
+__all__ = ["ANONYMOUS", "CallPrincipalSpec", "CallSpec", "PrincipalSpec", "ToolSpec", "with_anonymous_id"]
 
 # Who a call or test case without a principal's id is made by.
 ANONYMOUS = "anonymous"
@@ -44,9 +46,32 @@ class PrincipalSpec(_Strict):
     claims: dict[str, Any] = Field(default_factory=dict)
 
 
+class CallPrincipalSpec(PrincipalSpec):
+    """Who makes a call or test case, and how the gateway recognised them (a config key says neither: its
+    kind is always "key")."""
+
+    kind: Literal["key", "jwt", "anonymous"] = "key"
+    issuer: str = Field("", validate_default=True)  # the token's issuer: required for kind "jwt", refused otherwise
+
+    @field_validator("issuer")
+    @classmethod
+    def _issuer(cls, value: str, info: ValidationInfo) -> str:
+        if (info.data.get("kind") == "jwt") != bool(value):
+            raise ValueError("a principal of kind 'jwt' names its token's 'issuer', and only such a principal does")
+        return value
+
+    def to_principal(self) -> Principal:
+        """The engine's principal (a token's subject is its id here: policies see the id, not the subject)."""
+        return Principal(self.id, tuple(self.groups), self.claims, self.kind, self.issuer,
+                         self.id if self.kind == "jwt" else "")
+
+
 def with_anonymous_id(value: Any) -> Any:
-    """A principal map of a call or test case, with ``id`` ANONYMOUS when it names none (other values as given)."""
-    return {"id": ANONYMOUS, **value} if isinstance(value, dict) else value
+    """A principal map of a call or test case, with ``id`` ANONYMOUS (and kind "anonymous") when it names
+    none (other values as given)."""
+    if isinstance(value, dict) and "id" not in value:
+        return {"id": ANONYMOUS, "kind": "anonymous", **value}
+    return value
 
 
 class SessionSpec(_Strict):
@@ -91,7 +116,8 @@ class CallSpec(_Strict):
     tool: str | ToolSpec
     args: dict[str, Any] = Field(default_factory=dict)
     original_args: dict[str, Any] | None = None
-    principal: str | PrincipalSpec = Field(default_factory=lambda: PrincipalSpec(id=ANONYMOUS))
+    principal: str | CallPrincipalSpec = Field(
+        default_factory=lambda: CallPrincipalSpec(id=ANONYMOUS, kind="anonymous"))
     session: SessionSpec = Field(default_factory=SessionSpec)
     usage: dict[str, UsageSpec] = Field(default_factory=dict)
     call: CallInfoSpec = Field(default_factory=CallInfoSpec)
@@ -103,7 +129,7 @@ class CallSpec(_Strict):
 
     def to_call(
         self,
-        principals: Mapping[str, PrincipalSpec] | None = None,
+        principals: Mapping[str, CallPrincipalSpec] | None = None,
         tools: Mapping[str, ToolSpec] | None = None,
         env: Mapping[str, Any] | None = None,
     ) -> ToolCall:
@@ -124,7 +150,7 @@ class CallSpec(_Strict):
             tool=ToolInfo(tool.name, tool.upstream, tool.title, tool.description, dict(tool.annotations)),
             args=self.args,
             original_args=self.original_args,
-            principal=Principal(principal.id, tuple(principal.groups), principal.claims),
+            principal=principal.to_principal(),
             session=SessionInfo(self.session.id, self.session.calls, self.session.calls_by_tool,
                                 self.session.rejected, self.session.started_at, self.session.implicit),
             usage={name: UsageInfo(u.calls, dict(u.calls_by_tool), u.rejected) for name, u in self.usage.items()},

@@ -29,7 +29,9 @@ TOOL = ObjectType("tool", {
         "title": "string", "readOnlyHint": "bool", "destructiveHint": "bool", "idempotentHint": "bool",
         "openWorldHint": "bool"}, optional=frozenset({"title"})),
 })
-PRINCIPAL = ObjectType("principal", {"id": "string", "groups": _STRING_LIST, "claims": DYN})
+# kind: "key", "jwt" or "anonymous"; issuer: the token's verified iss ("" unless kind is "jwt")
+PRINCIPAL = ObjectType("principal", {"id": "string", "groups": _STRING_LIST, "claims": DYN, "issuer": "string",
+                                     "kind": "string"})
 SESSION = ObjectType("session", {
     "id": "string", "implicit": "bool", "calls": "int", "calls_by_tool": _COUNTS, "rejected": "int",
     "started_at": "string"})

@@ -183,8 +183,8 @@ def _call_of(event: dict[str, Any], context: dict[str, Any], env: dict[str, Any]
                       title=str(tool.get("title") or ""), description=str(tool.get("description") or ""),
                       annotations=dict(tool.get("annotations") or {})),
         args=args,
-        principal=Principal(str(principal["id"]), tuple(str(g) for g in principal.get("groups") or ()),
-                            dict(context.get("principal_claims") or {})),
+        # kind and issuer as the event recorded them (events from before kind was recorded: an API key's)
+        principal=Principal.from_record(principal, dict(context.get("principal_claims") or {})),
         session=SessionInfo(str(session.get("id") or ""), int(session.get("calls") or 0),
                             {str(k): int(v) for k, v in (session.get("calls_by_tool") or {}).items()},
                             int(session.get("rejected") or 0), str(session.get("started_at") or ""),

@@ -27,7 +27,7 @@ from gateway.core.diagnostics import Diagnostic
 from gateway.core.sourcemap import YamlDocument
 from gateway.core.strict import StrictModel as _Strict
 from gateway.core.validation import validate_document
-from gateway.policy.callspec import CallSpec, PrincipalSpec, ToolSpec, with_anonymous_id
+from gateway.policy.callspec import CallPrincipalSpec, CallSpec, ToolSpec, with_anonymous_id
 from gateway.policy.decision import Outcome, Verdict
 from gateway.policy.load import read_document
 
@@ -60,7 +60,7 @@ class SuiteFile(_Strict):
     suite: str | None = None
     policies: list[str] | None = None
     env: dict[str, Any] = Field(default_factory=dict)
-    principals: dict[str, PrincipalSpec] = Field(default_factory=dict)
+    principals: dict[str, CallPrincipalSpec] = Field(default_factory=dict)
     tools: dict[str, ToolSpec] = Field(default_factory=dict)
     cases: list[Case] = Field(default_factory=list)
 

@@ -69,4 +69,5 @@ async def test_a_run_id_with_a_control_character_is_refused_before_the_model_is_
     assert len(stage.model.requests) == asked
     path = sorted(stage.root.glob("gw-*"))[-1] / "data" / "audit.jsonl"
     [event] = [e for e in map(json.loads, path.read_text().splitlines()) if e.get("event") == "request.refused"]
-    assert (event["verdict"], event["frontend"], event["principal"]) == ("invalid_input", "model", {"id": "alice"})
+    assert (event["verdict"], event["frontend"]) == ("invalid_input", "model")
+    assert (event["principal"]["id"], event["principal"]["kind"]) == ("alice", "key")

@@ -366,6 +366,21 @@ def test_explain_json(project, write):
     ]
 
 
+def test_explain_a_call_by_a_tokens_principal(project, write):
+    write("issuers/only.yaml", "policy: only\nrules:\n  - id: other-idp\n"
+          "    when: principal.kind == 'jwt' && principal.issuer != 'https://idp-a.example.com'\n"
+          "    action: reject\n    message: Not our IdP.\n  - id: rest\n    action: allow\n")
+    write("calls/b.yaml", "tool: search\nprincipal: {id: alice, kind: jwt, issuer: 'https://idp-b.example.com'}\n")
+    write("calls/a.yaml", "tool: search\nprincipal: {id: alice, kind: jwt, issuer: 'https://idp-a.example.com'}\n")
+    write("calls/no-issuer.yaml", "tool: search\nprincipal: {id: alice, kind: jwt}\n")
+    b = gateway(project, "explain", "--format", "json", "--policies", "issuers", "--call", "calls/b.yaml")
+    a = gateway(project, "explain", "--format", "json", "--policies", "issuers", "--call", "calls/a.yaml")
+    assert (json.loads(b.stdout)["decided_by"], json.loads(a.stdout)["decided_by"]) == ("only/other-idp", "only/rest")
+    bad = gateway(project, "explain", "--policies", "issuers", "--call", "calls/no-issuer.yaml")
+    assert bad.returncode == 1 and bad.stderr.startswith("calls/no-issuer.yaml:2:12: error[")
+    assert "names its token's 'issuer'" in bad.stderr
+
+
 def test_explain_with_a_bad_call_file(project, write):
     write("calls/bad.json", '{"tool": "t", "argz": {}}')
     out = gateway(project, "explain", "--policies", "good", "--call", "calls/bad.json")

@@ -108,3 +108,16 @@ def test_load_config_raises_with_all_diagnostics(config):
     with pytest.raises(ConfigError) as excinfo:
         load_config(config("listen: {prot: 1}\nengine: fast\n"))
     assert [d.code for d in excinfo.value.diagnostics] == ["unknown-key", "invalid-value"]
+
+
+def test_a_principal_id_that_a_tokens_binding_key_could_take_is_refused(config):
+    # jwt:... is how runs, usage and approvals of a token's (issuer, subject) are keyed: an API key or the
+    # anonymous principal named so would share them with that token's caller
+    path = config("auth:\n  api_keys:\n    - principal: {id: 'jwt:https%3A%2F%2Fidp:alice'}\n"
+                  f"      sha256: '{'0' * 64}'\n  anonymous: {{id: 'jwt:x'}}\n")
+    loaded, diagnostics = check_config(path)
+    assert loaded is None
+    assert [(d.code, d.line, d.column) for d in diagnostics] == [
+        ("reserved-principal-id", 3, 23), ("reserved-principal-id", 5, 19)]
+    assert all("jwt:" in d.message and d.hint == "name the principal without the 'jwt:' prefix" for d in diagnostics)
+    assert load_config(config(f"auth:\n  api_keys:\n    - principal: {{id: 'jwt'}}\n      sha256: '{'0' * 64}'\n"))

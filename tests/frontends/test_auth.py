@@ -86,7 +86,7 @@ async def test_the_anonymous_principal_acts_only_when_configured(start_gateway, 
     write = await rest_call(anonymous, "api_create_item", {"name": "anon-2"})
     assert (read["_status"], read["is_error"]) == (200, False)
     assert (write["is_error"], write["content"][0]["text"]) == (True, "Visitors may only read.")
-    assert gateway.audit_event(cid)["principal"] == {"id": "guest", "groups": ["visitors"]}
+    assert gateway.audit_event(cid)["principal"] == {"id": "guest", "groups": ["visitors"], "kind": "anonymous"}
     assert (await rest_call(alice, "api_create_item", {"name": "alice-3"}))["is_error"] is False
     # a wrong key is refused: it does not fall back to the anonymous principal
     wrong = await rest(gateway, who=None).post("/v1/tools/api_get_item/invoke", json={"arguments": {"item_id": "x"}},

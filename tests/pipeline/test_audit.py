@@ -39,7 +39,7 @@ async def test_one_event_per_call_with_the_documented_fields(shared_gateway, mcp
     assert re.fullmatch(r"[0-9a-f]{32}", event["id"])
     assert datetime.fromisoformat(event["time"].replace("Z", "+00:00")).tzinfo is not None
     assert event["call_id"] == cid
-    assert event["principal"] == {"id": "alice", "groups": ["admins", "staff"]}
+    assert event["principal"] == {"id": "alice", "groups": ["admins", "staff"], "kind": "key"}
     assert event["session"].startswith("implicit-")  # no run id named: the MCP session is not one (docs/runs.md)
     assert (event["tool"], event["upstream"], event["frontend"]) == ("up_echo", "up", "mcp")
     assert event["original_args"] == {"text": "pw-test", "password": "[REDACTED]"}

@@ -101,7 +101,7 @@ def test_a_misspelled_principal_field_is_a_load_error_with_did_you_mean(error):
     d = error(rule("'\"admins\" in principal.grups'"))
     assert at(d) == ("cel-field", 5, 33, "t/r")  # the '.' before grups
     assert "undefined field 'grups' of principal (did you mean 'groups'?)" in d.message
-    assert d.hint == "the fields of principal are: claims, groups, id"
+    assert d.hint == "the fields of principal are: claims, groups, id, issuer, kind"
 
 
 @pytest.mark.parametrize(("expression", "field", "meant"), [
@@ -405,3 +405,43 @@ def test_a_schema_that_reuses_definitions_is_typed_in_linear_time(loads):
     started = time.perf_counter()
     assert loads(rule("'has(args.a.b.a.b.a)'", "    tools: [deep]\n"), catalog=hostile) == []
     assert time.perf_counter() - started < 5
+
+
+# --- how the caller was recognised ---------------------------------------------------------------
+
+ISSUERS = """
+policy: t
+rules:
+  - id: only-our-idp
+    when: principal.kind == "jwt" && principal.issuer != "https://idp-a.example.com"
+    action: reject
+    message: Tokens from this issuer may not call tools.
+  - id: no-anonymous-writes
+    when: principal.kind == "anonymous" && !tool.annotations.readOnlyHint
+    action: reject
+    message: Anonymous callers only read.
+"""
+
+
+@pytest.mark.both_engines
+def test_principal_issuer_and_kind_are_typed_and_decided_alike(check):
+    policy_set, diagnostics, _ = check(ISSUERS)
+    assert policy_set is not None and diagnostics == []
+    principals = {
+        "a": {"id": "alice", "kind": "jwt", "issuer": "https://idp-a.example.com"},
+        "b": {"id": "alice", "kind": "jwt", "issuer": "https://idp-b.example.com"},
+        "key": {"id": "alice"},
+        "anonymous": {"groups": []},
+    }
+    verdicts = {name: policy_set.decide(make_call("write", principal=p)).verdict for name, p in principals.items()}
+    assert verdicts == {"a": Verdict.ALLOW, "b": Verdict.REJECT, "key": Verdict.ALLOW, "anonymous": Verdict.REJECT}
+    rejected = policy_set.decide(make_call("write", principal=principals["b"]))
+    assert rejected.decided_by == "t/only-our-idp"
+
+
+@pytest.mark.both_engines
+def test_a_misspelled_or_mistyped_principal_kind_is_a_load_error(error):
+    d = error(rule("'principal.knid == \"jwt\"'"))
+    assert d.code == "cel-field" and "did you mean 'kind'?" in d.message
+    typed = error(rule("'principal.issuer > 3'"))
+    assert typed.code == "cel-compile" and "'(string, int)'" in typed.message  # issuer is a string, on both engines

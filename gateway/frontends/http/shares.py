@@ -164,7 +164,7 @@ class ConnectionShares:
             await self.app(scope, receive, send)  # answered at once: 401, or an open page
             return
         scope[IDENTITY_KEY] = identity
-        key = identity.principal.id
+        key = identity.principal.key
         over = self.shares.take(key, _operator(identity, scope["path"]))
         if over is not None:
             if self.refused is not None:

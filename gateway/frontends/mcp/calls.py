@@ -50,7 +50,7 @@ class ToolCalls:
                     upstream_progress: ToolProgress | None = None, elicit: Any = None) -> CallRequest:
         """The pipeline's request for a tools/call."""
         identity = identity_of(scope)
-        run = await self.gateway.resolve_run(identity.principal.id, explicit_run_id(headers, meta),
+        run = await self.gateway.resolve_run(identity.principal.key, explicit_run_id(headers, meta),
                                              client_of(client_info_of(client_params, meta), headers),
                                              headers.get(MCP_SESSION_HEADER) or None)
         return CallRequest(

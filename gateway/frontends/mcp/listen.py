@@ -67,7 +67,7 @@ class _Stream:
 
 
 def _principal_key(principal: Principal) -> str:
-    return json.dumps([principal.id, list(principal.groups), principal.claims], sort_keys=True, default=str)
+    return json.dumps([principal.key, principal.to_cel()], sort_keys=True, default=str)
 
 
 def _same(a: View, b: View) -> bool:
@@ -88,7 +88,7 @@ class ToolListeners:
 
     def count(self, principal_id: str | None = None) -> int:
         """Open streams (of one principal, when given)."""
-        return sum(1 for s in self._streams if principal_id is None or s.principal.id == principal_id)
+        return sum(1 for s in self._streams if principal_id is None or s.principal.key == principal_id)
 
     def changed(self) -> None:
         """Something that shapes tool lists changed: wake each stream whose principal now sees a different list."""
@@ -136,7 +136,7 @@ class ToolListeners:
         if ctx.request is None:
             raise MCPError(types.INTERNAL_ERROR, "the gateway serves MCP over HTTP only")
         principal = identity_of(ctx.request.scope).principal
-        if self.count(principal.id) >= self.max_per_principal:
+        if self.count(principal.key) >= self.max_per_principal:
             raise MCPError(types.INVALID_REQUEST,
                            f"This key already has {self.max_per_principal} listen streams open, the most it may have."
                            " Close one first.")

@@ -93,7 +93,7 @@ class RoundTrips:
             return await self._resume(request, params)
         if ctx.session.protocol_version not in MODERN_PROTOCOL_VERSIONS or ctx.session.can_send_request:
             return await run(request)  # the client can be asked on the call's stream
-        call = _Suspended(request.principal.id, request.tool, dict(request.arguments))
+        call = _Suspended(request.principal.key, request.tool, dict(request.arguments))
         request.client = _RoundTripChannel(ctx, log_levels, call)
         call.task = asyncio.ensure_future(run(request))
         call.task.add_done_callback(lambda _: self._forget(call))
@@ -103,7 +103,7 @@ class RoundTrips:
         state = params.request_state or ""
         call = self._waiting.get(state)
         if call is None or (call.principal, call.tool, call.arguments) != (
-                request.principal.id, request.tool, request.arguments):  # and a mismatch does not spend it
+                request.principal.key, request.tool, request.arguments):  # and a mismatch does not spend it
             raise MCPError(code=types.INVALID_PARAMS, message="Invalid or expired requestState")
         del self._waiting[state]
         call.state = None

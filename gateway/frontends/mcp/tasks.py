@@ -235,7 +235,7 @@ class McpTasks:
         if self.calls.gateway.tool(params.name) is None:
             return await call_next(ctx)  # an unknown tool is a protocol error, not a task
         request = await self.call_request(ctx, params)
-        task = self.table.create(request.principal.id, params.name, ttl)
+        task = self.table.create(request.principal.key, params.name, ttl)
         # The call outlives this HTTP request: no keep-alives and no questions on it (the upstream's own progress
         # is relayed while the request lasts, best effort: a quick call that needs no task keeps its progress).
         request.progress = request.elicit = None
@@ -340,7 +340,7 @@ def _principal(ctx: ServerRequestContext[Any, Any]) -> str:
     request = ctx.request
     if request is None:
         raise MCPError(code=types.INTERNAL_ERROR, message="the gateway serves MCP over HTTP only")
-    return identity_of(request.scope).principal.id
+    return identity_of(request.scope).principal.key
 
 
 def _ttl(value: Any) -> int:

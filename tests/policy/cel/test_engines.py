@@ -41,7 +41,7 @@ DATA: dict[str, Any] = {
         "none": None,
         "blob": b"hi",
     },
-    "principal": {"id": "u1", "groups": ["dev", "ops"]},
+    "principal": {"id": "u1", "groups": ["dev", "ops"], "issuer": "https://idp.example.com", "kind": "jwt"},
     "env": {"stage": "prod"},
 }
 
@@ -196,6 +196,11 @@ CORPUS: list[tuple[str, Any]] = [
     ("[1, 2, 3].map(x, x > 1, x * 10)", [20, 30]),
     ("args.m.exists(k, k == 'x')", True),
     ("principal.groups.exists(g, g in ['ops', 'admin'])", True),
+    # how the caller was recognised: a token's issuer, the kind of credential
+    ("principal.kind == 'jwt' && principal.issuer == 'https://idp.example.com'", True),
+    ("principal.kind in ['key', 'anonymous']", False),
+    ("principal.issuer.startsWith('https://') && !principal.issuer.endsWith('/')", True),
+    ("principal.kind == 'jwt' ? principal.issuer + '#' + principal.id : principal.id", "https://idp.example.com#u1"),
     ("[1, 'a'].exists(x, x == 1)", True),
     ("[0, 1].exists(x, 1 / x > 0)", True),
     ("[1, 0].all(x, 1 / x > 0)", FAILS),
@@ -227,7 +232,7 @@ CORPUS: list[tuple[str, Any]] = [
     ("args.m", {"x": 1}),
     ("args.none", None),
     ("args.blob", b"hi"),
-    ("principal", {"id": "u1", "groups": ["dev", "ops"]}),
+    ("principal", {"id": "u1", "groups": ["dev", "ops"], "issuer": "https://idp.example.com", "kind": "jwt"}),
     ("result.status", FAILS),  # no value was given for `result`
 ]
 
