@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.types import Scope
 
 from gateway.app.credentials import build_authenticator, build_notifier
+from gateway.app.sso import build_sso
 from gateway.approvals.service import ApprovalService
 from gateway.approvals.store import ApprovalStore
 from gateway.auth.keys import Authenticator
@@ -45,6 +46,7 @@ from gateway.frontends.metrics_api import METRICS_PATH, metrics_routes
 from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.rest import rest_routes
 from gateway.frontends.sessions_api import session_admin_routes
+from gateway.frontends.sso import SessionCookies, SsoPages
 from gateway.models import ModelProxy, ModelRoute
 from gateway.models.upstream import ModelUpstream
 from gateway.observe import CallObserver, Metrics
@@ -229,6 +231,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     interval = parse_duration(config.spec.reload_interval)
     supervisor = build_supervisor(config, gateway.registry)
     models = build_model_proxy(config, gateway)
+    sso = build_sso(config, getattr(auth, "jwt", None))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -262,6 +265,8 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                 await gateway.approvals.aclose()
             await supervisor.close()
             await models.close()
+            if sso is not None:
+                await sso.flow.aclose()
             gateway.audit.close()
             gateway.store.close()
             gateway.observer.tracing.shutdown()
@@ -291,9 +296,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                            exception_handlers=json_http_errors())
         scrape.router.redirect_slashes = False
         scrape_routes.append(Route(METRICS_PATH, scrape, methods=["GET"]))
-    if isinstance(gateway.approvals, ApprovalService):
-        api.extend(approval_routes(gateway.approvals))
-        open_routes.extend(approvals_page_routes())
+    _approvals(gateway, sso, api, open_routes, edge)
     # each key's share of the connections, counted before the body is read (BodyLimit, the last of the edge)
     edge.insert(-1, _connection_shares(config, auth, gateway, open_routes))
     protected = Starlette(routes=api, middleware=[Middleware(RequireIdentity, auth=auth)],
@@ -307,6 +310,18 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     app.state.supervisor = supervisor
     app.state.mcp = mcp
     return app
+
+
+def _approvals(gateway: Gateway, sso: SsoPages | None, api: list[Route], open_routes: list[BaseRoute],
+               edge: list[Middleware]) -> None:
+    """The approver API, the page and its sign-in, when this gateway serves approvals."""
+    if not isinstance(gateway.approvals, ApprovalService):
+        return
+    api.extend(approval_routes(gateway.approvals))
+    open_routes.extend(approvals_page_routes())
+    if sso is not None:  # the approver's session cookie is read before the shares count the request
+        open_routes.extend(sso.routes())
+        edge.insert(-1, Middleware(SessionCookies, pages=sso))
 
 
 def server_options(config: LoadedConfig) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from gateway.config.fields import SecretRef
+from gateway.config.sso import SsoSpec
 from gateway.core.strict import StrictModel
 from gateway.policy.callspec import PrincipalSpec
 
@@ -65,4 +66,6 @@ class ApprovalsSpec(StrictModel):
     # Apply the audit log's redact_keys / redact_patterns to the arguments approvers see, stored
     # requests and webhooks. Off only if approvers must see the secrets themselves to decide.
     redact: bool = True
+    # Approvers sign in to the page with the organisation's IdP (gateway/config/sso.py); keys keep working.
+    sso: SsoSpec | None = None
 

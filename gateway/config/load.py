@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway.config.model import GatewayConfig, SecretRef
+from gateway.config.sso import sso_problems
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.durations import parse_duration
 from gateway.core.errors import ConfigError
@@ -154,6 +155,8 @@ def _semantic_problems(cfg: LoadedConfig, fetch_specs: bool) -> list[Diagnostic]
             resolve_secret(ref, cfg.base)
         except ValueError as exc:
             err(path, "secret-missing", str(exc), "set the variable or create the file before starting the gateway")
+    for where, code, message, hint in sso_problems(spec):
+        err(where, code, message, hint)
     for i, p in enumerate(spec.policies):
         if not cfg.path(p).exists():
             err(("policies", i), "not-found", f"policy path {p!r} not found", f"paths are relative to {cfg.base}")

@@ -8,5 +8,6 @@ from gateway.core.limits.approvals import *  # noqa: F403
 from gateway.core.limits.edge import *  # noqa: F403
 from gateway.core.limits.models import *  # noqa: F403
 from gateway.core.limits.policy import *  # noqa: F403
+from gateway.core.limits.sso import *  # noqa: F403
 from gateway.core.limits.store import *  # noqa: F403
 from gateway.core.limits.upstreams import *  # noqa: F403
