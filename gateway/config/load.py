@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gateway.config.identity import jwt_problems
 from gateway.config.model import GatewayConfig, SecretRef
 from gateway.config.sso import sso_problems
 from gateway.core.diagnostics import Diagnostic
@@ -155,6 +156,7 @@ def _semantic_problems(cfg: LoadedConfig, fetch_specs: bool) -> list[Diagnostic]
             resolve_secret(ref, cfg.base)
         except ValueError as exc:
             err(path, "secret-missing", str(exc), "set the variable or create the file before starting the gateway")
+    out.extend(jwt_problems(spec.auth.jwt, doc, cfg.file, spec.engine))
     for where, code, message, hint in sso_problems(spec):
         err(where, code, message, hint)
     for i, p in enumerate(spec.policies):

@@ -15,7 +15,7 @@ https unless it is this machine) are ``sso_problems``, reported at their ``file:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
@@ -84,7 +84,7 @@ def sso_problems(spec: GatewayConfig) -> list[Problem]:
     if sso is None:
         return []
     out: list[Problem] = []
-    issuers = [str(getattr(j, "issuer", "")).rstrip("/") for j in _jwt_specs(spec)]
+    issuers = [j.issuer.rstrip("/") for j in spec.auth.jwt]
     if sso.issuer.rstrip("/") not in issuers:
         out.append((("approvals", "sso", "issuer"), "sso-unknown-issuer",
                     f"approvals.sso.issuer {sso.issuer!r} is not one of auth.jwt's issuers",
@@ -102,7 +102,3 @@ def sso_problems(spec: GatewayConfig) -> list[Problem]:
                     "approvals.sso needs approvals.public_url when listen.host is not a loopback address: the"
                     " IdP sends approvers back to it", "set approvals.public_url to the page's https address"))
     return out
-
-
-def _jwt_specs(spec: GatewayConfig) -> list[Any]:
-    return list(getattr(spec.auth, "jwt", []) or [])
