@@ -26,6 +26,9 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount
 
 from gateway.approvals.model import ApprovalState, Requirement
+from gateway.auth.claims import ClaimMapping
+from gateway.auth.jwks import IssuerKeys, JwksClient
+from gateway.auth.jwt import JwtAuthenticator, JwtAuthenticators
 from gateway.auth.sso import OidcClient, OidcFlow, SignIns
 from gateway.auth.sso_sessions import Sessions
 from gateway.frontends.approvals_api import approval_routes
@@ -35,6 +38,7 @@ from gateway.frontends.identity import RequireIdentity
 from gateway.frontends.sso import SessionCookies, SsoPages
 
 LEADS = [Requirement("big-refund", "Refunds over 100 need a lead", ["group:leads"])]
+ALGORITHMS = ["RS256", "ES256", "PS256", "EdDSA"]
 ATTACKER = "http://127.0.0.1:9"  # another origin on the same site (an IP literal is its own site, whatever the port)
 
 
@@ -77,30 +81,17 @@ class Site:
 MakeSite = Callable[..., Awaitable[Site]]
 
 
-@pytest.fixture
-def checker(idp: Idp) -> Any:
-    """TEMPORARY until i20-b lands: the issuer's JWT authenticator (signature with the JWKS, iss, aud, exp)."""
-    from idp_support import check_jwt
-
-    from gateway.auth.keys import Identity
-    from gateway.core.errors import CredentialError
-    from gateway.policy.call import Principal
-
-    class Scratch:
-        async def verify(self, token: str, *, issuer: str, audiences: Any) -> dict[str, Any]:
-            async with httpx2.AsyncClient() as http:
-                jwks = (await http.get(idp.jwks_uri)).json()
-            try:
-                return check_jwt(token, jwks, issuer=issuer, audience=audiences[0])
-            except Exception as exc:
-                raise CredentialError(str(exc)) from exc
-
-        def identity_for_claims(self, issuer: str, claims: Any, token: str | None = None) -> Identity:
-            groups = tuple(claims.get("groups", []))
-            return Identity(Principal(claims["sub"], groups, kind="jwt", issuer=issuer, subject=claims["sub"]),
-                            approver="leads" in groups, admin="security" in groups)
-
-    return Scratch()
+@pytest_asyncio.fixture
+async def checker(idp: Idp) -> AsyncIterator[JwtAuthenticators]:
+    """The IdP's JWT authenticator, as ``auth.jwt`` builds it: keys from its JWKS, leads approve, security sees all."""
+    client = JwksClient()
+    mapping = ClaimMapping(id="claims.sub", groups="has(claims.groups) ? claims.groups : []", claims="claims",
+                           roles={"approver": '"leads" in principal.groups', "admin": '"security" in principal.groups'})
+    keys = IssuerKeys(idp.issuer, None, ALGORITHMS, 3600, client)
+    authenticators = JwtAuthenticators([JwtAuthenticator(idp.issuer, ["https://gateway.test/mcp"], ALGORITHMS, 30,
+                                                         keys, mapping)], client)
+    yield authenticators
+    await authenticators.aclose()
 
 
 @pytest_asyncio.fixture
@@ -311,7 +302,7 @@ async def test_an_id_token_issued_to_another_client_is_refused(make_site: MakeSi
     site = await make_site(http_client=token_endpoint_answering(idp, lambda: str(other["id_token"])))
     alice = site.browser()
     answer = await alice.sign_in("alice")
-    assert answer.status_code == 401 and "The ID token was refused" in answer.text
+    assert answer.status_code == 401 and "The ID token was refused (bad-audience)" in answer.text
     assert await alice.session() is None
 
 
