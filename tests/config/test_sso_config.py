@@ -65,3 +65,21 @@ def test_beyond_loopback_the_page_needs_its_public_address(config):
     text = "listen: {host: 0.0.0.0, port: 8080}\n" + sso()
     problems = check_config(config(text))[1]
     assert "sso-needs-public-url" in {d.code for d in problems}
+
+
+JWT = ("auth:\n  jwt:\n    - issuer: https://idp.example.com\n      audiences: [https://gateway.example.com/mcp]\n"
+       "      roles: {approver: '\"leads\" in principal.groups'}\n")
+
+
+def test_an_issuer_of_auth_jwt_loads_with_the_defaults(config):
+    loaded, problems = check_config(config(JWT + "approvals:\n  public_url: https://gateway.example.com\n"
+                                           + sso()[len("approvals:\n"):]))
+    assert problems == [] and loaded is not None
+    sso_spec = loaded.spec.approvals.sso
+    assert sso_spec is not None
+    assert (sso_spec.scopes, sso_spec.lifetime_seconds(), sso_spec.display_name(), sso_spec.client_secret) == \
+        (["openid", "profile", "email"], 3600, "idp.example.com", None)
+    other = check_config(config(JWT + sso(issuer="https://other.example.com")))[1]
+    assert [d.code for d in other] == ["sso-unknown-issuer"]
+    assert "https://idp.example.com" in (other[0].hint or "")  # the issuers it could be
+
