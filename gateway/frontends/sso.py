@@ -162,6 +162,7 @@ class SsoPages:
                     f"You signed in as {identity.principal.id}, who may not decide approval requests here."
                     " Ask for the approver role, or sign in with another account."))
             else:
+                self.sessions.end(_cookie(request.scope, site.name(_SESSION)))  # a new sign-in, a new session
                 value, _ = self.sessions.create(identity, id_token)
                 response = RedirectResponse(f"{site.base}{pending.next_path}", 303, headers=_NO_STORE)
                 response.set_cookie(site.name(_SESSION), value, max_age=int(self.sessions.lifetime), path="/",

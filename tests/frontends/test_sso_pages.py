@@ -182,6 +182,16 @@ async def test_over_https_the_cookies_are_secure_and_host_only(make_site: MakeSi
     assert not any(a.startswith("domain") for a in attributes)
 
 
+async def test_signing_in_again_ends_the_browsers_old_session(make_site: MakeSite) -> None:
+    site = await make_site()
+    alice = site.browser()
+    await alice.sign_in("alice")
+    old = alice.http.cookies["gateway-approver"]
+    await alice.sign_in("alice")
+    assert alice.http.cookies["gateway-approver"] != old
+    assert site.pages.sessions.get(old) is None and len(site.pages.sessions) == 1
+
+
 async def test_a_client_secret_sent_in_the_body_works_too(make_site: MakeSite) -> None:
     site = await make_site(auth_method="client_secret_post")
     assert (await site.browser().sign_in("alice")).status_code == 303
