@@ -39,7 +39,7 @@ from gateway.config.load import load_config
 
 pytestmark = needs_browser
 
-AGENT_KEY, WATCHER_KEY = "agent-key-5e1f0c", "watcher-key-c01d2e"  # the caller, and an admin who only looks
+AGENT_KEY, WATCHER_KEY = "agent-key-5e1f0c", "watcher-key-c01d2e"  # the caller; an admin who looks (and tidies up)
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -54,7 +54,8 @@ async def gateway(tmp_path: Path, idp: Idp, upstream: CountingUpstream) -> Async
     spec = {"policies": ["policies"], "store": {"sqlite": "data/gateway.sqlite3"},
             "audit": {"file": "data/audit.jsonl"},
             "auth": {"api_keys": [{"principal": {"id": "agent"}, "sha256": hash_key(AGENT_KEY)},
-                                  {"principal": {"id": "watcher"}, "sha256": hash_key(WATCHER_KEY), "admin": True}],
+                                  {"principal": {"id": "watcher", "groups": ["leads"]}, "sha256": hash_key(WATCHER_KEY),
+                                   "approver": True, "admin": True}],
                      "jwt": [jwt_auth(idp)]},
             "approvals": {"sso": {"issuer": idp.issuer, "client_id": client.client_id,
                                   "client_secret": {"file": "sso-secret"}, "name": "Test IdP"}},
@@ -120,6 +121,16 @@ async def test_an_approver_signs_in_with_the_idp_approves_a_held_call_and_signs_
         assert (session["httpOnly"], session["sameSite"]) == (True, "Strict")
         assert "gateway-sso-login" not in cookies
         assert await page.evaluate("document.cookie") == ""  # no script on the page can read it
+
+        # the cookie is an approver's session for the approvals page, and nothing else: no tool call, no admin API
+        async with httpx2.AsyncClient(base_url=gateway, cookies={"gateway-approver": session["value"]}) as http:
+            assert (await http.get("/approvals/sso/session")).json()["session"]["principal"] == "alice"
+            tool = await http.post("/v1/tools/ops_deploy/invoke", headers={"Origin": gateway},
+                                   json={"arguments": {"service": "cookie"}})
+            assert tool.status_code == 401
+            assert (await http.get("/v1/admin/sessions")).status_code == 401
+            assert (await http.get("/v1/tools")).status_code == 401
+        assert upstream.ran("deploy", service="cookie") == 0
 
         await card.get_by_test_id("approve").click()
         await expect(page.get_by_test_id("notice")).to_have_text("Approved: ops_deploy requested by agent")
@@ -193,6 +204,11 @@ async def test_a_page_elsewhere_cannot_decide_with_the_approvers_cookie(gateway:
         assert seen["cors"] == "blocked"  # the preflight is refused: the JSON request is never sent
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {WATCHER_KEY}"}) as http:
             still = (await http.get(f"{gateway}/v1/approvals/{approval['id']}")).json()
-        assert still["state"] == "pending" and still["votes"] == []
-        assert not call.done()
+            assert still["state"] == "pending" and still["votes"] == []
+            assert not call.done()
+            denied = await http.post(f"{gateway}/v1/approvals/{approval['id']}/decision",
+                                     json={"approve": False, "comment": "test over"})
+            assert denied.status_code == 200  # the held call ends now, not when the gateway stops
+        ended = await finished(call)
+        assert ended.status_code == 200 and ended.json()["decision"] == "reject", ended.text
         assert not errors
