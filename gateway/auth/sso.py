@@ -18,6 +18,7 @@ redirects, are capped in size and time, and use https (http only on loopback). E
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -276,16 +277,16 @@ class OidcFlow:
         return f"{endpoints.end_session}{sep}{urlencode(params, quote_via=quote)}"
 
     async def _json(self, method: str, url: str, reason: str, **kwargs: Any) -> dict[str, Any]:
-        """A JSON object from the IdP: no redirects, at most ``MAX_SSO_RESPONSE_BYTES``, within the timeout."""
+        """A JSON object from the IdP: no redirects, at most ``MAX_SSO_RESPONSE_BYTES``, all within the timeout."""
         try:
-            async with self._http.stream(method, url, **kwargs) as response:
+            async with asyncio.timeout(SSO_HTTP_TIMEOUT_SECONDS), self._http.stream(method, url, **kwargs) as response:
                 body = bytearray()
                 async for chunk in response.aiter_bytes():
                     body.extend(chunk)
                     if len(body) > MAX_SSO_RESPONSE_BYTES:
                         raise SsoRefused(reason, "The identity provider's answer is too large.", 502)
                 status = response.status_code
-        except httpx2.HTTPError as exc:
+        except (httpx2.HTTPError, TimeoutError) as exc:  # the whole answer within the time, however it trickles
             raise SsoRefused(reason, "The identity provider cannot be reached. Try again shortly.", 502) from exc
         try:
             doc = json.loads(body)

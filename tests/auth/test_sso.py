@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from gateway.auth.sso import SignIns, SsoRefused, error_word, pkce_challenge
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from gateway.auth.jwt import JwtAuthenticators
+from gateway.auth.sso import OidcClient, OidcFlow, SignIns, SsoRefused, error_word, pkce_challenge
 
 
 class Clock:
@@ -87,3 +94,59 @@ def test_anyone_may_start_sign_ins_but_the_table_stays_bounded():
 ])
 def test_only_an_oauth_error_code_is_repeated(error, said):
     assert error_word(error) == said
+
+
+# -- discovery from a hostile or broken IdP ------------------------------------------------------------------
+
+
+def _discovery_app() -> Starlette:
+    """An IdP whose discovery document is wrong in one way per path prefix (its issuer is ``{base}/{case}``)."""
+
+    async def document(request: Request) -> Response:
+        case = request.path_params["case"]
+        issuer = f"{request.base_url}{case}".rstrip("/")
+        good = {"issuer": issuer, "authorization_endpoint": f"{issuer}/auth", "token_endpoint": f"{issuer}/token",
+                "code_challenge_methods_supported": ["S256"]}
+        if case == "redirects":  # to a document that would do, were it followed
+            return RedirectResponse(f"{request.base_url}elsewhere/redirects", 302)
+        if case == "huge":  # right in every field, and 2 MB long
+            return JSONResponse({**good, "padding": "x" * (2 * 1024 * 1024)})
+        if case == "garbage":
+            return Response(b"<html>not json</html>", media_type="text/html")
+        changes: dict[str, Any] = {
+            "other-issuer": {"issuer": "https://idp.example.com"},
+            "plain-http": {"authorization_endpoint": "http://idp.example.com/auth"},
+            "no-s256": {"code_challenge_methods_supported": ["plain"]},
+            "no-token-endpoint": {"token_endpoint": None},
+            "fine": {},
+        }[case]
+        return JSONResponse({k: v for k, v in {**good, **changes}.items() if v is not None})
+
+    async def elsewhere(request: Request) -> Response:
+        issuer = f"{request.base_url}{request.path_params['case']}"
+        return JSONResponse({"issuer": issuer, "authorization_endpoint": f"{issuer}/auth",
+                             "token_endpoint": f"{issuer}/token"})
+
+    return Starlette(routes=[Route("/{case}/.well-known/openid-configuration", document),
+                             Route("/elsewhere/{case}", elsewhere)])
+
+
+@pytest.mark.parametrize("case", ["redirects", "huge", "garbage", "other-issuer", "plain-http", "no-s256",
+                                  "no-token-endpoint"])
+async def test_a_discovery_document_that_cannot_be_trusted_stops_the_sign_in(serve: Any, case: str) -> None:
+    base = await serve(_discovery_app())
+    flow = OidcFlow(OidcClient(f"{base}/{case}", "gateway"), JwtAuthenticators([]))
+    try:
+        with pytest.raises(SsoRefused) as refused:
+            await flow.authorization_url(SignIns().start(f"{base}/cb", "/approvals")[0])
+        assert (refused.value.reason, refused.value.status) == ("idp-unavailable", 502)
+        fine = OidcFlow(OidcClient(f"{base}/fine", "gateway"), JwtAuthenticators([]))
+        assert (await fine.endpoints()).token == f"{base}/fine/token"  # the control: the same server, a good document
+        await fine.aclose()
+    finally:
+        await flow.aclose()
+
+
+def test_an_issuer_must_be_https_unless_it_is_this_machine() -> None:
+    with pytest.raises(ValueError, match="https"):
+        OidcFlow(OidcClient("http://idp.example.com", "gateway"), JwtAuthenticators([]))
