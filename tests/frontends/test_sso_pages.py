@@ -81,17 +81,23 @@ class Site:
 MakeSite = Callable[..., Awaitable[Site]]
 
 
-@pytest_asyncio.fixture
-async def checker(idp: Idp) -> AsyncIterator[JwtAuthenticators]:
+def authenticators(idp: Idp, rules: list[tuple[str, str]] | None = None) -> JwtAuthenticators:
     """The IdP's JWT authenticator, as ``auth.jwt`` builds it: keys from its JWKS, leads approve, security sees all."""
     client = JwksClient()
     mapping = ClaimMapping(id="claims.sub", groups="has(claims.groups) ? claims.groups : []", claims="claims",
+                           rules=rules or [],
                            roles={"approver": '"leads" in principal.groups', "admin": '"security" in principal.groups'})
     keys = IssuerKeys(idp.issuer, None, ALGORITHMS, 3600, client)
-    authenticators = JwtAuthenticators([JwtAuthenticator(idp.issuer, ["https://gateway.test/mcp"], ALGORITHMS, 30,
-                                                         keys, mapping)], client)
-    yield authenticators
-    await authenticators.aclose()
+    return JwtAuthenticators([JwtAuthenticator(idp.issuer, ["https://gateway.test/mcp"], ALGORITHMS, 30, keys,
+                                               mapping)], client)
+
+
+@pytest_asyncio.fixture
+async def checker(idp: Idp) -> AsyncIterator[JwtAuthenticators]:
+    """``authenticators(idp)`` for one test."""
+    made = authenticators(idp)
+    yield made
+    await made.aclose()
 
 
 @pytest_asyncio.fixture
@@ -100,10 +106,15 @@ async def make_site(idp: Idp, approval_desk: Any, checker: Any) -> AsyncIterator
     async with contextlib.AsyncExitStack() as stack:
 
         async def make(http_client: httpx2.AsyncClient | None = None, allowed_origins: tuple[str, ...] = (),
-                       auth_method: str = "client_secret_basic", public_url: str | None = None) -> Site:
+                       auth_method: str = "client_secret_basic", public_url: str | None = None,
+                       rules: list[tuple[str, str]] | None = None) -> Site:
             client = await register_client(idp, auth_method)
+            chosen = checker
+            if rules:
+                chosen = authenticators(idp, rules)
+                stack.push_async_callback(chosen.aclose)
             flow = OidcFlow(OidcClient(idp.issuer, client.client_id, client.client_secret,
-                                       token_auth_method=auth_method), checker, http=http_client)
+                                       token_auth_method=auth_method), chosen, http=http_client)
             stack.push_async_callback(flow.aclose)
             clock = Clock()
             pages = SsoPages(flow, SignIns(), Sessions(3600, clock=clock), "Test IdP", public_url)
@@ -217,6 +228,16 @@ async def test_a_non_approver_signs_in_at_the_idp_but_gets_no_session(make_site:
     refused = await bob.decide(approval.id)
     assert refused.status_code == 401
     assert site.state_of(approval) is ApprovalState.PENDING
+
+
+async def test_the_issuers_rules_hold_for_the_id_token_too(make_site: MakeSite) -> None:
+    site = await make_site(rules=[('claims.email.endsWith("@example.test") && claims.sub != "mallory"',
+                                   "this account is suspended")])
+    mallory = site.browser()
+    answer = await mallory.sign_in("mallory", groups=["leads"])  # a lead, but the rules refuse her
+    assert answer.status_code == 403 and "cannot sign in here: this account is suspended" in answer.text
+    assert await mallory.session() is None
+    assert (await site.browser().sign_in("alice")).status_code == 303
 
 
 # -- hostile callbacks ----------------------------------------------------------------------------------------
