@@ -23,6 +23,7 @@ is read.
 from __future__ import annotations
 
 import html
+import logging
 import re
 from dataclasses import dataclass
 
@@ -39,6 +40,8 @@ from gateway.frontends.identity import IDENTITY_KEY
 from gateway.frontends.rest import error_response
 
 __all__ = ["SESSION_KEY", "SessionCookies", "SsoPages"]
+
+log = logging.getLogger("gateway.sso")
 
 SESSION_KEY = "gateway.sso_session"
 _LOGIN, _SESSION = "gateway-sso-login", "gateway-approver"
@@ -155,8 +158,11 @@ class SsoPages:
                 raise SsoRefused("idp-refused", f"The identity provider did not sign you in{said}.", 403)
             identity, id_token = await self.flow.finish(pending, query.get("code"))
         except SsoRefused as exc:
+            log.warning("approvals page: a sign-in was refused (%s)", exc.reason)  # the reason only: no token, no code
             response = _page(site, exc.status, "Sign-in failed", str(exc))
         else:
+            log.info("approvals page: %r signed in with %s (approver %s, admin %s)", identity.principal.id,
+                     self.flow.client.issuer, identity.approver, identity.admin)
             if not (identity.approver or identity.admin):
                 response = _page(site, 403, "Not an approver", (
                     f"You signed in as {identity.principal.id}, who may not decide approval requests here."
