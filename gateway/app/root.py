@@ -18,6 +18,7 @@ from starlette.types import Scope
 
 from gateway.app.credentials import build_authenticator, build_notifier
 from gateway.app.protected_resource import build_protected_resource
+from gateway.app.sso import build_sso
 from gateway.approvals.service import ApprovalService
 from gateway.approvals.store import ApprovalStore
 from gateway.auth.keys import Authenticator
@@ -48,6 +49,7 @@ from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.protected_resource import protected_resource_routes
 from gateway.frontends.rest import rest_routes
 from gateway.frontends.sessions_api import session_admin_routes
+from gateway.frontends.sso import SessionCookies, SsoPages
 from gateway.models import ModelProxy, ModelRoute
 from gateway.models.upstream import ModelUpstream
 from gateway.observe import CallObserver, Metrics
@@ -234,6 +236,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     interval = parse_duration(config.spec.reload_interval)
     supervisor = build_supervisor(config, gateway.registry)
     models = build_model_proxy(config, gateway)
+    sso = build_sso(config, auth.jwt)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -268,6 +271,8 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                 await gateway.approvals.aclose()
             await supervisor.close()
             await models.close()
+            if sso is not None:
+                await sso.flow.aclose()
             await auth.aclose()
             gateway.audit.close()
             gateway.store.close()
@@ -303,9 +308,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                            exception_handlers=json_http_errors())
         scrape.router.redirect_slashes = False
         scrape_routes.append(Route(METRICS_PATH, scrape, methods=["GET"]))
-    if isinstance(gateway.approvals, ApprovalService):
-        api.extend(approval_routes(gateway.approvals))
-        open_routes.extend(approvals_page_routes())
+    _approvals(gateway, sso, api, open_routes, edge)
     # each key's share of the connections, counted before the body is read (BodyLimit, the last of the edge)
     edge.insert(-1, _connection_shares(config, auth, gateway, open_routes, challenge))
     protected = Starlette(routes=api, middleware=[Middleware(RequireIdentity, auth=auth, challenge=challenge)],
@@ -320,6 +323,18 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     app.state.mcp = mcp
     app.state.auth = auth
     return app
+
+
+def _approvals(gateway: Gateway, sso: SsoPages | None, api: list[Route], open_routes: list[BaseRoute],
+               edge: list[Middleware]) -> None:
+    """The approver API, the page and its sign-in, when this gateway serves approvals."""
+    if not isinstance(gateway.approvals, ApprovalService):
+        return
+    api.extend(approval_routes(gateway.approvals))
+    open_routes.extend(approvals_page_routes())
+    if sso is not None:  # the approver's session cookie is read before the shares count the request
+        open_routes.extend(sso.routes())
+        edge.insert(-1, Middleware(SessionCookies, pages=sso))
 
 
 def server_options(config: LoadedConfig) -> dict[str, Any]:

@@ -42,6 +42,11 @@ def serve(args: argparse.Namespace) -> int:
         if args.workers < 1:
             print("gateway: --workers must be 1 or more", file=sys.stderr)
             return 2
+        if args.workers > 1 and config.spec.approvals.sso is not None:
+            # approvers' sessions live in the memory of the process that signed them in (docs/approvals-sso.md)
+            print("gateway: approvals.sso needs --workers 1: an approver's sign-in session is held by one process",
+                  file=sys.stderr)
+            return 2
         if args.workers > 1:
             from gateway.cli.workers import serve_workers
 

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from gateway.config.fields import SecretRef
 from gateway.config.identity import JwtSpec
 from gateway.config.protected_resource import ResourceMetadataSpec
+from gateway.config.sso import SsoSpec
 from gateway.core.strict import StrictModel
 from gateway.policy.callspec import PrincipalSpec
 
@@ -70,4 +71,6 @@ class ApprovalsSpec(StrictModel):
     # Apply the audit log's redact_keys / redact_patterns to the arguments approvers see, stored
     # requests and webhooks. Off only if approvers must see the secrets themselves to decide.
     redact: bool = True
+    # Approvers sign in to the page with the organisation's IdP (gateway/config/sso.py); keys keep working.
+    sso: SsoSpec | None = None
 

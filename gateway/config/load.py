@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from gateway.config.identity import jwt_problems
 from gateway.config.model import GatewayConfig, SecretRef
 from gateway.config.protected_resource import resource_metadata_problems
+from gateway.config.sso import sso_problems
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.durations import parse_duration
 from gateway.core.errors import ConfigError
@@ -159,6 +160,8 @@ def _semantic_problems(cfg: LoadedConfig, fetch_specs: bool) -> list[Diagnostic]
             err(path, "secret-missing", str(exc), "set the variable or create the file before starting the gateway")
     out.extend(jwt_problems(spec.auth.jwt, doc, cfg.file, spec.engine))
     out.extend(resource_metadata_problems(spec.auth.resource_metadata, spec.auth.jwt, doc, cfg.file))
+    for where, code, message, hint in sso_problems(spec):
+        err(where, code, message, hint)
     for i, p in enumerate(spec.policies):
         if not cfg.path(p).exists():
             err(("policies", i), "not-found", f"policy path {p!r} not found", f"paths are relative to {cfg.base}")

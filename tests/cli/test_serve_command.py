@@ -53,3 +53,20 @@ def test_anonymous_access_on_a_public_address_is_refused_at_start(tmp_path):
     assert "Traceback" not in result.stderr
     assert "error[anonymous-beyond-loopback]" in result.stderr
     assert "auth.anonymous_beyond_loopback: true" in result.stderr
+
+
+def test_approvers_sign_in_sessions_are_not_split_across_workers(tmp_path):
+    """Sessions live in the process that signed the approver in: several workers would lose them at random."""
+    from cli_run import run_cli
+
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "p.yaml").write_text("policy: p\nrules: []\n", encoding="utf-8")
+    issuer = "https://idp.example.com"
+    (tmp_path / "gateway.yaml").write_text(yaml.safe_dump({
+        "policies": ["policies"], "store": {"sqlite": "data/g.sqlite3"}, "audit": {"file": "data/a.jsonl"},
+        "auth": {"jwt": [{"issuer": issuer, "audiences": ["https://gateway.example.com/mcp"]}]},
+        "approvals": {"sso": {"issuer": issuer, "client_id": "gateway"}}}), encoding="utf-8")
+    result = run_cli(tmp_path, "serve", "gateway.yaml", "--workers", "2")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "gateway: approvals.sso needs --workers 1: an approver's sign-in session is" \
+        " held by one process"

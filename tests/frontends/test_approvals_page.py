@@ -151,6 +151,7 @@ async def test_wrong_keys_and_signing_out(serve: Any, approval_desk: Any, phone:
     base = await serve(approval_desk.app())
     await sign_in(phone, base, "no-such-key")
     await expect(phone.get_by_test_id("sign-in-error")).to_contain_text("That key was not accepted")
+    await expect(phone.get_by_test_id("sso-sign-in")).to_be_hidden()  # no approvals.sso: keys only
 
     await phone.get_by_test_id("key-input").fill("carol-key")
     await phone.get_by_test_id("key-submit").click()

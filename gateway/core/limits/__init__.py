@@ -9,5 +9,6 @@ from gateway.core.limits.auth import *  # noqa: F403
 from gateway.core.limits.edge import *  # noqa: F403
 from gateway.core.limits.models import *  # noqa: F403
 from gateway.core.limits.policy import *  # noqa: F403
+from gateway.core.limits.sso import *  # noqa: F403
 from gateway.core.limits.store import *  # noqa: F403
 from gateway.core.limits.upstreams import *  # noqa: F403

@@ -151,11 +151,13 @@ class ConnectionShares:
         if not body and self.open_route(scope):
             await self.app(scope, receive, send)
             return
-        try:
-            identity = await self.auth.identify(scope["headers"])
-        except CredentialError as exc:  # answered here, so the credential is checked (and counted) once
-            await refuse_unidentified(send, exc, close=body, challenge=self.challenge)
-            return
+        identity = scope.get(IDENTITY_KEY)  # an approver's session cookie (gateway/frontends/sso.py), checked already
+        if identity is None:
+            try:
+                identity = await self.auth.identify(scope["headers"])
+            except CredentialError as exc:  # answered here, so the credential is checked (and counted) once
+                await refuse_unidentified(send, exc, close=body, challenge=self.challenge)
+                return
         if identity is None:
             if body:  # refused before its body is read: no one without a key waits on anything
                 await refuse_unidentified(send, None, close=True, challenge=self.challenge,

@@ -16,6 +16,8 @@
   const $ = (id) => document.getElementById(id);
   const cards = new Map(); // approval id -> {root, details, form, data, fingerprint}
   let key = sessionStorage.getItem(KEY_STORAGE);
+  let mode = null; // "key" (a pasted API key) or "sso" (the gateway's session cookie, from the IdP's sign-in)
+  let csrf = null; // the session's CSRF token, sent with every request in "sso" mode
   let timer = null;
   let serverOffset = 0; // ms to add to the local clock to get the server's (from the Date header)
   let scrolled = false;
@@ -42,16 +44,20 @@
 
   // -- the API -------------------------------------------------------------------------------------
 
-  // CSRF defence, kept on purpose: the key travels only in the Authorization header (never a cookie;
-  // credentials: "omit"), and bodies are JSON, which the gateway requires (415 otherwise). A page on
-  // another origin can send neither without a CORS preflight, and the gateway refuses its Origin.
+  // CSRF defence, kept on purpose. With a key: it travels only in the Authorization header (no cookie is
+  // sent: credentials "omit"). With single sign-on: the session cookie is SameSite=Strict, and every
+  // request also carries the session's X-CSRF-Token, which only this origin can read. Bodies are JSON,
+  // which the gateway requires (415 otherwise): a page on another origin can send none of this without
+  // a CORS preflight, and the gateway refuses its Origin.
   async function api(method, apiPath, body) {
-    const headers = { Accept: "application/json", Authorization: `Bearer ${key}` };
+    const headers = { Accept: "application/json" };
+    if (mode === "sso") headers["X-CSRF-Token"] = csrf;
+    else headers.Authorization = `Bearer ${key}`;
     if (body !== undefined) headers["Content-Type"] = "application/json";
     let response;
     try {
       response = await fetch(`${prefix}${apiPath}`, {
-        method, headers, cache: "no-store", credentials: "omit",
+        method, headers, cache: "no-store", credentials: mode === "sso" ? "same-origin" : "omit",
         body: body === undefined ? undefined : JSON.stringify(body),
       });
     } catch (err) {
@@ -72,7 +78,18 @@
 
   // -- signing in and out ------------------------------------------------------------------------
 
-  function signOut(reason) {
+  // Signing out of a single sign-on session ends it at the gateway, then at the IdP if it says where.
+  // `ended`: the gateway ended it already (it answered 401), so there is nothing to end.
+  async function signOut(reason, ended) {
+    if (mode === "sso" && !ended) {
+      const result = await api("POST", "/approvals/sso/logout", {});
+      mode = csrf = null;
+      if (result.ok && result.data && typeof result.data.redirect === "string") {
+        location.assign(result.data.redirect);
+        return;
+      }
+    }
+    mode = csrf = null;
     key = null;
     sessionStorage.removeItem(KEY_STORAGE);
     clearTimeout(timer);
@@ -80,6 +97,7 @@
     cards.clear();
     $("board").hidden = true;
     $("sign-out").hidden = true;
+    show($("who"), "");
     show($("status"), "");
     $("sign-in").hidden = false;
     show($("sign-in-error"), reason || "");
@@ -87,7 +105,8 @@
     $("key").focus();
   }
 
-  function signedIn() {
+  function signedIn(who) {
+    show($("who"), who || "");
     $("sign-in").hidden = true;
     $("board").hidden = false;
     $("sign-out").hidden = false;
@@ -99,6 +118,7 @@
     const value = $("key").value.trim();
     if (!value) return;
     key = value;
+    mode = "key";
     sessionStorage.setItem(KEY_STORAGE, key);
     show($("sign-in-error"), "");
     signedIn();
@@ -114,11 +134,12 @@
   let generation = 0; // only the newest refresh renders and schedules the next one
   async function refresh() {
     clearTimeout(timer);
-    if (!key) return;
+    if (!mode) return;
     const mine = ++generation;
     const listed = await load();
-    if (!key || mine !== generation) return; // signed out, or a newer refresh started meanwhile
+    if (!mode || mine !== generation) return; // signed out, or a newer refresh started meanwhile
     if (!listed.ok) {
+      if (listed.status === 401 && mode === "sso") return signOut("Your session has ended. Sign in again.", true);
       if (listed.status === 401) return signOut("That key was not accepted. Check it and sign in again.");
       if (listed.status === 403) return signOut(`${listed.error.message} Use an approver's key.`);
       show($("banner"), `Could not refresh: ${listed.error.message}`);
@@ -355,6 +376,7 @@
     card.busy = false;
     card.approve.disabled = card.deny.disabled = false;
     if (!result.ok) {
+      if (result.status === 401 && mode === "sso") return signOut("Your session has ended. Sign in again.", true);
       if (result.status === 401) return signOut("That key is no longer accepted. Sign in again.");
       const what = { 403: "Not allowed", 404: "Not found", 409: "Already decided" }[result.status] || "Failed";
       show(card.error, `${what}: ${result.error.message}`);
@@ -404,6 +426,37 @@
     return h ? `${h}h ${pad(m)}m` : m ? `${m}m ${pad(sec)}s` : `${sec}s`;
   }
 
+  // -- starting ------------------------------------------------------------------------------------
+
+  // Whether the gateway signs approvers in with an IdP, and whether this browser has a session already.
+  async function start() {
+    let sso = null;
+    try {
+      const response = await fetch(`${prefix}/approvals/sso/session`, {
+        headers: { Accept: "application/json" }, cache: "no-store", credentials: "same-origin" });
+      if (response.ok) sso = await response.json();
+    } catch (err) {
+      sso = null;
+    }
+    if (sso && sso.sso) {
+      const back = focusId ? `/approvals/${encodeURIComponent(focusId)}` : "/approvals";
+      const link = $("sso-link");
+      link.textContent = `Sign in with ${sso.sso.name}`;
+      link.href = `${prefix}${sso.sso.login}?next=${encodeURIComponent(back)}`;
+      $("sso").hidden = false;
+    }
+    if (sso && sso.session) {
+      mode = "sso";
+      csrf = sso.session.csrf;
+      signedIn(sso.session.principal);
+    } else if (key) {
+      mode = "key";
+      signedIn();
+    } else {
+      signOut("");
+    }
+  }
+
   setInterval(tick, 1000);
-  if (key) signedIn(); else signOut("");
+  start();
 })();
