@@ -1,4 +1,5 @@
-"""The parts of the composition root that read secrets: API keys and webhook signing keys.
+"""The parts of the composition root that read secrets: API keys, webhook signing keys and the client secrets
+of upstreams' ``auth:``.
 
 Secrets are read once, when the gateway is built, and handed to components as plain values; a missing
 one fails the start with the config path that names it.
@@ -10,9 +11,12 @@ from gateway.approvals.webhooks import Webhook, WebhookNotifier, signing_key
 from gateway.auth.keys import Authenticator, Identity, hash_key
 from gateway.config.load import LoadedConfig, resolve_secret
 from gateway.config.model import PrincipalSpec
+from gateway.config.upstream_auth import UpstreamAuthSpec
 from gateway.policy.call import Principal
+from gateway.upstreams.credentials import ClientCredentials, TokenExchange, UpstreamCredentials
+from gateway.upstreams.token_client import TokenClient, TokenEndpoint
 
-__all__ = ["build_authenticator", "build_notifier"]
+__all__ = ["build_authenticator", "build_notifier", "build_upstream_credentials"]
 
 
 def build_authenticator(config: LoadedConfig) -> Authenticator:
@@ -44,3 +48,18 @@ def build_notifier(config: LoadedConfig, page_url: str) -> WebhookNotifier:
             raise ValueError(f"approvals.webhooks[{i}].secret ({spec.url}): {exc}") from None
         webhooks.append(Webhook(spec.url, secret, spec.events))
     return WebhookNotifier(webhooks, page_url)
+
+
+def build_upstream_credentials(auth: UpstreamAuthSpec | None, upstream: str,
+                               config: LoadedConfig) -> UpstreamCredentials | None:
+    """The token source an upstream's ``auth:`` names (its client secret read now), or None without one."""
+    if auth is None:
+        return None
+    grant = auth.grant
+    endpoint = TokenEndpoint(grant.client_id, resolve_secret(grant.client_secret, config.base), grant.token_url,
+                             grant.issuer, grant.auth_method)
+    client = TokenClient(endpoint, upstream)
+    if auth.token_exchange is not None:
+        return TokenExchange(client, upstream, audience=grant.audience, resource=grant.resource,
+                             scopes=tuple(grant.scopes), requested_token_type=auth.token_exchange.requested_token_type)
+    return ClientCredentials(client, audience=grant.audience, resource=grant.resource, scopes=tuple(grant.scopes))

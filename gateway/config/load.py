@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway.config.model import GatewayConfig, SecretRef
+from gateway.config.upstream_auth import auth_problems
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.durations import parse_duration
 from gateway.core.errors import ConfigError
@@ -149,6 +150,7 @@ def _semantic_problems(cfg: LoadedConfig, fetch_specs: bool) -> list[Diagnostic]
                     err(("upstreams", i, "openapi", "spec"), d.code, f"upstream {up.name!r}: {d.message}", d.hint)
                 else:
                     out.append(d)
+    auth_problems(spec.upstreams, len(getattr(spec.auth, "jwt", ())), err)  # auth.jwt: issue 20, helper b
     for path, ref in _secrets(spec, ()):
         try:
             resolve_secret(ref, cfg.base)

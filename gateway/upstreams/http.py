@@ -26,6 +26,7 @@ from gateway.core.limits import (
 from gateway.core.values import text
 from gateway.observe.tracing import outgoing_headers
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, listening, text_result
+from gateway.upstreams.credentials import UpstreamCredentials
 from gateway.upstreams.http_transport import LeanTransport, lean_transport
 
 __all__ = ["HttpOperation", "HttpUpstream"]
@@ -59,13 +60,16 @@ class HttpUpstream:
 
     def __init__(self, name: str, base_url: str, operations: list[HttpOperation],
                  headers: Mapping[str, str] | None = None, client: httpx2.AsyncClient | None = None,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES, *, lean: bool = True) -> None:
+                 max_response_bytes: int = MAX_RESPONSE_BYTES, *, lean: bool = True,
+                 credentials: UpstreamCredentials | None = None) -> None:
         self.name = name
         self.lean = lean  # plain-http requests over gateway/upstreams/http_transport.py (issue 12)
         self.max_response_bytes = max_response_bytes
         self._base = base_url.rstrip("/")
         self._operations = {op.tool.name: op for op in operations}
         self._headers = dict(headers or {})
+        # A token from the identity provider for each request (config ``auth:``), beside the static headers.
+        self.credentials = credentials
         self._client = client
         self._own_client = client is None
         self.transport: LeanTransport | None = None  # set by start() when the lean transport carries requests
@@ -89,6 +93,8 @@ class HttpUpstream:
         if self._client is not None and self._own_client:
             await self._client.aclose()
         self._client = None
+        if self.credentials is not None:
+            await self.credentials.aclose()
 
     def tools(self) -> list[UpstreamTool]:
         return [op.tool for op in self._operations.values()]
@@ -124,11 +130,14 @@ class HttpUpstream:
         method, url, query, body = self.request_for(tool, arguments)
         form = self._operations[tool].form and isinstance(body, dict)
         payload = {"data": {k: _query_value(v) for k, v in body.items() if v is not None}} if form else {"json": body}
+        headers = outgoing_headers(self._headers)
+        if self.credentials is not None:  # before anything is sent: no token, no request (UpstreamCredentialsError)
+            headers = {**headers, "authorization": await self.credentials.authorization()}
         try:
             # One deadline for the whole exchange: httpx's timeout is per read, so an upstream
             # dripping a byte at a time would never trip it.
             async with asyncio.timeout(timeout), self._client.stream(
-                method, url, params=query or None, headers=outgoing_headers(self._headers), timeout=timeout, **payload
+                method, url, params=query or None, headers=headers, timeout=timeout, **payload
             ) as response:
                 content = await _read_capped(response, self.max_response_bytes)
         except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:  # no connection, so nothing was sent
@@ -139,6 +148,8 @@ class HttpUpstream:
             raise UpstreamError(f"{self.name}: {method} {url} failed: {type(exc).__name__}: {exc}") from exc
         except _ResponseTooLarge as exc:
             raise UpstreamError(f"{self.name}: {method} {url}: {exc}") from exc
+        if response.status_code == 401 and self.credentials is not None:
+            self.credentials.rejected(headers["authorization"])
         return _result(response, content)
 
 
