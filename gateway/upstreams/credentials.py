@@ -164,7 +164,7 @@ class ClientCredentials(_Bearer):
 
     def __init__(self, client: TokenClient, *, audience: str | None = None, resource: str | None = None,
                  scopes: Sequence[str] = (), cache: TokenCache | None = None) -> None:
-        super().__init__(client, cache or TokenCache(max_entries=1))
+        super().__init__(client, TokenCache(max_entries=1) if cache is None else cache)
         self._grant = {"grant_type": "client_credentials", **_scope_fields(audience, resource, scopes)}
 
     async def authorization(self) -> str:
@@ -178,7 +178,7 @@ class TokenExchange(_Bearer):
     def __init__(self, client: TokenClient, upstream: str, *, audience: str | None = None,
                  resource: str | None = None, scopes: Sequence[str] = (),
                  requested_token_type: str = ACCESS_TOKEN_TYPE, cache: TokenCache | None = None) -> None:
-        super().__init__(client, cache or TokenCache())
+        super().__init__(client, TokenCache() if cache is None else cache)
         self._upstream = upstream
         self._grant = {"grant_type": TOKEN_EXCHANGE_GRANT, "subject_token_type": ACCESS_TOKEN_TYPE,
                        "requested_token_type": requested_token_type, **_scope_fields(audience, resource, scopes)}
