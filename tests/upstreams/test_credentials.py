@@ -142,7 +142,7 @@ async def test_each_caller_gets_its_own_exchanged_token_and_keeps_it(serve):
 async def test_a_caller_without_a_token_is_refused_and_the_idp_is_not_asked(serve):
     idp = TokenEndpointApp()
     credentials = TokenExchange(await idp_client(serve, idp), "billing", audience="billing")
-    with pytest.raises(UpstreamCredentialsError, match="acts on behalf of the caller.*API key"):
+    with pytest.raises(UpstreamCredentialsError, match=r"acts on behalf of the caller.*API key"):
         await credentials.authorization()
     with acting_for(None), pytest.raises(UpstreamCredentialsError):
         await credentials.authorization()

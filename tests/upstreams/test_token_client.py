@@ -113,7 +113,7 @@ async def test_a_token_that_is_not_a_bearer_token_is_refused(serve):
 
 async def test_a_slow_idp_times_out(serve):
     gate = asyncio.Event()  # never set before the client gives up
-    idp, url = await served(serve, TokenEndpointApp(gate=gate))
+    _, url = await served(serve, TokenEndpointApp(gate=gate))
     try:
         message = await refused(TokenClient(TokenEndpoint(CLIENT_ID, CLIENT_SECRET, f"{url}/token"), "billing",
                                             timeout=0.3))
