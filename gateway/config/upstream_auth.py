@@ -16,8 +16,8 @@
         requested_token_type: urn:ietf:params:oauth:token-type:access_token
 
 Static secrets stay in ``headers``. Mistakes a person can make stop the config with file:line:col
-(``auth_problems``): both grants or none, a token endpoint that is not https (plain http only to
-loopback), an ``Authorization`` header beside ``auth``, token exchange with no ``auth.jwt`` issuer whose
+(``auth_problems``): both grants or none, a token endpoint or an upstream that is not https (plain http
+only to loopback), an ``Authorization`` header beside ``auth``, token exchange with no ``auth.jwt`` issuer whose
 tokens could be exchanged, token exchange for an MCP upstream, ``auth`` for a stdio server.
 """
 
@@ -127,6 +127,12 @@ def auth_problems(upstreams: Sequence[UpstreamSpec], jwt_issuers: int, report: R
         if kind == "mcp" and block.url is None:
             report(where, "auth-unsupported", f"upstream {up.name!r}: 'auth' needs an MCP server over HTTP (url)",
                    "a stdio server gets its credentials from env")
+        url_field = "url" if kind == "mcp" else "base_url"
+        url = getattr(block, url_field)
+        if url is not None and (problem := insecure_url_problem(url)) is not None:
+            report(("upstreams", i, kind, url_field), "auth-insecure-upstream",
+                   f"upstream {up.name!r}: {problem}, so its token would travel in clear text",
+                   "serve the upstream over https, or give it no 'auth'")
         if auth.token_exchange is None:
             continue
         if kind == "mcp":

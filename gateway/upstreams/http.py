@@ -16,7 +16,14 @@ from urllib.parse import quote, urlsplit
 
 import httpx2
 
-from gateway.core.errors import InvalidArgumentsError, UpstreamDown, UpstreamError, UpstreamNotReached
+from gateway.core.endpoints import insecure_url_problem
+from gateway.core.errors import (
+    InvalidArgumentsError,
+    UpstreamCredentialsError,
+    UpstreamDown,
+    UpstreamError,
+    UpstreamNotReached,
+)
 from gateway.core.limits import (
     MAX_RESPONSE_BYTES,
     UPSTREAM_CHECK_TIMEOUT_SECONDS,
@@ -132,7 +139,7 @@ class HttpUpstream:
         payload = {"data": {k: _query_value(v) for k, v in body.items() if v is not None}} if form else {"json": body}
         headers = outgoing_headers(self._headers)
         if self.credentials is not None:  # before anything is sent: no token, no request (UpstreamCredentialsError)
-            headers = {**headers, "authorization": await self.credentials.authorization()}
+            headers = {**headers, "authorization": await self._authorization(url)}
         try:
             # One deadline for the whole exchange: httpx's timeout is per read, so an upstream
             # dripping a byte at a time would never trip it.
@@ -151,6 +158,15 @@ class HttpUpstream:
         if response.status_code == 401 and self.credentials is not None:
             self.credentials.rejected(headers["authorization"])
         return _result(response, content)
+
+
+    async def _authorization(self, url: str) -> str:
+        """The credential for a request to ``url``, which must be https (an OpenAPI server URL is read at start)."""
+        assert self.credentials is not None
+        if insecure_url_problem(url) is not None:
+            raise UpstreamCredentialsError(f"No credential for upstream {self.name!r}: its URL is not https, so the"
+                                           " token would travel in clear text.")
+        return await self.credentials.authorization()
 
 
 def _segment(name: str, value: Any) -> str:

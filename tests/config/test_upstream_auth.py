@@ -165,3 +165,19 @@ def test_a_missing_client_secret_is_reported_where_it_is_named(config, monkeypat
     monkeypatch.delenv("IDP_SECRET")
     [(code, line, column, _)] = problems(config(CLIENT_CREDENTIALS))
     assert (code, line, column) == ("secret-missing", 10, 26)
+
+
+@pytest.mark.parametrize("kind, field", [("http", "base_url"), ("mcp", "url")])
+def test_a_token_never_goes_to_an_upstream_over_plain_http(config, kind, field):
+    path = config(f"""\
+  - name: billing
+    {kind}:
+      {field}: http://billing.example.com
+      auth:
+        client_credentials:
+          token_url: https://idp.example.com/token
+          client_id: gateway
+          client_secret: {{env: IDP_SECRET}}
+""")
+    [(code, line, _, _)] = problems(path)
+    assert (code, line) == ("auth-insecure-upstream", 5)
