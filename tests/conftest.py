@@ -38,8 +38,9 @@ from gateway.policy.call import Principal
 from gateway.policy.callspec import CallSpec
 from gateway.store.sqlite import SqliteStore
 
-# The running-gateway harness (shared servers, start_gateway, mcp_alice, ...) for tests in every folder.
-pytest_plugins = ["gateway_harness"]
+# The running-gateway harness (shared servers, start_gateway, mcp_alice, ...) and the real OpenID Provider
+# (the ``idp`` fixture of idp_support.py) for tests in every folder.
+pytest_plugins = ["gateway_harness", "idp_support"]
 
 # Both CEL engines behind gateway.policy.cel. An engine-dependent test (one taking ``engine``) runs on
 # the engine ``--engine`` names (default: the gateway's default engine, or $GATEWAY_TEST_ENGINE);

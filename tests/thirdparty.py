@@ -1,9 +1,10 @@
 """Third-party servers the tests run beside our own: installed from their registries on first use.
 
-``@modelcontextprotocol/server-everything`` is the MCP project's reference server, and
-``@modelcontextprotocol/inspector`` its Inspector (run here as a client, in CLI mode), written by
-nobody here. Each comes from npm at a pinned version into ``.cache/npm`` at the repository root
-(git-ignored), once per machine; Node.js and npm come from Debian (``bash .ci/install-system``).
+``@modelcontextprotocol/server-everything`` is the MCP project's reference server,
+``@modelcontextprotocol/inspector`` its Inspector (run here as a client, in CLI mode), and ``oidc-provider`` the
+certified OpenID Provider the identity tests sign in with (tests/idp_support.py), written by nobody here. Each
+comes from npm at a pinned version into ``.cache/npm`` at the repository root (git-ignored), once per machine;
+Node.js and npm come from Debian (``bash .ci/install-system``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 SERVER_EVERYTHING_VERSION = "2026.8.31"
 INSPECTOR_VERSION = "2.12.0"
+OIDC_PROVIDER_VERSION = "9.13.3"
 _ROOT = Path(__file__).resolve().parent.parent
 _NPM_CACHE = _ROOT / ".cache" / "npm"
 
@@ -46,3 +48,9 @@ def inspector_cli() -> list[str]:
     session per invocation, as its users run it."""
     return [*_npm_script("@modelcontextprotocol/inspector", INSPECTOR_VERSION, "inspector",
                          "clients/launcher/build/index.js"), "--cli"]
+
+
+def oidc_provider() -> tuple[str, Path]:
+    """``(node, package folder)`` of npm ``oidc-provider``: tests/idp/provider.mjs imports it from that folder."""
+    node, manifest = _npm_script("oidc-provider", OIDC_PROVIDER_VERSION, "oidc-provider", "package.json")
+    return node, Path(manifest).parent
