@@ -13,89 +13,18 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
 import pytest
-from idp_support import Idp, check_jwt
-from loopback import serve_app
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from idp_support import Idp
+from upstream_identity_support import AUDIENCE, WHOAMI, assert_nowhere, everything_logged, parts
 
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the harness lives
 
 Json = dict[str, Any]
-AUDIENCE = "https://whoami.test"
-WHOAMI = [{"name": "whoami", "method": "GET", "path": "/whoami"}]
 POLICIES = {"p.yaml": "policy: p\nrules: [{id: r, action: allow}]\n"}
 SECRET_ENV = "TEST_IDP_SERVICE_SECRET"
-
-
-@dataclass
-class Upstream:
-    """The verifying API: the bearer tokens it received (kept to grep outputs for them) and the claims."""
-
-    jwks: Json
-    issuer: str
-    tokens: list[str] = field(default_factory=list)
-
-    def app(self) -> Starlette:
-        async def whoami(request: Request) -> JSONResponse:
-            scheme, _, token = request.headers.get("authorization", "").partition(" ")
-            self.tokens.append(token)
-            try:
-                claims = check_jwt(token, self.jwks, issuer=self.issuer, audience=AUDIENCE)
-            except Exception as exc:  # any failed check: the upstream refuses, as a real one would
-                return JSONResponse({"refused": type(exc).__name__}, status_code=401)
-            return JSONResponse({"scheme": scheme, "sub": claims["sub"], "aud": claims["aud"],
-                                 "client_id": claims.get("client_id"), "act": claims.get("act"),
-                                 "scope": claims.get("scope")})
-
-        return Starlette(routes=[Route("/whoami", whoami, methods=["GET"])])
-
-
-@dataclass
-class CountingProxy:
-    """Forwards token requests to the IdP and counts them (grant type of each)."""
-
-    token_endpoint: str
-    grants: list[str] = field(default_factory=list)
-
-    def app(self) -> Starlette:
-        async def token(request: Request) -> Response:
-            body = await request.body()
-            form = dict(httpx2.QueryParams(body.decode()))
-            self.grants.append(form.get("grant_type", ""))
-            headers = {k: v for k, v in request.headers.items() if k in ("authorization", "content-type")}
-            async with httpx2.AsyncClient(timeout=15) as http:
-                answer = await http.post(self.token_endpoint, content=body, headers=headers)
-            return Response(answer.content, answer.status_code, media_type="application/json")
-
-        return Starlette(routes=[Route("/token", token, methods=["POST"])])
-
-
-@contextlib.asynccontextmanager
-async def parts(idp: Idp) -> AsyncIterator[tuple[Upstream, CountingProxy, str, str]]:
-    """The verifying upstream and the counting proxy, served; yields them and their URLs."""
-    async with httpx2.AsyncClient() as http:
-        jwks = (await http.get(idp.jwks_uri)).json()
-    upstream, proxy = Upstream(jwks, idp.issuer), CountingProxy(idp.token_endpoint)
-    async with serve_app(upstream.app(), lifespan="off") as api, serve_app(proxy.app(), lifespan="off") as token_url:
-        yield upstream, proxy, api, f"{token_url}/token"
-
-
-def everything_logged(caplog: pytest.LogCaptureFixture) -> str:
-    return "\n".join(f"{r.getMessage()} {r.exc_text or ''}" for r in caplog.records)
-
-
-def assert_nowhere(secrets: list[str], *places: str) -> None:
-    for secret in secrets:
-        assert secret
-        for place in places:
-            assert secret not in place
 
 
 @pytest.fixture(autouse=True)
@@ -155,3 +84,73 @@ async def test_a_wrong_client_secret_fails_the_call_closed(idp, start_gateway, c
     assert gateway.audit_event(cid)["upstream_outcome"]["reached"] is False
     assert_nowhere(["not-the-secret-4471"], json.dumps(body), gateway.audit_path.read_text(),
                    everything_logged(caplog))
+
+
+# --- token exchange: the caller's token exchanged for one for the upstream (needs auth.jwt) ----------------
+
+GATEWAY_AUDIENCE = "https://gateway.test/mcp"
+
+
+def token_exchange(idp: Idp, token_url: str) -> Json:
+    return {"token_exchange": {"token_url": token_url, "client_id": idp.service.client_id,
+                               "client_secret": {"env": SECRET_ENV}, "resource": AUDIENCE, "scopes": ["read"]}}
+
+
+def signed_in(configs: Any, idp: Idp, *upstreams: Json) -> Json:
+    """A config whose callers are API keys (alice, bob) or tokens from the IdP."""
+    return configs.base(*upstreams, auth={"api_keys": configs.api_keys("alice", "bob"),
+                                          "jwt": [{"issuer": idp.issuer, "audiences": [GATEWAY_AUDIENCE]}]})
+
+
+@contextlib.asynccontextmanager
+async def as_caller(gateway: Any, token: str) -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(base_url=gateway.url, headers={"Authorization": f"Bearer {token}"},
+                                  timeout=30) as client:
+        yield client
+
+
+async def test_token_exchange_each_caller_reaches_the_upstream_as_themselves(
+        idp, start_gateway, configs, rest_call, call_id, caplog, service_secret):
+    caplog.set_level(logging.DEBUG)
+    alice = await idp.user_token("alice", resource=GATEWAY_AUDIENCE, scope="read")
+    bob = await idp.user_token("bob", resource=GATEWAY_AUDIENCE, scope="read")
+    async with parts(idp) as (upstream, proxy, api, token_url):
+        gateway = await start_gateway(signed_in(configs, idp, configs.http_upstream(
+            "who", api, WHOAMI, {"auth": token_exchange(idp, token_url)})), POLICIES)
+        async with as_caller(gateway, alice) as as_alice, as_caller(gateway, bob) as as_bob:
+            bodies = [await rest_call(as_alice, "who_whoami", {}, call_id=call_id()),
+                      await rest_call(as_bob, "who_whoami", {}),
+                      await rest_call(as_alice, "who_whoami", {})]
+    seen = [(b["structured"]["sub"], b["structured"]["aud"], b["structured"]["act"]) for b in bodies]
+    acting = {"sub": idp.service.client_id}  # RFC 8693 act: the gateway acts on the caller's behalf
+    assert seen == [("alice", AUDIENCE, acting), ("bob", AUDIENCE, acting), ("alice", AUDIENCE, acting)]
+    assert proxy.grants == ["urn:ietf:params:oauth:grant-type:token-exchange"] * 2  # alice's is kept
+    assert len(set(upstream.tokens)) == 2 and not {alice, bob} & set(upstream.tokens)  # never passed through
+    assert_nowhere([alice, bob, *set(upstream.tokens), service_secret], json.dumps(bodies),
+                   gateway.audit_path.read_text(), everything_logged(caplog))
+
+
+async def test_token_exchange_over_mcp(idp, start_gateway, configs, connect_mcp, caplog):
+    caplog.set_level(logging.DEBUG)
+    alice = await idp.user_token("alice", resource=GATEWAY_AUDIENCE)
+    async with parts(idp) as (upstream, _proxy, api, token_url):
+        gateway = await start_gateway(signed_in(configs, idp, configs.http_upstream(
+            "who", api, WHOAMI, {"auth": token_exchange(idp, token_url)})), POLICIES)
+        async with connect_mcp(gateway, None, headers={"Authorization": f"Bearer {alice}"}) as conn:
+            result = await conn.call("who_whoami", {})
+    assert result.is_error is False and result.structured_content["sub"] == "alice"
+    assert_nowhere([alice, upstream.tokens[0]], json.dumps(result.model_dump(mode="json")),
+                   gateway.audit_path.read_text(), everything_logged(caplog))
+
+
+async def test_an_api_key_caller_is_refused_by_a_token_exchange_upstream(idp, start_gateway, configs, rest,
+                                                                        rest_call):
+    async with parts(idp) as (upstream, proxy, api, token_url):
+        gateway = await start_gateway(signed_in(configs, idp, configs.http_upstream(
+            "who", api, WHOAMI, {"auth": token_exchange(idp, token_url)})), POLICIES)
+        body = await rest_call(rest(gateway, "alice"), "who_whoami", {})
+    assert body["is_error"] is True
+    assert body["content"][0]["text"] == (
+        "Upstream 'who' acts on behalf of the caller, so it needs a caller signed in with the identity provider"
+        " (a token); a caller with an API key, or none, cannot use it. The tool did not run.")
+    assert proxy.grants == [] and upstream.tokens == []
