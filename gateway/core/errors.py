@@ -273,11 +273,10 @@ class UpstreamDown(UpstreamNotReached):
 
 
 class UpstreamCredentialsError(UpstreamNotReached):
-    """The gateway could not get the credential the upstream needs, so nothing was sent (fail closed).
+    """The gateway could not get the credential the upstream needs, so nothing was sent (fail closed)."""
 
-    The message is written for the agent and the audit log alike: it names the upstream and why (the
-    identity provider's error code, a timeout, a caller without a token), never a token or a secret.
-    """
+    # The message is written for the agent and the audit log alike: it names the upstream and why (the
+    # identity provider's error code, a timeout, a caller without a token), never a token or a secret.
 
     code = "upstream-credentials"
 

@@ -83,7 +83,7 @@ class TokenClient:
                 return await self._request(grant)
         except TimeoutError:
             raise self._failed(f"the identity provider did not answer within {self._timeout:g}s") from None
-        except httpx2.HTTPError as exc:
+        except (httpx2.HTTPError, httpx2.InvalidURL, httpx2.StreamError) as exc:  # the type only: no URL, no form
             raise self._failed(f"the identity provider could not be reached ({type(exc).__name__})") from None
 
     async def _request(self, grant: Mapping[str, str]) -> IssuedToken:
