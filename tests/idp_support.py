@@ -1,7 +1,9 @@
 """A real OpenID Provider for the identity tests: npm ``oidc-provider`` on 127.0.0.1 (tests/idp/provider.mjs).
 
-The ``idp`` fixture (session scope: one provider per test process) starts it on a free port; its issuer is
-``http://127.0.0.1:PORT``. What it offers (all of it real OAuth over HTTP; nothing of ours is mocked):
+One provider per test process (``idp_server``, session scope) on a free port; its issuer is
+``http://127.0.0.1:PORT``. The ``idp`` fixture (function scope) hands out the same provider with its test state
+put back first (users' claims, keys, JWKS behaviour, token lifetime, counts); fixtures of a wider scope take
+``idp_server``. What it offers (all of it real OAuth over HTTP; nothing of ours is mocked):
 
 - clients: ``idp.service`` (confidential, ``client_secret_basic``: client credentials and token exchange),
   ``idp.service_post`` (the same with ``client_secret_post``), ``idp.public`` (public, PKCE, a native app whose
@@ -18,8 +20,9 @@ The ``idp`` fixture (session scope: one provider per test process) starts it on 
 - keys: RS256 ``rsa-1`` signs ID and access tokens; ``ec-1`` (ES256), ``ps-1`` (PS256), ``ed-1`` (EdDSA) are
   published too; ``rsa-2`` and ``ec-2`` exist but are not published. ``await idp.set_keys(published=..., sign=...)``
   rotates (``async with idp.signing(kid="rsa-2")`` for one block); ``idp.sign(claims)`` signs any payload with a
-  real key of the provider (hostile tokens: expired, wrong type, ...); ``await idp.set_jwks_status(503)`` takes
-  the JWKS down.
+  real key of the provider (hostile tokens: expired, wrong type, ...); ``await idp.set_jwks(...)`` makes the
+  JWKS fail (a status, garbage, huge, slow, a redirect); ``await idp.set_token_ttl(2)`` issues short-lived tokens;
+  ``await idp.state()`` counts JWKS fetches and grants by type (caches are tested by what the IdP saw).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from joserfc.errors import SecurityWarning
 from joserfc.jwk import ECKey, KeySet, OKPKey, RSAKey
 from thirdparty import oidc_provider
 
-__all__ = ["USERS", "Client", "Idp", "IdpError", "check_jwt", "idp", "running_idp"]
+__all__ = ["USERS", "Client", "Idp", "IdpError", "check_jwt", "idp", "idp_server", "running_idp"]
 
 SCRIPT = Path(__file__).resolve().parent / "idp" / "provider.mjs"
 USERS: dict[str, dict[str, Any]] = {"alice": {"groups": ["leads", "eng"]}, "bob": {"groups": ["eng"]},
@@ -155,6 +158,13 @@ class Idp:
     @property
     def registration_endpoint(self) -> str:
         return str(self.discovery["registration_endpoint"])
+
+    def reset(self) -> None:
+        """Put the provider's test state back as it started (blocking: fixtures call it)."""
+        response = httpx2.put(f"{self.issuer}/_test/reset", json={}, timeout=REQUEST_TIMEOUT)
+        if response.status_code != 200:
+            raise self._fail("PUT /_test/reset", response)
+        self.published = list(PUBLISHED)
 
     def stderr(self) -> str:
         """What node wrote to stderr so far (its warnings and errors)."""
@@ -296,9 +306,26 @@ class Idp:
         finally:
             await self.set_keys(published=PUBLISHED, kid="rsa-1")
 
+    async def set_jwks(self, *, status: int | None = None, body: str | None = None, pad: int = 0,
+                       delay: float = 0.0, location: str | None = None) -> None:
+        """How ``/jwks`` misbehaves from now on: another ``status``, a ``body`` of its own (garbage), the keys
+        after ``pad`` spaces (huge), answered ``delay`` seconds late (slow), or a redirect to ``location``.
+        ``set_jwks()`` with no arguments serves the keys normally again."""
+        wanted = {"status": status, "body": body, "pad": pad, "delay_ms": int(delay * 1000), "location": location}
+        await self._control("jwks", {k: v for k, v in wanted.items() if v})
+
     async def set_jwks_status(self, status: int) -> None:
         """The JWKS answers ``status`` (200 serves the keys again): an IdP that is down."""
-        await self._control("keys", {"jwks_status": status})
+        await self.set_jwks(status=None if status == 200 else status)
+
+    async def set_token_ttl(self, seconds: int | None = None) -> None:
+        """The lifetime of the next access tokens (None: back to 600 s); short ones test caches until expiry."""
+        await self._control("tokens", {"ttl": seconds} if seconds else {})
+
+    async def state(self) -> dict[str, Any]:
+        """The provider's test state, with ``counts``: ``jwks`` fetches and successful ``grants`` by grant type."""
+        async with httpx2.AsyncClient(timeout=REQUEST_TIMEOUT) as http:
+            return dict((await http.get(f"{self.issuer}/_test/state")).json())
 
     # -- local keys -----------------------------------------------------------------------------------------
 
@@ -395,10 +422,17 @@ def running_idp(folder: Path) -> Iterator[Idp]:
 
 
 @pytest.fixture(scope="session")
-def idp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Idp]:
-    """The real OpenID Provider of this test process (see the module docstring)."""
+def idp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Idp]:
+    """The real OpenID Provider of this test process, for fixtures of any scope (state as the last test left it)."""
     with running_idp(tmp_path_factory.mktemp("idp")) as provider:
         yield provider
+
+
+@pytest.fixture
+def idp(idp_server: Idp) -> Idp:
+    """The same provider, its state put back first: users, keys, JWKS, token lifetime, counts."""
+    idp_server.reset()
+    return idp_server
 
 
 def run(coro: Any) -> Any:

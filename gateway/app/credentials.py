@@ -1,5 +1,5 @@
-"""The parts of the composition root that read secrets: API keys, webhook signing keys and the client secrets
-of upstreams' ``auth:``.
+"""The parts of the composition root that read secrets and credentials: API keys, identity providers, webhook keys,
+and the client secrets of upstreams' ``auth:``.
 
 Secrets are read once, when the gateway is built, and handed to components as plain values; a missing
 one fails the start with the config path that names it.
@@ -7,21 +7,44 @@ one fails the start with the config path that names it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gateway.approvals.webhooks import Webhook, WebhookNotifier, signing_key
+from gateway.auth.claims import ClaimMapping
+from gateway.auth.jwks import IssuerKeys, JwksClient
+from gateway.auth.jwt import JwtAuthenticator, JwtAuthenticators
 from gateway.auth.keys import Authenticator, Identity, hash_key
 from gateway.config.load import LoadedConfig, resolve_secret
-from gateway.config.model import PrincipalSpec
+from gateway.config.model import JwtSpec, PrincipalSpec
 from gateway.config.upstream_auth import UpstreamAuthSpec
+from gateway.core.durations import parse_duration
 from gateway.policy.call import Principal
 from gateway.upstreams.credentials import ClientCredentials, TokenExchange, UpstreamCredentials
 from gateway.upstreams.token_client import TokenClient, TokenEndpoint
 
-__all__ = ["build_authenticator", "build_notifier", "build_upstream_credentials"]
+__all__ = ["build_authenticator", "build_jwt", "build_notifier", "build_upstream_credentials"]
 
 
-def build_authenticator(config: LoadedConfig) -> Authenticator:
-    """The API keys of the config (hashed here: a key read from env or file is never kept) and its anonymous
-    principal, if any."""
+def build_jwt(specs: list[JwtSpec], engine: str = "auto", refused: Callable[[str], None] | None = None,
+              client: JwksClient | None = None) -> JwtAuthenticators | None:
+    """The authenticators of ``auth.jwt`` (None without entries); ``refused`` is told each refusal's reason."""
+    if not specs:
+        return None
+    client = client or JwksClient()
+    authenticators = []
+    for spec in specs:
+        mapping = ClaimMapping(id=spec.principal.id, groups=spec.principal.groups, claims=spec.principal.claims,
+                               rules=[(r.expression, r.message) for r in spec.rules],
+                               roles=spec.roles.model_dump(), engine=engine)
+        keys = IssuerKeys(spec.issuer, spec.jwks_uri, spec.algorithms, parse_duration(spec.jwks_max_age), client)
+        authenticators.append(JwtAuthenticator(spec.issuer, spec.audiences, spec.algorithms,
+                                               parse_duration(spec.clock_skew), keys, mapping, spec.required_scopes))
+    return JwtAuthenticators(authenticators, client, refused)
+
+
+def build_authenticator(config: LoadedConfig, refused: Callable[[str], None] | None = None) -> Authenticator:
+    """The API keys of the config (hashed here: a key read from env or file is never kept), its identity
+    providers (``refused`` counts their refusals) and its anonymous principal, if any."""
     spec = config.spec.auth
 
     def principal(p: PrincipalSpec) -> Principal:
@@ -33,7 +56,7 @@ def build_authenticator(config: LoadedConfig) -> Authenticator:
     if spec.anonymous:
         a = spec.anonymous
         anonymous = Identity(Principal(a.id, tuple(a.groups), dict(a.claims), kind="anonymous"))
-    return Authenticator(keys, anonymous)
+    return Authenticator(keys, anonymous, build_jwt(spec.jwt, config.spec.engine, refused))
 
 
 def build_notifier(config: LoadedConfig, page_url: str) -> WebhookNotifier:

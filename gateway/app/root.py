@@ -224,7 +224,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     """The ASGI app: /mcp, /v1/*, /healthz, /readyz, with upstreams supervised and policies watched in its lifespan."""
     edge = _edge_middleware(config)  # first: a config the edge refuses starts nothing
     gateway = gateway or build_gateway(config)
-    auth = build_authenticator(config)
+    auth = build_authenticator(config, refused=gateway.observer.auth_refused)
     mcp = McpFrontend(gateway, max_sessions_per_principal=config.spec.limits.max_sessions_per_principal,
                       task_timeout=parse_duration(config.spec.limits.task_timeout),
                       fast_path=config.spec.mcp.fast_path)
@@ -240,6 +240,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
         if (risk := gateway.policies.partial_set_risk()) is not None:
             log.warning("%s", risk)
         await _start_upstreams(gateway, supervisor, config)
+        auth.start()  # the identity providers' keys, fetched in the background
         tasks = [asyncio.create_task(gateway.policies.watch(interval), name="policy-watcher")]
         if isinstance(gateway.approvals, ApprovalService):
             try:
@@ -264,6 +265,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                 await gateway.approvals.aclose()
             await supervisor.close()
             await models.close()
+            await auth.aclose()
             gateway.audit.close()
             gateway.store.close()
             gateway.observer.tracing.shutdown()
@@ -275,12 +277,16 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     async def readyz(request: Request) -> JSONResponse:
         # Open like /healthz, so it says only names, states and short reasons: no URL, path or secret.
         # Not ready while the store cannot be read: every call would be refused `store_unavailable`.
+        # Not ready while an identity provider's keys are missing or past jwks_max_age: its tokens are refused.
         unreachable = await gateway.store.unreachable()
-        ready = supervisor.ready and unreachable is None
-        return JSONResponse({"status": "ready" if ready else "not_ready",
-                             "revision": gateway.policies.current.revision, "upstreams": supervisor.statuses(),
-                             "store": {"state": "down" if unreachable else "up", "last_error": unreachable}},
-                            status_code=200 if ready else 503)
+        issuers = auth.jwt.status() if auth.jwt is not None else []
+        ready = supervisor.ready and unreachable is None and all(i.ready for i in issuers)
+        body = {"status": "ready" if ready else "not_ready",
+                "revision": gateway.policies.current.revision, "upstreams": supervisor.statuses(),
+                "store": {"state": "down" if unreachable else "up", "last_error": unreachable}}
+        if issuers:  # the issuer is public (MCP clients discover it from the gateway), so it is named
+            body["issuers"] = [i.to_dict() for i in issuers]
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway),
            *session_admin_routes(gateway), *(chat_routes(models) if models.routes else [])]

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from gateway.config.fields import SecretRef
+from gateway.config.identity import JwtSpec
 from gateway.core.strict import StrictModel
 from gateway.policy.callspec import PrincipalSpec
 
@@ -37,9 +38,10 @@ class ApiKeySpec(StrictModel):
 
 
 class AuthSpec(StrictModel):
-    """API keys; an anonymous principal only when asked for explicitly."""
+    """API keys and identity providers' tokens (`jwt`); an anonymous principal only when asked for explicitly."""
 
     api_keys: list[ApiKeySpec] = Field(default_factory=list)
+    jwt: list[JwtSpec] = Field(default_factory=list)  # JWT access tokens, one entry per issuer (docs/identity.md)
     anonymous: PrincipalSpec | None = None
     # the anonymous principal is refused on a non-loopback listen address unless this says so
     anonymous_beyond_loopback: bool = False

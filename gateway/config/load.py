@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gateway.config.identity import jwt_problems
 from gateway.config.model import GatewayConfig, SecretRef
 from gateway.config.upstream_auth import auth_problems
 from gateway.core.diagnostics import Diagnostic
@@ -150,12 +151,13 @@ def _semantic_problems(cfg: LoadedConfig, fetch_specs: bool) -> list[Diagnostic]
                     err(("upstreams", i, "openapi", "spec"), d.code, f"upstream {up.name!r}: {d.message}", d.hint)
                 else:
                     out.append(d)
-    auth_problems(spec.upstreams, len(getattr(spec.auth, "jwt", ())), err)  # auth.jwt: issue 20, helper b
+    auth_problems(spec.upstreams, len(spec.auth.jwt), err)
     for path, ref in _secrets(spec, ()):
         try:
             resolve_secret(ref, cfg.base)
         except ValueError as exc:
             err(path, "secret-missing", str(exc), "set the variable or create the file before starting the gateway")
+    out.extend(jwt_problems(spec.auth.jwt, doc, cfg.file, spec.engine))
     for i, p in enumerate(spec.policies):
         if not cfg.path(p).exists():
             err(("policies", i), "not-found", f"policy path {p!r} not found", f"paths are relative to {cfg.base}")

@@ -19,6 +19,7 @@ from gateway.config.edge import HttpSpec, LimitsSpec, ListenSpec, PerPrincipalLi
 from gateway.config.fields import ENV_NAME_PATTERN as ENV_NAME_PATTERN
 from gateway.config.fields import TOOL_NAME_PATTERN as TOOL_NAME_PATTERN
 from gateway.config.fields import SecretRef, check_duration, check_glob, check_globs
+from gateway.config.identity import JwtSpec as JwtSpec
 from gateway.config.observe import AuditSpec, LoggingSpec, MetricsSpec, TracingSpec
 from gateway.config.upstreams import ClientRequestsSpec as ClientRequestsSpec
 from gateway.config.upstreams import (

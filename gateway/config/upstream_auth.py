@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gateway.config.fields import SecretRef
-from gateway.core.endpoints import insecure_url_problem
+from gateway.core.loopback import secure_url_problem
 from gateway.core.strict import StrictModel
 
 if TYPE_CHECKING:
@@ -43,9 +43,9 @@ Report = Callable[[tuple[str | int, ...], str, str, str], None]  # (path, code, 
 
 
 def _secure(url: str | None) -> str | None:
-    problem = None if url is None else insecure_url_problem(url)
+    problem = None if url is None else secure_url_problem(url)
     if problem is not None:
-        raise ValueError(f"{problem}: the client secret and tokens travel to it")
+        raise ValueError(f"{url!r} {problem}: the client secret and tokens travel to it")
     return url
 
 
@@ -129,9 +129,9 @@ def auth_problems(upstreams: Sequence[UpstreamSpec], jwt_issuers: int, report: R
                    "a stdio server gets its credentials from env")
         url_field = "url" if kind == "mcp" else "base_url"
         url = getattr(block, url_field)
-        if url is not None and (problem := insecure_url_problem(url)) is not None:
+        if url is not None and (problem := secure_url_problem(url)) is not None:
             report(("upstreams", i, kind, url_field), "auth-insecure-upstream",
-                   f"upstream {up.name!r}: {problem}, so its token would travel in clear text",
+                   f"upstream {up.name!r}: {url_field} {problem}, or its token would travel in clear text",
                    "serve the upstream over https, or give it no 'auth'")
         if auth.token_exchange is None:
             continue

@@ -8,7 +8,8 @@
     │   └── CelEvaluationError an expression failed at evaluation time
     ├── TestSuiteError         a policy test suite is malformed
     ├── CredentialError        a credential was presented but cannot be used (401)
-    │   └── AmbiguousCredentials  more than one credential, e.g. a repeated header (400)
+    │   ├── AmbiguousCredentials  more than one credential, e.g. a repeated header (400)
+    │   └── TokenRefused       a bearer token (JWT) that is not accepted, with a bounded reason (401, or 403)
     ├── ApprovalError          an approver's request cannot be carried out
     │   ├── ApprovalNotFound   no approval request has that id (404)
     │   ├── ApprovalForbidden  this approver may not decide it, e.g. their own call (403)
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from gateway.core.diagnostics import Diagnostic
 
 __all__ = [
+    "TOKEN_REFUSALS",
     "AmbiguousCredentials",
     "ApprovalConflict",
     "ApprovalError",
@@ -63,6 +65,7 @@ __all__ = [
     "StoreSchemaError",
     "StoreUnavailable",
     "TestSuiteError",
+    "TokenRefused",
     "UnclearUriError",
     "UnknownItemError",
     "UnknownToolError",
@@ -251,6 +254,43 @@ class AmbiguousCredentials(CredentialError):
 
     code = "ambiguous-credentials"
     status = 400
+
+
+# Why a token is refused: a bounded set (a metrics label), each with what the caller is told.
+TOKEN_REFUSALS: dict[str, str] = {
+    "malformed": "The bearer token is not a well-formed JWT.",
+    "unknown-issuer": "Tokens of this issuer are not accepted here.",
+    "bad-signature": "The token's signature does not verify.",
+    "bad-algorithm": "The token's signing algorithm is not accepted.",
+    "unknown-key": "The token is signed with a key its issuer does not publish.",
+    "expired": "The token has expired.",
+    "not-yet-valid": "The token is not valid yet.",
+    "bad-audience": "The token was issued for another audience.",
+    "bad-type": "The token is not an access token (its typ header).",
+    "missing-subject": "The token names no subject (sub).",
+    "bad-claims": "The token's claims do not map to a principal.",
+    "rule-failed": "The token does not satisfy the gateway's rules.",
+    "keys-unavailable": "The issuer's signing keys cannot be fetched: its tokens are refused until they can.",
+    "too-large": "The token is too large.",
+    "insufficient-scope": "The token lacks a required scope.",
+}
+
+
+class TokenRefused(CredentialError):
+    """A bearer token that is not accepted; ``reason`` is one of ``TOKEN_REFUSALS`` (never the token's content).
+
+    ``status`` is 401, or 403 for ``insufficient-scope`` (the token is good but does not allow this), whose
+    ``scope`` names the missing scopes, space-separated.
+    """
+
+    code = "invalid-token"
+
+    def __init__(self, reason: str, message: str | None = None, scope: str = "") -> None:
+        super().__init__(message or TOKEN_REFUSALS[reason])
+        self.reason = reason
+        self.scope = scope
+        if reason == "insufficient-scope":
+            self.code, self.status = "insufficient-scope", 403
 
 
 class UpstreamNotReached(UpstreamError):

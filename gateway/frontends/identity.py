@@ -44,7 +44,7 @@ class RequireIdentity:
         identity = scope.get(IDENTITY_KEY)  # found already by the connection shares (gateway/frontends/http/shares.py)
         if identity is None:
             try:
-                identity = self.auth.identify(scope["headers"])
+                identity = await self.auth.identify(scope["headers"])
             except CredentialError as exc:
                 await refuse_unidentified(send, exc)
                 return

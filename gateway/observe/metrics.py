@@ -102,6 +102,8 @@ class Metrics:
         self.share_refusals = Counter("gateway_share_refusals", "Requests refused past a share of connections"
                                       " (principal, pool, reserved) and calls answered at once past the held-call"
                                       " share (held)", ["share"], registry=r)
+        self.auth_refusals = Counter("gateway_auth_refusals", "Bearer tokens refused, by reason (a bounded set:"
+                                     " expired, bad-audience, unknown-key, ...)", ["reason"], registry=r)
         self.active_runs = Gauge("gateway_active_runs", "Runs (sessions) with a call in progress",
                                  registry=r, multiprocess_mode="livesum")
         self.in_flight = Gauge("gateway_calls_in_flight", "Calls in progress", registry=r,
@@ -178,6 +180,10 @@ class Metrics:
     def share_refused(self, share: str) -> None:
         """A request refused past a share of connections, or a call not held past its principal's held calls."""
         self.share_refusals.labels(share).inc()
+
+    def auth_refused(self, reason: str) -> None:
+        """A bearer token refused (gateway/auth/jwt.py): ``reason`` is one of ``core.errors.TOKEN_REFUSALS``."""
+        self.auth_refusals.labels(reason).inc()
 
     def reloaded(self, result: str) -> None:
         """A policy reload: applied, refused (invalid files) or unrecorded (the audit log failed)."""

@@ -79,6 +79,11 @@ class CallObserver:
         if self.metrics is not None:
             self.metrics.share_refused(share)
 
+    def auth_refused(self, reason: str) -> None:
+        """A bearer token refused, by reason (gateway/auth/jwt.py): counted when metrics are on."""
+        if self.metrics is not None:
+            self.metrics.auth_refused(reason)
+
     async def call(self, request: _Request, run: Awaitable[Out], registry: _Registry) -> Out:
         """Run one call (``run``) inside its span, counting it in flight and its outcome when done."""
         if self._quiet and request.traceparent is None:

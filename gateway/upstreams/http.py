@@ -16,7 +16,6 @@ from urllib.parse import quote, urlsplit
 
 import httpx2
 
-from gateway.core.endpoints import insecure_url_problem
 from gateway.core.errors import (
     InvalidArgumentsError,
     UpstreamCredentialsError,
@@ -30,6 +29,7 @@ from gateway.core.limits import (
     UPSTREAM_KEEPALIVE_SECONDS,
     UPSTREAM_MAX_CONNECTIONS,
 )
+from gateway.core.loopback import secure_url_problem
 from gateway.core.values import text
 from gateway.observe.tracing import outgoing_headers
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, listening, text_result
@@ -163,7 +163,7 @@ class HttpUpstream:
     async def _authorization(self, url: str) -> str:
         """The credential for a request to ``url``, which must be https (an OpenAPI server URL is read at start)."""
         assert self.credentials is not None
-        if insecure_url_problem(url) is not None:
+        if secure_url_problem(url) is not None:
             raise UpstreamCredentialsError(f"No credential for upstream {self.name!r}: its URL is not https, so the"
                                            " token would travel in clear text.")
         return await self.credentials.authorization()

@@ -23,9 +23,9 @@ from typing import Any, Literal
 
 import httpx2
 
-from gateway.core.endpoints import insecure_url_problem
 from gateway.core.errors import UpstreamCredentialsError
 from gateway.core.limits import TOKEN_FETCH_TIMEOUT_SECONDS, TOKEN_RESPONSE_MAX_BYTES
+from gateway.core.loopback import secure_url_problem
 
 __all__ = ["AuthMethod", "IssuedToken", "TokenClient", "TokenEndpoint"]
 
@@ -36,6 +36,14 @@ AuthMethod = Literal["client_secret_basic", "client_secret_post"]
 # An IdP's error code is shown only when it has the shape RFC 6749 gives them (a few lower-case words).
 _ERROR_CODE = re.compile(r"^[a-z_]{1,64}$")
 _DISCOVERY = "/.well-known/openid-configuration"
+
+
+def _unsafe(url: str) -> bool:
+    """Whether a credential must not go to ``url`` (one an IdP named may not even parse)."""
+    try:
+        return secure_url_problem(url) is not None
+    except ValueError:
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,15 +135,14 @@ class TokenClient:
         if status != 200 or document.get("issuer") != issuer:
             raise self._failed(f"the identity provider's discovery document could not be used (HTTP {status})")
         url = document.get("token_endpoint")
-        if not isinstance(url, str) or insecure_url_problem(url) is not None:
+        if not isinstance(url, str) or _unsafe(url):
             raise self._failed("the identity provider's discovery document names no usable https token endpoint")
         self._token_url = url
         return url
 
     async def _exchange(self, method: str, url: str, **send: Any) -> tuple[int, Any]:
         """(status, JSON body or None) of one request, read up to the size cap; redirects are not followed."""
-        problem = insecure_url_problem(url)
-        if problem is not None:  # checked at load too; a discovered endpoint is checked here
+        if _unsafe(url):  # checked at load too; a discovered endpoint is checked here
             raise self._failed("the identity provider's endpoint is not an https URL")
         if self._client is None:
             self._client = httpx2.AsyncClient(follow_redirects=False, timeout=self._timeout)

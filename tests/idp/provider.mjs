@@ -7,8 +7,11 @@
 // made by the tests so they can also sign tokens of their own), which of them the JWKS publishes, and which
 // signs access tokens. Beside the provider's own routes, /_test/* lets a test change that state while it runs:
 //   PUT /_test/users/{sub}   {"groups": [...], ...}   the claims of that user's next tokens
-//   PUT /_test/keys          {"published": [kid...], "sign": {"alg": "...", "kid": "..."}, "jwks_status": 200}
-//   GET /_test/state
+//   PUT /_test/keys          {"published": [kid...], "sign": {"alg": "...", "kid": "..."}}
+//   PUT /_test/jwks          {"status", "body", "pad", "delay_ms", "location"}: how /jwks misbehaves ({} = not)
+//   PUT /_test/tokens        {"ttl": seconds}   the lifetime of the next access tokens
+//   PUT /_test/reset         {}   everything above as it was at the start, and the counts at zero
+//   GET /_test/state         all of the above, and how often /jwks was fetched and each grant succeeded
 // Access tokens are JWTs (at+jwt) for any resource indicator (RFC 8707), `aud` = the resource; the token-exchange
 // grant (RFC 8693) turns a token this provider issued into one for another audience, same `sub`.
 import { readFileSync } from 'node:fs';
@@ -27,12 +30,15 @@ const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
 const ACCESS_TOKEN_TYPE = 'urn:ietf:params:oauth:token-type:access_token';
 const JWT_TOKEN_TYPE = 'urn:ietf:params:oauth:token-type:jwt';
 
-const state = {
-  users: config.users, // sub -> claims (groups, email, ...); any other login gets groups []
+const fresh = () => ({
+  users: structuredClone(config.users), // sub -> claims (groups, email, ...); any other login gets groups []
   published: new Set(config.published),
   sign: config.sign, // {alg, kid} for access tokens
-  jwksStatus: 200,
-};
+  jwks: {}, // how /jwks misbehaves: {status, body, pad, delay_ms, location}
+  ttl: config.access_token_ttl,
+  counts: { jwks: 0, grants: {} },
+});
+let state = fresh();
 const publicKeys = config.keys.map(({ d, p, q, dp, dq, qi, ...pub }) => pub);
 
 function claimsOf(sub) {
@@ -51,7 +57,7 @@ function resourceServerInfo(ctx, resource) {
     audience: resource,
     scope: requestedScopes(ctx),
     accessTokenFormat: 'jwt',
-    accessTokenTTL: config.access_token_ttl,
+    accessTokenTTL: state.ttl,
     jwt: { sign: { ...state.sign } },
   };
 }
@@ -70,7 +76,8 @@ const provider = new Provider(issuer, {
     profile: ['name', 'preferred_username'],
   },
   conformIdTokenClaims: false, // the ID token carries the claims of its scopes (groups), as most IdPs do
-  scopes: ['openid', 'offline_access', 'email', 'profile'],
+  // Resource scopes are listed too: the MCP SDKs register clients with the scopes the resource advertises.
+  scopes: ['openid', 'offline_access', 'email', 'profile', ...config.resource_scopes],
   async findAccount(ctx, sub) {
     return {
       accountId: sub,
@@ -106,8 +113,8 @@ const provider = new Provider(issuer, {
   clientBasedCORS: () => true,
   pkce: { required: () => true },
   ttl: {
-    AccessToken: config.access_token_ttl,
-    ClientCredentials: config.access_token_ttl,
+    AccessToken: (ctx, token) => token.resourceServer?.accessTokenTTL ?? state.ttl,
+    ClientCredentials: (ctx, token) => token.resourceServer?.accessTokenTTL ?? state.ttl,
     IdToken: 600,
     Interaction: 600,
     Session: 3600,
@@ -173,15 +180,35 @@ function control(req, res, body) {
   } else if (req.method === 'PUT' && url.pathname === '/_test/keys') {
     if (body.published) state.published = new Set(body.published);
     if (body.sign) state.sign = body.sign;
-    if (body.jwks_status) state.jwksStatus = body.jwks_status;
+  } else if (req.method === 'PUT' && url.pathname === '/_test/jwks') {
+    state.jwks = body;
+  } else if (req.method === 'PUT' && url.pathname === '/_test/reset') {
+    state = fresh();
+  } else if (req.method === 'PUT' && url.pathname === '/_test/tokens') {
+    state.ttl = body.ttl ?? config.access_token_ttl;
   } else if (!(req.method === 'GET' && url.pathname === '/_test/state')) {
     res.writeHead(404).end();
     return;
   }
   res.writeHead(200, { 'content-type': 'application/json' });
-  res.end(JSON.stringify({
-    users: state.users, published: [...state.published], sign: state.sign, jwks_status: state.jwksStatus,
-  }));
+  res.end(JSON.stringify({ ...state, published: [...state.published] }));
+}
+
+// A JWKS answer the way a test asked for it: late, another status, a body of its own (padded), a redirect.
+async function misbehave(ctx) {
+  const { status, body, pad, delay_ms: delay, location } = state.jwks;
+  if (delay) await new Promise((resolve) => { setTimeout(resolve, delay); });
+  if (location) {
+    ctx.status = 302;
+    ctx.set('location', location);
+    return true;
+  }
+  if (status === undefined && body === undefined && !pad) return false;
+  ctx.status = status ?? 200;
+  ctx.type = 'application/json';
+  const text = body ?? JSON.stringify({ keys: publicKeys.filter((key) => state.published.has(key.kid)) });
+  ctx.body = `${' '.repeat(pad ?? 0)}${text}`;
+  return true;
 }
 
 // Around the provider's routes: the JWKS publishes only the published keys (so a test can sign with a key
@@ -189,10 +216,9 @@ function control(req, res, body) {
 // from the internet in the dev pages (nothing leaves the machine, even from Chromium).
 provider.use(async (ctx, next) => {
   if (ctx.path === '/.well-known/oauth-authorization-server') ctx.path = '/.well-known/openid-configuration';
-  if (ctx.path === '/jwks' && state.jwksStatus !== 200) {
-    ctx.status = state.jwksStatus;
-    ctx.body = { error: 'unavailable' };
-    return;
+  if (ctx.path === '/jwks') {
+    state.counts.jwks += 1;
+    if (await misbehave(ctx)) return;
   }
   await next();
   if (ctx.path === '/jwks' && ctx.status === 200) {
@@ -207,6 +233,11 @@ provider.on('server_error', (ctx, err) => console.error('server_error', ctx.meth
 for (const event of ['authorization.error', 'grant.error', 'registration_create.error', 'introspection.error']) {
   provider.on(event, (ctx, err) => console.error(event, err.message, err.error_description ?? ''));
 }
+
+provider.on('grant.success', (ctx) => {
+  const type = ctx.oidc.params.grant_type;
+  state.counts.grants[type] = (state.counts.grants[type] ?? 0) + 1;
+});
 
 const handle = provider.callback();
 server.on('request', async (req, res) => {

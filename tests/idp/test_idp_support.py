@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from idp_support import Client, Idp, IdpError, check_jwt
+from idp_support import TOKEN_EXCHANGE, Client, Idp, IdpError, check_jwt
 from joserfc import jwt
 from joserfc.errors import BadSignatureError, InvalidClaimError, InvalidKeyIdError
 from joserfc.jwk import RSAKey
@@ -87,8 +87,10 @@ async def test_client_credentials_give_the_client_its_own_token(idp: Idp) -> Non
 
 
 async def test_a_dynamically_registered_client_signs_a_user_in(idp: Idp) -> None:
-    client = await idp.register_client(redirect_uris=["http://127.0.0.1:5555/cb"], token_endpoint_auth_method="none",
-                                       grant_types=["authorization_code"], response_types=["code"])
+    # What the MCP SDKs' OAuth clients register: a localhost redirect, no secret, the resource's scopes.
+    client = await idp.register_client(redirect_uris=["http://localhost:5555/cb"], token_endpoint_auth_method="none",
+                                       grant_types=["authorization_code", "refresh_token"], response_types=["code"],
+                                       scope="openid mcp", client_name="an MCP client")
     token = (await idp.user_tokens("mallory", resource=RESOURCE, client=client))["access_token"]
     claims = await verified(idp, token, RESOURCE)
     assert (claims["sub"], claims["groups"], claims["client_id"]) == ("mallory", [], client.client_id)
@@ -132,12 +134,34 @@ async def test_tokens_signed_here_verify_and_a_tampered_one_does_not(idp: Idp) -
     assert body != other
 
 
-async def test_the_jwks_can_go_down_and_come_back(idp: Idp) -> None:
-    await idp.set_jwks_status(503)
-    try:
-        async with httpx2.AsyncClient(timeout=10) as http:
-            assert (await http.get(idp.jwks_uri)).status_code == 503
-    finally:
-        await idp.set_jwks_status(200)
+async def test_the_jwks_misbehaves_on_request_and_fetches_are_counted(idp: Idp) -> None:
     async with httpx2.AsyncClient(timeout=10) as http:
+        await idp.set_jwks_status(503)
+        assert (await http.get(idp.jwks_uri)).status_code == 503
+        await idp.set_jwks(body="<html>not json")
+        assert (await http.get(idp.jwks_uri)).text == "<html>not json"
+        await idp.set_jwks(pad=2_000_000)
+        huge = await http.get(idp.jwks_uri)
+        assert len(huge.content) > 2_000_000 and len(huge.json()["keys"]) == 4
+        await idp.set_jwks(location="http://localhost:1/jwks")
+        assert (await http.get(idp.jwks_uri)).headers["location"] == "http://localhost:1/jwks"
+        await idp.set_jwks()
         assert [k["kid"] for k in (await http.get(idp.jwks_uri)).json()["keys"]] == ["rsa-1", "ps-1", "ec-1", "ed-1"]
+    assert (await idp.state())["counts"]["jwks"] == 5
+
+
+async def test_short_lived_tokens_and_grants_counted_by_type(idp: Idp) -> None:
+    await idp.set_token_ttl(2)
+    token = await idp.client_credentials_token(resource=UPSTREAM)
+    claims = idp.verify(token, audience=UPSTREAM)
+    assert claims["exp"] - claims["iat"] == 2
+    await idp.exchange(await idp.user_token("bob", resource=RESOURCE), resource=UPSTREAM)
+    assert (await idp.state())["counts"]["grants"] == {"client_credentials": 1, "authorization_code": 1,
+                                                       TOKEN_EXCHANGE: 1}
+
+
+def test_each_test_starts_from_the_same_state(idp: Idp) -> None:
+    state = httpx2.get(f"{idp.issuer}/_test/state", timeout=10).json()
+    assert (state["counts"], state["jwks"], state["ttl"]) == ({"jwks": 0, "grants": {}}, {}, 600)
+    assert state["published"] == ["rsa-1", "ec-1", "ps-1", "ed-1"]
+    assert state["users"]["alice"]["groups"] == ["leads", "eng"]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.core.loopback import is_loopback
 from gateway.frontends.rest import error_response
 
 __all__ = ["LOOPBACK_NAMES", "BodyLimit", "HostOriginGuard", "HostRules", "JsonOnly", "is_loopback", "split_host"]
@@ -52,17 +53,6 @@ def split_host(value: str) -> tuple[str, str]:
         return name + "]", rest[1:] if rest.startswith(":") else ""
     name, sep, port = value.rpartition(":")
     return (name, port) if sep and port.isdigit() else (value, "")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a listen address reaches only this machine (wildcards like 0.0.0.0 do not)."""
-    name = host.strip().lower().strip("[]")
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def is_ip_literal(name: str) -> bool:

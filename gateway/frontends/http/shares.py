@@ -150,12 +150,10 @@ class ConnectionShares:
             await self.app(scope, receive, send)
             return
         try:
-            identity = self.auth.identify(scope["headers"])
-        except CredentialError as exc:
-            if body:
-                await refuse_unidentified(send, exc, close=True)
-                return
-            identity = None
+            identity = await self.auth.identify(scope["headers"])
+        except CredentialError as exc:  # answered here, so the credential is checked (and counted) once
+            await refuse_unidentified(send, exc, close=body)
+            return
         if identity is None:
             if body:  # refused before its body is read: no one without a key waits on anything
                 await refuse_unidentified(send, None, close=True)

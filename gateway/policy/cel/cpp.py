@@ -7,7 +7,7 @@ undeclared name or a statically wrong result type is a load error here.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cel_expr_python import cel
@@ -74,9 +74,10 @@ class CppEngine:
 
     name = "cel-expr-python"
 
-    def __init__(self) -> None:
+    def __init__(self, variables: Sequence[str] = VARIABLES) -> None:
+        """``variables``: the names expressions may read (a policy's by default; identity mappings read others)."""
         self._env = cel.NewEnv(
-            variables={name: _DYN_MAP for name in VARIABLES},
+            variables={name: _DYN_MAP for name in variables},
             extensions=[ext_strings.ExtStrings()],
             functions=_declarations(),
         )

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import celpy
@@ -221,7 +221,9 @@ class PureEngine:
 
     name = "cel-python"
 
-    def __init__(self) -> None:
+    def __init__(self, variables: Sequence[str] = VARIABLES) -> None:
+        """``variables``: the names expressions may read (a policy's by default; identity mappings read others)."""
+        self._variables = tuple(variables)
         limit = sys.getrecursionlimit()
         self._env = celpy.Environment(runner_class=_Runner)
         sys.setrecursionlimit(limit)  # celpy sets a process-wide 2500; MAX_TREE_DEPTH is our bound
@@ -230,13 +232,13 @@ class PureEngine:
 
     def compile(self, source: str, expected: ExprType) -> _Program:
         """Parse, bound, type-check and build ``source`` once; ``CelCompileError`` with a position."""
-        tree = check(source, expected)
+        tree = check(source, expected, self._variables)
         return _Program(self._env.program(_collapse(tree), functions=self._functions))  # type: ignore[arg-type]
 
     def activation(self, data: Mapping[str, Any]) -> dict[str, Any]:
         """The declared variables present in ``data``, converted to celpy values once per round."""
         bound = {}
-        for name in VARIABLES:
+        for name in self._variables:
             if name not in data:
                 continue
             if not isinstance(data[name], Mapping):

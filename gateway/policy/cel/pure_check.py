@@ -8,7 +8,7 @@ wrong result type, at positions that match the C++ engine (the operator, the ``(
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -101,8 +101,9 @@ class _Checker:
     """
 
     def __init__(self, source: str, env: Mapping[str, Any] | None = None, limits: bool = False,
-                 unbounded: frozenset[str] = frozenset()) -> None:
+                 unbounded: frozenset[str] = frozenset(), variables: Collection[str] = VARIABLES) -> None:
         self.source = source
+        self.variables = variables  # the declared names (a policy's, or an identity mapping's)
         self.env = env
         self.limits = limits
         self.unbounded = unbounded  # file variables computed from inputs of unbounded size
@@ -173,7 +174,7 @@ class _Checker:
     def declared(self, name: str, scope: dict[str, Any]) -> Any:
         if name in scope:
             return scope[name]
-        if name in VARIABLES:
+        if name in self.variables:
             return self.env.get(name, _VARIABLE_TYPE) if self.env is not None else _VARIABLE_TYPE
         return ("type", TYPE_NAMES[name]) if name in TYPE_NAMES else None
 
@@ -182,7 +183,7 @@ class _Checker:
         found = self.declared(str(token), scope)
         if found is None:
             raise self.error(f"undeclared reference to '{token}'", token.start_pos, "cel-undeclared")
-        if token in VARIABLES and token not in scope:
+        if token in self.variables and token not in scope:
             self.references.add(str(token))
             self.variables_idents += token == "variables"
         return found
@@ -368,14 +369,15 @@ class Analysis:
 
 
 def analyse(source: str, expected: ExprType, env: Mapping[str, Any] | None, limits: bool = True,
-            unbounded: frozenset[str] = frozenset(), proven: frozenset[str] = frozenset()) -> Analysis:
+            unbounded: frozenset[str] = frozenset(), proven: frozenset[str] = frozenset(),
+            variables: Collection[str] = VARIABLES) -> Analysis:
     """Parse and type ``source`` in a typed environment; ``CelCompileError`` at the first problem.
 
     ``unbounded`` names the file variables computed from inputs of unbounded size (see ``INPUTS``);
     ``proven`` the fields known present where it runs (what the rule's ``when`` proves).
     """
     tree = _parse(source)
-    checker = _Checker(source, env, limits, unbounded)
+    checker = _Checker(source, env, limits, unbounded, variables)
     checker.guards = proven
     result = checker.type_of(tree, {})
     _check_result(result, expected)
@@ -391,8 +393,8 @@ def _check_result(result: Any, expected: ExprType) -> None:
         raise CelCompileError(f"expression must evaluate to {expected}, but it is {shown}", kind="cel-type")
 
 
-def check(source: str, expected: ExprType) -> Tree[Any]:
+def check(source: str, expected: ExprType, variables: Collection[str] = VARIABLES) -> Tree[Any]:
     """The parse tree of ``source`` once it passes every check; ``CelCompileError`` with a position."""
     tree = _parse(source)
-    _check_result(_Checker(source).type_of(tree, {}), expected)
+    _check_result(_Checker(source, variables=variables).type_of(tree, {}), expected)
     return tree
