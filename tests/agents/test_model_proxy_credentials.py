@@ -30,7 +30,8 @@ async def test_a_gateway_tool_called_by_the_model_runs_on_behalf_of_the_caller(s
     async with parts(idp) as (upstream, proxy, api, token_url):
         exchange = {"token_url": token_url, "client_id": idp.service.client_id,
                     "client_secret": {"env": "TEST_IDP_SERVICE_SECRET"}, "resource": AUDIENCE}
-        await stage.start(POLICY, models=[{"name": "*", "base_url": f"{stage.model_url}/v1", "model": MODEL}],
+        await stage.start(POLICY, models=[{"name": "*", "base_url": f"{stage.model_url}/v1", "model": MODEL,
+                                            "gateway_tools": ["who_*"]}],
                           upstreams=[{"name": "who", "http": {"base_url": api, "tools": WHOAMI,
                                                               "auth": {"token_exchange": exchange}}}],
                           auth={"jwt": [{"issuer": idp.issuer, "audiences": [GATEWAY_AUDIENCE]}]})
@@ -39,7 +40,9 @@ async def test_a_gateway_tool_called_by_the_model_runs_on_behalf_of_the_caller(s
             response = await client.post("/v1/chat/completions", json={
                 "model": MODEL, "messages": [{"role": "user", "content": script(("who_whoami", {}))}]})
     assert response.status_code == 200, response.text
-    [seen] = tool_results_of(response.json()["choices"][0]["message"]["content"])
+    content = response.json()["choices"][0]["message"]["content"]
+    assert len(tool_results_of(content)) == 1, content
+    [seen] = tool_results_of(content)
     claims = json.loads(seen)
     assert (claims["sub"], claims["aud"], claims["act"]) == ("alice", AUDIENCE, {"sub": idp.service.client_id})
     assert proxy.grants == ["urn:ietf:params:oauth:grant-type:token-exchange"]
