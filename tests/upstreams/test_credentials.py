@@ -1,5 +1,6 @@
-"""Upstream credentials against a real loopback token endpoint: cached until they expire (an injected clock),
-one fetch per key however many callers wait, one exchanged token per caller, and fail closed."""
+"""Upstream credentials against a loopback token endpoint of ours (every answer controlled) and the real IdP:
+cached until they expire (an injected clock), one fetch per key however many callers wait, one exchanged token
+per caller, and fail closed."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
+from idp_support import Idp
 from starlette.types import ASGIApp
 from token_endpoint import CLIENT_ID, CLIENT_SECRET, TokenEndpointApp
+from upstream_identity_support import AUDIENCE, parts
 
 from gateway.core.errors import UpstreamCredentialsError
 from gateway.upstreams.credentials import (
@@ -167,3 +170,32 @@ async def test_the_cache_is_bounded_least_recently_used_first():
     assert await cache.get("a", issue("A3")) == "A"
     assert await cache.get("b", issue("B2")) == "B2"  # b was dropped
 
+
+
+# --- against the real IdP (tests/idp_support.py), its requests counted by a proxy of ours ------------------
+
+
+async def test_real_idp_tokens_are_kept_until_they_near_expiry_then_fetched_anew(idp: Idp) -> None:
+    clock = Clock()
+    async with parts(idp) as (_, proxy, _api, token_url):
+        assert idp.service.client_secret is not None
+        endpoint = TokenEndpoint(idp.service.client_id, idp.service.client_secret, token_url)
+        own = ClientCredentials(TokenClient(endpoint, "who"), resource=AUDIENCE, cache=TokenCache(1, clock))
+        exchange = TokenExchange(TokenClient(endpoint, "who"), "who", resource=AUDIENCE, cache=TokenCache(10, clock))
+        alice = await idp.user_token("alice", resource="https://gateway.test/mcp")
+        first = await own.authorization()
+        with acting_for(alice):
+            exchanged = await exchange.authorization()
+            assert await exchange.authorization() == exchanged
+        assert await own.authorization() == first
+        assert len(proxy.grants) == 2  # one of each grant
+        clock.now += 600 - 30  # the IdP's tokens live 600 s; the last 30 are not used
+        second = await own.authorization()
+        with acting_for(alice):
+            renewed = await exchange.authorization()
+        await own.aclose()
+        await exchange.aclose()
+    assert len(proxy.grants) == 4 and second != first and renewed != exchanged
+    for value, sub in [(first, idp.service.client_id), (second, idp.service.client_id), (exchanged, "alice"),
+                       (renewed, "alice")]:
+        assert idp.verify(value.removeprefix("Bearer "), audience=AUDIENCE)["sub"] == sub
