@@ -23,7 +23,8 @@ __all__ = ["AUDIENCE", "WHOAMI", "CountingProxy", "Upstream", "assert_nowhere", 
 
 Json = dict[str, Any]
 AUDIENCE = "https://whoami.test"  # the upstream's own audience: the tokens it accepts are issued for it
-WHOAMI = [{"name": "whoami", "method": "GET", "path": "/whoami"}]  # the `http:` tool on ``Upstream``
+# The `http:` tools on ``Upstream``: the verified claims, and the request's headers echoed back.
+WHOAMI = [{"name": "whoami", "method": "GET", "path": "/whoami"}, {"name": "echo", "method": "GET", "path": "/echo"}]
 
 
 @dataclass
@@ -35,7 +36,7 @@ class Upstream:
     tokens: list[str] = field(default_factory=list)
 
     def app(self) -> Starlette:
-        """``GET /whoami``: the verified claims of the bearer token, or 401."""
+        """``GET /whoami``: the verified claims of the bearer token, or 401; ``GET /echo``: the headers."""
 
         async def whoami(request: Request) -> JSONResponse:
             scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -48,7 +49,11 @@ class Upstream:
                                  "client_id": claims.get("client_id"), "act": claims.get("act"),
                                  "scope": claims.get("scope")})
 
-        return Starlette(routes=[Route("/whoami", whoami, methods=["GET"])])
+        async def echo(request: Request) -> JSONResponse:  # as httpbin's /headers does: the token comes back
+            self.tokens.append(request.headers.get("authorization", "").partition(" ")[2])
+            return JSONResponse({"headers": dict(request.headers)})
+
+        return Starlette(routes=[Route("/whoami", whoami, methods=["GET"]), Route("/echo", echo, methods=["GET"])])
 
 
 @dataclass

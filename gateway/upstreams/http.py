@@ -30,6 +30,7 @@ from gateway.core.limits import (
     UPSTREAM_MAX_CONNECTIONS,
 )
 from gateway.core.loopback import secure_url_problem
+from gateway.core.scrub import REDACTED
 from gateway.core.values import text
 from gateway.observe.tracing import outgoing_headers
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, listening, text_result
@@ -155,9 +156,18 @@ class HttpUpstream:
             raise UpstreamError(f"{self.name}: {method} {url} failed: {type(exc).__name__}: {exc}") from exc
         except _ResponseTooLarge as exc:
             raise UpstreamError(f"{self.name}: {method} {url}: {exc}") from exc
-        if response.status_code == 401 and self.credentials is not None:
-            self.credentials.rejected(headers["authorization"])
+        if self.credentials is not None:
+            content = self._credential_out(headers["authorization"], response.status_code, content)
         return _result(response, content)
+
+    def _credential_out(self, authorization: str, status: int, content: bytes) -> bytes:
+        """The body without the token it may echo (an echo service, a verbose error): the agent never reads it.
+        A 401 makes the next call fetch a fresh token."""
+        assert self.credentials is not None
+        if status == 401:
+            self.credentials.rejected(authorization)
+        token = authorization.partition(" ")[2].encode()
+        return content.replace(token, REDACTED.encode()) if token and token in content else content
 
 
     async def _authorization(self, url: str) -> str:

@@ -154,3 +154,14 @@ async def test_an_api_key_caller_is_refused_by_a_token_exchange_upstream(idp, st
         "Upstream 'who' acts on behalf of the caller, so it needs a caller signed in with the identity provider"
         " (a token); a caller with an API key, or none, cannot use it. The tool did not run.")
     assert proxy.grants == [] and upstream.tokens == []
+
+
+async def test_an_upstream_that_echoes_its_token_does_not_hand_it_to_the_agent(idp, start_gateway, configs, rest,
+                                                                              rest_call, call_id):
+    async with parts(idp) as (upstream, _proxy, api, token_url):
+        gateway = await start_gateway(configs.base(configs.http_upstream(
+            "who", api, WHOAMI, {"auth": client_credentials(idp, token_url)})), POLICIES)
+        cid = call_id()
+        body = await rest_call(rest(gateway, "alice"), "who_echo", {}, call_id=cid)
+    assert body["structured"]["headers"]["authorization"] == "Bearer [redacted]"
+    assert_nowhere([upstream.tokens[0]], json.dumps(body), gateway.audit_path.read_text())
