@@ -25,16 +25,17 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx2
 
 from gateway.core.errors import UpstreamCredentialsError
 from gateway.core.limits import MAX_EXCHANGED_TOKENS, TOKEN_EXPIRY_MARGIN_SECONDS
+from gateway.core.scrub import REDACTED
 from gateway.upstreams.token_client import IssuedToken, TokenClient
 
 __all__ = ["ACCESS_TOKEN_TYPE", "TOKEN_EXCHANGE_GRANT", "BearerAuth", "ClientCredentials", "TokenCache",
-           "TokenExchange", "UpstreamCredentials", "acting_for"]
+           "TokenExchange", "UpstreamCredentials", "acting_for", "scrubbed"]
 
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
@@ -193,6 +194,17 @@ class TokenExchange(_Bearer):
         key = hashlib.sha256(caller.token.encode()).hexdigest()
         grant = {**self._grant, "subject_token": caller.token}
         return "Bearer " + await self.cache.get(key, lambda: self.client.request(grant))
+
+
+def scrubbed(value: Any, token: str) -> Any:
+    """``value`` (JSON: strings, lists, objects) with every occurrence of ``token`` in its strings redacted."""
+    if isinstance(value, str):
+        return value.replace(token, REDACTED)
+    if isinstance(value, list):
+        return [scrubbed(v, token) for v in value]
+    if isinstance(value, dict):
+        return {scrubbed(k, token): scrubbed(v, token) for k, v in value.items()}
+    return value
 
 
 class BearerAuth(httpx2.Auth):

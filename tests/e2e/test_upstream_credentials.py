@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import mcp_types as types
 import pytest
 from approval_support import CountingUpstream
 from loopback import serve_app
@@ -22,6 +23,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 from token_endpoint import CLIENT_ID, CLIENT_SECRET, TokenEndpointApp
+from upstream_identity_support import assert_nowhere, everything_logged
 
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the harness lives
 
@@ -67,6 +69,21 @@ class RequireBearer:
         await self.app(scope, receive, send)
 
 
+class EchoingUpstream(CountingUpstream):
+    """The counting MCP server plus ``whoami``, a debug tool that echoes the Authorization header it got."""
+
+    def reset(self) -> None:
+        super().reset()
+        self.tools["whoami"] = types.Tool(name="whoami", input_schema={"type": "object"})
+
+    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name != "whoami":
+            return await super()._call_tool(ctx, params)
+        sent = ctx.request.headers.get("authorization", "") if ctx.request is not None else ""
+        return types.CallToolResult(content=[types.TextContent(type="text", text=f"you sent {sent}")],
+                                    structured_content={"authorization": sent})
+
+
 @contextlib.asynccontextmanager
 async def token_endpoint(idp: TokenEndpointApp) -> AsyncIterator[str]:
     async with serve_app(idp.app(), lifespan="off") as url:
@@ -78,16 +95,6 @@ def grant(url: str) -> Json:
     return {"client_credentials": {"token_url": f"{url}/token", "client_id": CLIENT_ID,
                                    "client_secret": {"env": "TEST_UPSTREAM_CLIENT_SECRET"},
                                    "resource": "https://whoami.example.com", "scopes": ["whoami"]}}
-
-
-def assert_nowhere(secrets: list[str], *places: str) -> None:
-    for place in places:
-        for secret in secrets:
-            assert secret not in place
-
-
-def everything_logged(caplog: pytest.LogCaptureFixture) -> str:
-    return "\n".join(f"{r.getMessage()} {r.exc_text or ''}" for r in caplog.records)
 
 
 @pytest.fixture(autouse=True)
@@ -139,7 +146,7 @@ async def test_a_refused_token_request_fails_the_call_closed_naming_no_secret(st
 async def test_an_mcp_upstream_over_http_gets_the_token_on_every_request(start_gateway, configs, connect_mcp,
                                                                         call_id, caplog):
     caplog.set_level(logging.DEBUG)
-    idp, seen, upstream = TokenEndpointApp(), Seen(), CountingUpstream()
+    idp, seen, upstream = TokenEndpointApp(), Seen(), EchoingUpstream()
     async with token_endpoint(idp) as idp_url, serve_app(RequireBearer(upstream.app(), seen)) as mcp_url:
         gateway = await start_gateway(configs.base({"name": "ops", "mcp": {"url": f"{mcp_url}/mcp",
                                                                            "auth": grant(idp_url)}}),
@@ -147,11 +154,15 @@ async def test_an_mcp_upstream_over_http_gets_the_token_on_every_request(start_g
         async with connect_mcp(gateway, "alice") as conn:
             first = await conn.call("ops_deploy", {"service": "web"}, call_id=call_id())
             second = await conn.call("ops_deploy", {"service": "api"}, call_id=call_id())
+            echoed = await conn.call("ops_whoami", {}, call_id=call_id())
     assert (first.is_error, second.is_error) == (False, False)
+    # a tool that echoes its token does not hand it to the agent
+    assert echoed.structured_content == {"authorization": "Bearer [redacted]"}
+    assert echoed.content[0].text == "you sent Bearer [redacted]"
     assert upstream.ran("deploy") == 2
     assert seen.headers and set(seen.headers) == {"Bearer issued-1-for-the-gateway"}  # the handshake too
     assert len(idp.requests) == 1
-    results = json.dumps([first.model_dump(mode="json"), second.model_dump(mode="json")])
+    results = json.dumps([r.model_dump(mode="json") for r in (first, second, echoed)])
     assert_nowhere(["issued-1-for-the-gateway", CLIENT_SECRET], results, gateway.audit_path.read_text(),
                    everything_logged(caplog))
 

@@ -25,7 +25,7 @@ from gateway.core.errors import UpstreamDown, UpstreamError, UpstreamNotReached
 from gateway.core.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, resolve_command
 from gateway.upstreams.client_requests import ClientRequestRouter, ClientRequestRules
-from gateway.upstreams.credentials import BearerAuth, UpstreamCredentials
+from gateway.upstreams.credentials import BearerAuth, UpstreamCredentials, scrubbed
 from gateway.upstreams.environment import child_environment
 from gateway.upstreams.http_transport import lean_transport
 from gateway.upstreams.keepalive import DrainOnClose
@@ -205,8 +205,8 @@ class McpUpstream:
         client = self._client
         if client is None:
             raise UpstreamNotReached(f"{self.name}: not connected")
-        if self.credentials is not None:  # a token to be had, or the call fails here, cleanly, with nothing sent
-            await self.credentials.authorization()
+        # A token to be had, or the call fails here, cleanly, with nothing sent (the requests then find it cached).
+        authorization = await self.credentials.authorization() if self.credentials is not None else ""
         try:
             with self._router.running():
                 async with asyncio.timeout(timeout):
@@ -225,13 +225,16 @@ class McpUpstream:
             raise UpstreamError(f"{self.name}: {tool}: {_describe(exc)}") from exc
         # Over stdio the SDK has already read the whole line; still, what is too big is not kept,
         # audited, stored for approvals or relayed.
-        size = len(result.model_dump_json(by_alias=True, exclude_none=True))
-        if size > self.max_response_bytes:
-            raise UpstreamError(f"{self.name}: {tool}: response too large: {size} bytes, the limit is "
+        dumped = result.model_dump_json(by_alias=True, exclude_none=True)
+        if len(dumped) > self.max_response_bytes:
+            raise UpstreamError(f"{self.name}: {tool}: response too large: {len(dumped)} bytes, the limit is "
                                 f"{self.max_response_bytes}")
         content = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
         content = expose_links(self.name, content)  # resource URIs as clients read them through the gateway
-        return ToolResult(content, result.structured_content, bool(result.is_error))
+        structured, token = result.structured_content, authorization.partition(" ")[2]
+        if token and token in dumped:  # a tool that echoes its token (a debug tool) does not hand it on
+            content, structured = scrubbed(content, token), scrubbed(structured, token)
+        return ToolResult(content, structured, bool(result.is_error))
 
     async def _call_tool(self, client: Client, tool: str, arguments: dict[str, Any],
                          progress: ToolProgress | None) -> types.CallToolResult:
