@@ -58,6 +58,7 @@ def test_error_exports():
         "StoreSchemaError",
         "StoreUnavailable",
         "TestSuiteError",
+        "TokenRefused",
         "UnclearUriError",
         "UnknownItemError",
         "UnknownToolError",

@@ -314,6 +314,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     app.state.gateway = gateway
     app.state.supervisor = supervisor
     app.state.mcp = mcp
+    app.state.auth = auth
     return app
 
 

@@ -35,10 +35,10 @@ from jwt import exceptions as jwt_errors
 from gateway.auth.claims import ClaimMapping
 from gateway.auth.jwks import IssuerKeys, IssuerStatus, JwksClient
 from gateway.auth.keys import Identity
-from gateway.core.errors import TokenRefused
+from gateway.core.errors import TOKEN_REFUSALS, TokenRefused
 from gateway.core.limits import MAX_BEARER_TOKEN_BYTES, MAX_JWT_HEADER_BYTES, MAX_VERIFIED_TOKENS
 
-__all__ = ["JwtAuthenticator", "JwtAuthenticators", "TokenRefused"]
+__all__ = ["TOKEN_REFUSALS", "JwtAuthenticator", "JwtAuthenticators", "TokenRefused"]
 
 _ACCESS_TYPES = frozenset({"at+jwt", "jwt"})  # compared without an "application/" prefix, in lower case
 _BASE64URL = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
@@ -106,7 +106,10 @@ class JwtAuthenticator:
                 failure = exc
                 continue
             except jwt_errors.PyJWTError as exc:
-                raise TokenRefused(_reason(exc)) from None
+                reason = _reason(exc)
+                if reason == "bad-claims" and isinstance(exc, jwt_errors.MissingRequiredClaimError):
+                    raise TokenRefused(reason, f"The token has no '{exc.claim}' claim.") from None
+                raise TokenRefused(reason) from None
             return claims
         raise TokenRefused(_reason(failure) if failure else "unknown-key")
 
@@ -164,7 +167,8 @@ class JwtAuthenticators:
                 return identity
             del self._verified[digest]
         header, payload = self._unverified(token)
-        authenticator = self._by_issuer.get(payload.get("iss"))  # type: ignore[arg-type]
+        issuer = payload.get("iss")
+        authenticator = self._by_issuer.get(issuer) if isinstance(issuer, str) else None
         if authenticator is None:
             raise TokenRefused("unknown-issuer")
         claims = await authenticator.verify(token, header, authenticator.audiences)
@@ -215,6 +219,10 @@ class JwtAuthenticators:
         if authenticator is None:
             raise TokenRefused("unknown-issuer")
         return authenticator.mapping.identity(issuer, claims, token)
+
+    def keys(self, issuer: str) -> IssuerKeys:
+        """The key cache of ``issuer`` (KeyError if it is not configured)."""
+        return self._by_issuer[issuer].keys
 
     def status(self) -> list[IssuerStatus]:
         """Each issuer's keys, for /readyz (a due refresh starts in the background)."""

@@ -1,5 +1,5 @@
 """`gateway status`: a running gateway's readiness (``GET /readyz``): each upstream's state, the store's,
-the policy revision.
+each identity provider's keys, the policy revision.
 
 Exit codes: 0 ready (every upstream is up, the store answers); 1 not ready; 2 the gateway could not be
 reached or did not answer as a gateway does.
@@ -67,4 +67,18 @@ def _render(body: dict[str, Any]) -> str:
         if store.get("last_error"):
             line += f"  last error: {clean(store.get('last_error'))}"
         lines.append(line)
+    lines.extend(_issuers(body.get("issuers")))
     return "\n".join(lines)
+
+
+def _issuers(issuers: Any) -> list[str]:
+    """A line per identity provider (`auth.jwt`): whether its keys check tokens now, and why not."""
+    lines = []
+    for issuer in issuers if isinstance(issuers, list) else []:
+        if isinstance(issuer, dict):
+            line = (f"  {clean(issuer.get('state')):<8} issuer {clean(issuer.get('issuer'))}"
+                    f"  {clean(issuer.get('keys'))} keys")
+            if issuer.get("last_error"):
+                line += f"  last error: {clean(issuer.get('last_error'))}"
+            lines.append(line)
+    return lines

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from gateway.core.diagnostics import Diagnostic
 
 __all__ = [
-    "TOKEN_REFUSALS",
     "AmbiguousCredentials",
     "ApprovalConflict",
     "ApprovalError",
@@ -256,7 +255,8 @@ class AmbiguousCredentials(CredentialError):
     status = 400
 
 
-# Why a token is refused: a bounded set (a metrics label), each with what the caller is told.
+# Why a token is refused: a bounded set (a metrics label), each with what the caller is told (exported
+# by gateway.auth.jwt; this module's __all__ lists error classes only).
 TOKEN_REFUSALS: dict[str, str] = {
     "malformed": "The bearer token is not a well-formed JWT.",
     "unknown-issuer": "Tokens of this issuer are not accepted here.",
@@ -277,13 +277,11 @@ TOKEN_REFUSALS: dict[str, str] = {
 
 
 class TokenRefused(CredentialError):
-    """A bearer token that is not accepted; ``reason`` is one of ``TOKEN_REFUSALS`` (never the token's content).
-
-    ``status`` is 401, or 403 for ``insufficient-scope`` (the token is good but does not allow this), whose
-    ``scope`` names the missing scopes, space-separated.
-    """
+    """A bearer token that is not accepted, with a ``reason`` of ``TOKEN_REFUSALS`` (never the token's content)."""
 
     code = "invalid-token"
+    # ``status`` is 401, or 403 for ``insufficient-scope`` (the token is good but does not allow this), whose
+    # ``scope`` names the missing scopes, space-separated.
 
     def __init__(self, reason: str, message: str | None = None, scope: str = "") -> None:
         super().__init__(message or TOKEN_REFUSALS[reason])

@@ -20,10 +20,19 @@ import jwt as pyjwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+from loopback import serve_app
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
+from gateway.auth.claims import ClaimMapping
+from gateway.auth.jwks import IssuerKeys, JwksClient
+from gateway.auth.jwt import TOKEN_REFUSALS, JwtAuthenticator, JwtAuthenticators, TokenRefused
 from gateway.auth.keys import hash_key
-from gateway.core.errors import TOKEN_REFUSALS
 from gateway.observe.metrics import families
+from gateway.policy.call import Principal
 
 pytestmark = pytest.mark.session_loop
 
@@ -100,6 +109,21 @@ async def test_a_real_idp_token_calls_a_tool_and_the_policy_sees_the_mapped_prin
     assert events[0]["principal"]["groups"] == ["leads", "eng"]
 
 
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_real_idp_token_calls_a_tool_over_mcp_in_both_eras(mode, idp, start_gateway, configs, http_api,
+                                                                  connect_mcp):
+    gateway = await jwt_gateway(start_gateway, configs, http_api, jwt_entry(idp))
+    token = await idp.user_token("alice", resource=RESOURCE, scope="mcp")
+    marker = uuid.uuid4().hex
+
+    async with connect_mcp(gateway, None, headers={"Authorization": f"Bearer {token}"}, mode=mode) as conn:
+        result = await conn.call("web_search", {"q": marker})
+
+    assert result.is_error is False
+    assert result.structured_content == {"query": {"q": marker}}
+    assert len(http_api.seen(marker)) == 1
+
+
 async def test_api_keys_keep_working_beside_tokens(idp, start_gateway, configs, http_api, rest, rest_call):
     gateway = await jwt_gateway(start_gateway, configs, http_api, jwt_entry(idp))
     marker = uuid.uuid4().hex
@@ -126,6 +150,16 @@ async def test_readyz_names_each_issuer_and_its_keys(idp, start_gateway, configs
 
 
 # --- bad tokens: each a 401 with the error body, counted, and no upstream call ---------------------------------
+
+
+class Clock:
+    """Monotonic seconds that start at the real clock's reading and then move only when the test says."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def _now() -> int:
@@ -155,6 +189,19 @@ def _hmac_with_public_key(idp: Any) -> str:
     return signing_input + "." + _b64(hmac.new(pem, signing_input.encode(), hashlib.sha256).digest())
 
 
+def _signed(idp: Any, claims: dict[str, Any], headers: dict[str, Any]) -> str:
+    """Signed by PyJWT with the IdP's own rsa-1 key, with header fields the IdP would never write."""
+    key = pyjwt.PyJWK(idp.keys["rsa-1"].as_dict(private=True)).key
+    return pyjwt.encode(claims, key, algorithm="RS256", headers={"kid": "rsa-1", "typ": "at+jwt", **headers})
+
+
+def _raw_signed(idp: Any, header: dict[str, Any], claims: dict[str, Any]) -> str:
+    """A header no library would write, signed RS256 by hand with the IdP's own rsa-1 key."""
+    key = pyjwt.PyJWK(idp.keys["rsa-1"].as_dict(private=True)).key
+    signing_input = ".".join([_b64(json.dumps(header).encode()), _b64(json.dumps(claims).encode())])
+    return signing_input + "." + _b64(RSAAlgorithm(RSAAlgorithm.SHA256).sign(signing_input.encode(), key))
+
+
 def _tampered(idp: Any) -> str:
     head, _, signature = idp.sign(_claims(idp, groups=["eng"])).split(".")
     return ".".join([head, _b64(json.dumps(_claims(idp, groups=["leads", "admins"])).encode()), signature])
@@ -182,15 +229,20 @@ BAD_TOKENS: dict[str, Any] = {
                                                  _claims(idp, iss="https://idp.elsewhere.test"), b"x" * 256),
     "missing-sub": lambda idp: idp.sign({k: v for k, v in _claims(idp).items() if k != "sub"}),
     "groups-of-the-wrong-type": lambda idp: idp.sign(_claims(idp, groups="leads")),
-    "over-the-header-limit": lambda idp: idp.sign(_claims(idp), header={"x-pad": "p" * 4096}),
+    "over-the-header-limit": lambda idp: _signed(idp, _claims(idp), {"x-pad": "p" * 4096}),
     "over-the-token-limit": lambda idp: idp.sign(_claims(idp, pad="p" * 20_000)),
     "not-an-access-token": lambda idp: idp.sign(_claims(idp), header={"typ": "logout+jwt"}),
     "no-expiry": lambda idp: idp.sign({k: v for k, v in _claims(idp).items() if k != "exp"}, defaults=False),
-    "garbage-segments": lambda idp: "eyJhbGciOi.not-base64!.x",
+    "garbage-header": lambda idp: "eyJhbGciOi.e30.c2ln",  # '{"alg":"' and no more
     "rule-fails": lambda idp: idp.sign(_claims(idp, scope="other")),
+    "issuer-not-a-string": lambda idp: idp.sign(_claims(idp, iss=[idp.issuer])),
+    "kid-not-a-string": lambda idp: _raw_signed(idp, {"alg": "RS256", "kid": 7}, _claims(idp)),
+    "typ-not-a-string": lambda idp: _raw_signed(idp, {"alg": "RS256", "kid": "rsa-1", "typ": ["at+jwt"]},
+                                                _claims(idp)),
 }
 
-# token → the reason it is refused for (the label of gateway_auth_refusals_total)
+# token → the reason it is refused for (the label of gateway_auth_refusals_total), and what the caller reads
+# when it is not the reason's own message (TOKEN_REFUSALS)
 EXPECTED = {
     "expired": "expired", "not-yet-valid": "not-yet-valid", "issued-in-the-future": "not-yet-valid",
     "wrong-issuer": "unknown-issuer", "wrong-audience": "bad-audience", "no-audience": "bad-audience",
@@ -199,7 +251,16 @@ EXPECTED = {
     "unconfigured-issuer": "unknown-issuer", "missing-sub": "missing-subject",
     "groups-of-the-wrong-type": "bad-claims", "over-the-header-limit": "too-large",
     "over-the-token-limit": "too-large", "not-an-access-token": "bad-type", "no-expiry": "bad-claims",
-    "garbage-segments": "malformed", "rule-fails": "rule-failed",
+    "garbage-header": "malformed", "rule-fails": "rule-failed", "issuer-not-a-string": "unknown-issuer",
+    "kid-not-a-string": "malformed", "typ-not-a-string": "bad-type",
+}
+MESSAGES = {
+    "groups-of-the-wrong-type": "The token's claims do not map to a principal: principal.groups must be a list of"
+                                " strings.",
+    "over-the-header-limit": "The token's header is larger than 2048 bytes.",
+    "over-the-token-limit": "The token is larger than 16384 bytes.",
+    "no-expiry": "The token has no 'exp' claim.",
+    "rule-fails": "the token lacks the mcp scope",
 }
 
 RULES = [{"expression": 'has(claims.scope) && claims.scope.split(" ").exists(s, s == "mcp")',
@@ -217,12 +278,7 @@ async def test_a_bad_token_is_refused_with_401_and_nothing_else_happens(kind, id
 
     reason = EXPECTED[kind]
     assert answer.status_code == 401, answer.text
-    message = "the token lacks the mcp scope" if reason == "rule-failed" else None
-    body = answer.json()
-    assert body["error"]["code"] == "invalid-token"
-    assert body["error"]["message"] == (message or body["error"]["message"])
-    if reason not in ("too-large", "rule-failed"):
-        assert body["error"]["message"] == TOKEN_REFUSALS[reason]
+    assert answer.json() == {"error": {"code": "invalid-token", "message": MESSAGES.get(kind, TOKEN_REFUSALS[reason])}}
     assert http_api.seen(marker) == []
     assert [e for e in gateway.audit_events() if e.get("tool") == "web_search"] == []
     after = await refusals(gateway)
@@ -242,3 +298,103 @@ async def test_a_token_without_a_required_scope_gets_403_insufficient_scope(idp,
     assert answer.json()["error"] == {"code": "insufficient-scope", "message": "The token lacks the scope tools:write."}
     assert http_api.seen(marker) == []
     assert (await refusals(gateway)).get("insufficient-scope") == 1
+
+
+# --- remembered tokens ---------------------------------------------------------------------------------------
+
+
+async def test_a_remembered_token_is_refused_once_its_key_is_withdrawn(idp):
+    clock = Clock()
+    client = JwksClient()
+    keys = IssuerKeys(idp.issuer, None, ["RS256"], 86_400, client, clock)
+    mapping = ClaimMapping(id="claims.sub", groups="claims.groups", claims="{}")
+    authenticators = JwtAuthenticators([JwtAuthenticator(idp.issuer, [RESOURCE], ["RS256"], 30, keys, mapping)],
+                                       client)
+    token = idp.sign(_claims(idp))
+    try:
+        first = await authenticators.identify(token)
+        again = await authenticators.identify(token)  # remembered: the same identity, no second check
+        assert first is again
+        assert (first.principal.kind, first.principal.issuer, first.principal.subject) == ("jwt", idp.issuer, "alice")
+
+        await idp.set_keys(published=["rsa-2"], kid="rsa-2")  # rsa-1 withdrawn (compromised, say)
+        clock.now += 30
+        await authenticators.identify(idp.sign(_claims(idp), kid="rsa-2"))  # its new kid fetches the new set
+
+        with pytest.raises(TokenRefused) as refused:
+            await authenticators.identify(token)
+        assert refused.value.reason == "unknown-key"
+    finally:
+        await authenticators.aclose()
+
+
+async def test_the_principal_carries_issuer_subject_and_a_hash_of_the_token_id(idp):
+    jti = uuid.uuid4().hex
+    token = idp.sign(_claims(idp, jti=jti, client_id="c"))
+    mapping = ClaimMapping(id='claims.email', groups="claims.groups", claims='{"client": claims.client_id}',
+                           roles={"approver": '"leads" in principal.groups', "metrics": "false"})
+
+    identity = mapping.identity(idp.issuer, pyjwt.decode(token, options={"verify_signature": False}), token)
+
+    assert identity.principal == Principal("alice@example.test", ("leads",), {"client": "c"}, kind="jwt",
+                                           issuer=idp.issuer, subject="alice",
+                                           token_id_hash=hashlib.sha256(jti.encode()).hexdigest())
+    assert (identity.approver, identity.admin, identity.metrics, identity.token) == (True, False, False, token)
+    assert token not in repr(identity)
+
+
+async def test_each_token_goes_only_to_the_authenticator_of_its_own_issuer(idp):
+    other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = {**RSAAlgorithm.to_jwk(other_key.public_key(), as_dict=True), "kid": "other-1"}
+    fetched: list[str] = []
+
+    async def jwks(request: Request) -> JSONResponse:
+        fetched.append(request.url.path)
+        return JSONResponse({"keys": [jwk]})
+
+    async with serve_app(Starlette(routes=[Route("/keys", jwks)])) as url:
+        client = JwksClient()
+        mapping = ClaimMapping(id="claims.sub", groups="[]", claims="{}")
+        other = "https://other.example"
+        authenticators = JwtAuthenticators([
+            JwtAuthenticator(idp.issuer, [RESOURCE], ["RS256"], 30, IssuerKeys(idp.issuer, None, ["RS256"], 3600,
+                                                                               client), mapping),
+            JwtAuthenticator(other, [RESOURCE], ["RS256"], 30, IssuerKeys(other, f"{url}/keys", ["RS256"], 3600,
+                                                                          client), mapping)], client)
+        try:
+            mine = await authenticators.identify(idp.sign(_claims(idp, sub="alice")))
+            assert fetched == []  # the IdP's token never made the other issuer's keys load
+            theirs = await authenticators.identify(pyjwt.encode(
+                _claims(idp, iss=other, sub="alice"), other_key, algorithm="RS256", headers={"kid": "other-1"}))
+            assert fetched == ["/keys"]
+            # the same sub at two issuers: two principals (sessions and budgets bind to issuer and subject)
+            assert (mine.principal.issuer, theirs.principal.issuer) == (idp.issuer, other)
+            with pytest.raises(TokenRefused) as refused:  # the IdP's key does not speak for the other issuer
+                await authenticators.identify(idp.sign(_claims(idp, iss=other)))
+            assert refused.value.reason == "unknown-key"
+        finally:
+            await authenticators.aclose()
+
+
+async def test_verify_checks_an_id_token_for_its_client_and_refuses_an_access_token(idp):
+    client = JwksClient()
+    keys = IssuerKeys(idp.issuer, None, ["RS256"], 3600, client)
+    mapping = ClaimMapping(id="claims.sub", groups="has(claims.groups) ? claims.groups : []", claims="{}",
+                           roles={"approver": '"leads" in principal.groups'})
+    authenticators = JwtAuthenticators([JwtAuthenticator(idp.issuer, [RESOURCE], ["RS256"], 30, keys, mapping)],
+                                       client)
+    tokens = await idp.user_tokens("alice", resource=RESOURCE, scope="mcp")
+    try:
+        claims = await authenticators.verify(tokens["id_token"], issuer=idp.issuer, audiences=[idp.public.client_id])
+        identity = authenticators.identity_for_claims(idp.issuer, claims)
+
+        assert (claims["sub"], claims["aud"]) == ("alice", idp.public.client_id)
+        assert (identity.principal.id, identity.approver, identity.token) == ("alice", True, None)
+        with pytest.raises(TokenRefused) as refused:  # the access token is for the gateway, not for the client
+            await authenticators.verify(tokens["access_token"], issuer=idp.issuer, audiences=[idp.public.client_id])
+        assert refused.value.reason == "bad-audience"
+        with pytest.raises(TokenRefused) as refused:
+            await authenticators.verify(tokens["id_token"], issuer="https://another.example", audiences=["x"])
+        assert refused.value.reason == "unknown-issuer"
+    finally:
+        await authenticators.aclose()

@@ -91,6 +91,18 @@ async def test_status_prints_no_terminal_control_characters_from_the_answer():
     assert "evil\\x1b]0;owned\\x07" in out  # shown as escapes, as every command that prints an answer does
 
 
+async def test_status_names_each_identity_provider_and_why_its_tokens_are_refused():
+    body = {"status": "not_ready", "revision": "r1", "upstreams": [], "store": {"state": "up", "last_error": None},
+            "issuers": [{"issuer": "https://idp.example", "state": "down", "keys": 0,
+                         "last_error": "keys older than jwks_max_age; last fetch: jwks: HTTP 503"}]}
+    async with serve_app(json_app(body, 503)) as url:
+        code, out, _ = await gateway_status("--url", url)
+    assert code == 1
+    assert out.splitlines()[-1].split() == ["down", "issuer", "https://idp.example", "0", "keys", "last", "error:",
+                                            "keys", "older", "than", "jwks_max_age;", "last", "fetch:", "jwks:",
+                                            "HTTP", "503"]
+
+
 async def test_status_without_a_gateway_exits_2(tmp_path):
     code, out, err = await gateway_status("--url", f"http://127.0.0.1:{free_port()}")
     assert (code, out) == (2, "")
