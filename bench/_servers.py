@@ -7,6 +7,7 @@ its CPU: the machine these were written on has two cores). Everything binds 127.
                                                    (answering DELAY_MS later, if given)
     python bench/_servers.py http PORT             Starlette: POST /echo, POST /execute, GET /counts
     python bench/_servers.py forward PORT TO_PORT  every TCP connection to PORT piped byte for byte to TO_PORT
+    python bench/_servers.py issuer PORT JWKS_FILE GET /jwks: the JSON of JWKS_FILE (a made-up IdP, bench/_idp.py)
 
 ``/execute`` counts its runs per ``request`` argument and ``/counts`` reports them, so a test can
 check, without going through the gateway, how often each call really ran upstream.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import math
 import os
 import resource
@@ -275,11 +277,20 @@ finally:
 """
 
 
+def start_issuer(processes: Processes, jwks: dict[str, Any], directory: Path) -> Process:
+    """A made-up identity provider's JWKS at ``{url}/jwks`` (``jwks`` written to a file it serves)."""
+    port = free_port()
+    path = directory / f"jwks-{port}.json"
+    path.write_text(json.dumps(jwks))
+    return processes.spawn("issuer", [sys.executable, str(Path(__file__).resolve()), "issuer", str(port), str(path)],
+                           directory / f"issuer-{port}.log", f"http://127.0.0.1:{port}")
+
+
 def write_gateway_config(directory: Path, *, upstreams: list[dict[str, Any]], policy: dict[str, Any],
                          api_keys: list[dict[str, Any]], env: dict[str, Any] | None = None,
-                         extra: dict[str, Any] | None = None) -> Path:
+                         extra: dict[str, Any] | None = None, jwt: list[dict[str, Any]] | None = None) -> Path:
     """A gateway.yaml in ``directory`` (free port, sqlite + audit beside it, then ``extra``'s sections) and its
-    one policy file."""
+    one policy file; ``jwt``: the ``auth.jwt`` issuers beside the API keys."""
     policies = directory / "policies"
     policies.mkdir(exist_ok=True)
     (policies / f"{policy['policy']}.yaml").write_text(yaml.safe_dump(policy, sort_keys=False, width=200))
@@ -289,7 +300,7 @@ def write_gateway_config(directory: Path, *, upstreams: list[dict[str, Any]], po
         "env": env or {},
         "store": {"sqlite": str(directory / "gateway.sqlite3")},
         "audit": {"file": str(directory / "audit.jsonl")},
-        "auth": {"api_keys": api_keys},
+        "auth": {"api_keys": api_keys, **({"jwt": jwt} if jwt else {})},
         "upstreams": upstreams,
         **(extra or {}),
     }
@@ -370,10 +381,27 @@ def _http_app() -> Any:
                              Route("/counts", read_counts), Route("/healthz", healthz)])
 
 
-def _serve(kind: str, port: int, delay_ms: float) -> None:
+def _issuer_app(jwks_file: str) -> Any:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    body = Path(jwks_file).read_bytes()
+
+    async def keys(request: Request) -> Response:
+        return Response(body, media_type="application/json")
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    return Starlette(routes=[Route("/jwks", keys), Route("/healthz", healthz)])
+
+
+def _serve(kind: str, port: int, delay_ms: float, jwks_file: str = "") -> None:
     import uvicorn
 
-    app = _mcp_app(delay_ms) if kind == "mcp" else _http_app()
+    app = _issuer_app(jwks_file) if kind == "issuer" else _mcp_app(delay_ms) if kind == "mcp" else _http_app()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, backlog=4096)
 
 
@@ -402,7 +430,10 @@ def _forward(port: int, to_port: int) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "forward":
         _forward(int(sys.argv[2]), int(sys.argv[3]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "issuer":
+        _serve("issuer", int(sys.argv[2]), 0.0, sys.argv[3])
     elif len(sys.argv) in (3, 4) and sys.argv[1] in ("mcp", "http"):
         _serve(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]) if len(sys.argv) == 4 else 0.0)
     else:
-        sys.exit("usage: python bench/_servers.py mcp PORT [DELAY_MS] | http PORT | forward PORT TO_PORT")
+        sys.exit("usage: python bench/_servers.py mcp PORT [DELAY_MS] | http PORT | forward PORT TO_PORT"
+                 " | issuer PORT JWKS_FILE")

@@ -17,7 +17,11 @@ each proxy and the upstream spent per call, and PASS / MISS against issue 12's t
     python bench/gateway.py [--quick] [--json] [--protocol mcp|rest] [--era legacy|2026-07-28] [--peers]
                             [--calls N] [--concurrency C] [--keep DIR] [--profile FILE] [--sample FILE]
                             [--fast-path on|off|both] [--fast-calls on|off]
-                            [--upstream-protocol auto|newest|legacy|2026-07-28]
+                            [--upstream-protocol auto|newest|legacy|2026-07-28] [--auth key|jwt|both]
+
+``--auth both`` calls the same gateway a second way in the same rounds, row ``gateway-jwt``: with an
+identity provider's access token (RS256, keys served by a made-up IdP, bench/_idp.py) instead of the
+API key, and prints the two side by side.
 
 Run it from the repository root with the project's virtualenv active. See bench/README.md.
 """
@@ -42,6 +46,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import RequestParamsMeta
 
 sys.path.append(str(Path(__file__).resolve().parent))  # `_servers` also under `python -m bench.gateway`
+from _idp import access_token, jwks, jwt_config, make_keys
 from _peers import sampled, start_fastmcp_proxy, start_mcp_proxy
 from _servers import (
     Process,
@@ -53,6 +58,7 @@ from _servers import (
     new_api_key,
     percentile,
     start_gateway,
+    start_issuer,
     start_upstream,
     work_directory,
     write_gateway_config,
@@ -71,6 +77,9 @@ GOAL_MCP_THROUGHPUT_RATIO = 0.67  # MCP calls/s through the gateway ÷ direct, c
 GOAL_REST_HOP_RATIO = 1.3  # REST invoke p50 ÷ calling the HTTP service directly
 GOAL_GATEWAY_CPU_MS = 1.5  # gateway CPU per call, each protocol
 GOAL_UPSTREAM_CPU_RATIO = 1.1  # upstream CPU per call behind the gateway ÷ direct
+# Issue 20: the hop is not slower with JWT auth than with API keys (``--auth both``; 5% for this machine's noise).
+GOAL_JWT_HOP_RATIO = 1.05  # p50 with a token ÷ p50 with a key, sequential
+GOAL_JWT_THROUGHPUT_RATIO = 0.95  # calls/s with a token ÷ with a key, concurrent
 ERAS = ("legacy", "2026-07-28")  # the MCP client's mode: the 2025-11-25 handshake era, and 2026-07-28
 ERA_TAG = {"legacy": "l", "2026-07-28": "m", "": "r"}  # in call ids (seq.l-17), so the audit log tells eras apart
 
@@ -121,6 +130,7 @@ class Target:
     errors: int = 0
     first_errors: list[str] = field(default_factory=list)
     cpu: dict[str, float] = field(default_factory=dict)  # process name → CPU seconds while measured
+    tag: str = ""  # more of the call ids' tag (gateway-jwt: "j", so the audit breakdown keeps to the key's calls)
 
     async def timed(self, call_id: str, samples: list[float]) -> None:
         """One call, its latency appended to ``samples``; a failure is counted instead."""
@@ -254,7 +264,7 @@ async def measure_sequential(targets: Sequence[Target], warmup: int, calls: int,
             count = min(CHUNK, calls - done[t.via])
             before = meter.read()
             for i in range(done[t.via], done[t.via] + count):
-                await t.timed(f"seq.{ERA_TAG[t.era]}-{i}", samples[t.via])
+                await t.timed(f"seq.{ERA_TAG[t.era]}{t.tag}-{i}", samples[t.via])
             CpuMeter.add(t.cpu, before, meter.read())
             done[t.via] += count
     return samples
@@ -294,11 +304,14 @@ def summarize(target: Target, mode: str, samples: list[float], workers: int, wal
 async def run(directory: Path, processes: Processes, warmup: int, calls: int, concurrent_calls: int,
               workers: int, protocols: Sequence[str] = ("mcp", "rest"), profile: Path | None = None,
               eras: Sequence[str] = ERAS, peers: bool = False, fast_path: str = "on",
-              mcp_options: dict[str, Any] | None = None, sample: Path | None = None) -> list[Row]:
-    """Start everything, measure every mode, return the rows (``mcp_options``: more of the MCP upstream's `mcp:`)."""
+              mcp_options: dict[str, Any] | None = None, sample: Path | None = None, auth_mode: str = "key",
+              ) -> list[Row]:
+    """Start everything, measure every mode, return the rows (``mcp_options``: more of the MCP upstream's `mcp:`;
+    ``auth_mode``: how the gateway is called, with the API key, an IdP's token, or both side by side)."""
     mcp_upstream = start_upstream(processes, "mcp", directory)
     http_upstream = start_upstream(processes, "http", directory)
     key, digest = new_api_key()
+    issuers, token = identity_provider(processes, directory) if auth_mode != "key" else ([], "")
     gateway_config: dict[str, Any] = dict(
         upstreams=[
             {"name": "tools", "mcp": {"url": f"{mcp_upstream.url}/mcp", **(mcp_options or {})}},
@@ -311,6 +324,7 @@ async def run(directory: Path, processes: Processes, warmup: int, calls: int, co
         policy=POLICY,
         api_keys=[{"principal": {"id": "bench-agent", "groups": ["developers"]}, "sha256": digest}],
         env={"max_calls_per_session": 100_000_000},
+        jwt=issuers,
     )
     config = write_gateway_config(directory, **gateway_config)
     if fast_path == "off":  # the SDK's server path for every tools/call (gateway/frontends/mcp_fast.py off)
@@ -332,7 +346,8 @@ async def run(directory: Path, processes: Processes, warmup: int, calls: int, co
             peer_processes[("mcp-proxy", "legacy")] = start_mcp_proxy(processes, upstream_url, directory)
     meter = CpuMeter([gateway, mcp_upstream, http_upstream, *peer_processes.values(),
                       *([sdk_gateway] if sdk_gateway else [])])
-    auth = {"Authorization": f"Bearer {key}"}
+    auth = {"Authorization": f"Bearer {token if auth_mode == 'jwt' else key}"}
+    with_token = {"Authorization": f"Bearer {token}"} if auth_mode == "both" else None
     rows: list[Row] = []
 
     async with contextlib.AsyncExitStack() as stack:
@@ -347,6 +362,9 @@ async def run(directory: Path, processes: Processes, warmup: int, calls: int, co
                                 era),
                          Target("mcp", "gateway", mcp_call(await mcp_client(f"{gateway.url}/mcp", era, auth), MCP_TOOL),
                                 era, gateway.name)]
+                if with_token is not None:
+                    suite.append(Target("mcp", "gateway-jwt", mcp_call(
+                        await mcp_client(f"{gateway.url}/mcp", era, with_token), MCP_TOOL), era, gateway.name, tag="j"))
                 if sdk_gateway is not None:
                     suite.append(Target("mcp", sdk_gateway.name, mcp_call(
                         await mcp_client(f"{sdk_gateway.url}/mcp", era, auth), MCP_TOOL), era, sdk_gateway.name))
@@ -356,18 +374,34 @@ async def run(directory: Path, processes: Processes, warmup: int, calls: int, co
                                             era, process.name))
                 suites.append(suite)
         if "rest" in protocols:
-            direct_http = await stack.enter_async_context(http_client(workers))
-            gateway_http = await stack.enter_async_context(http_client(workers, auth))
-            suites.append([
-                Target("rest", "direct", rest_direct_call(direct_http, f"{http_upstream.url}/echo"),
-                       upstream=http_upstream.name),
-                Target("rest", "gateway", rest_gateway_call(gateway_http, f"{gateway.url}/v1/tools/{REST_TOOL}/invoke"),
-                       proxy=gateway.name, upstream=http_upstream.name)])
+            suites.append(await rest_suite(stack, workers, http_upstream, gateway, auth, with_token))
         spying = sampled(gateway.popen.pid, sample) if sample else contextlib.nullcontext()
         with spying:  # the gateway's stacks while it serves the measured calls (not its start)
             for targets in suites:
                 await measure_suite(targets, warmup, calls, concurrent_calls, workers, meter, rows)
     return rows
+
+
+async def rest_suite(stack: contextlib.AsyncExitStack, workers: int, upstream: Process, gateway: Process,
+                     auth: dict[str, str], with_token: dict[str, str] | None) -> list[Target]:
+    """REST direct and through the gateway (and, with ``with_token``, through it with the token: gateway-jwt)."""
+    invoke = f"{gateway.url}/v1/tools/{REST_TOOL}/invoke"
+    suite = [Target("rest", "direct", rest_direct_call(await stack.enter_async_context(http_client(workers)),
+                                                       f"{upstream.url}/echo"), upstream=upstream.name),
+             Target("rest", "gateway", rest_gateway_call(await stack.enter_async_context(http_client(workers, auth)),
+                                                         invoke), proxy=gateway.name, upstream=upstream.name)]
+    if with_token is not None:
+        http = await stack.enter_async_context(http_client(workers, with_token))
+        suite.append(Target("rest", "gateway-jwt", rest_gateway_call(http, invoke), proxy=gateway.name,
+                            upstream=upstream.name, tag="j"))
+    return suite
+
+
+def identity_provider(processes: Processes, directory: Path) -> tuple[list[dict[str, Any]], str]:
+    """A made-up IdP whose JWKS the gateway fetches once, at start: its ``auth.jwt`` entry, and a token of it."""
+    signing = make_keys(("RS256",))
+    issuer = start_issuer(processes, jwks(signing), directory).url
+    return [jwt_config(issuer, f"{issuer}/jwks", ("RS256",))], access_token(signing["RS256"], issuer)
 
 
 async def measure_suite(targets: Sequence[Target], warmup: int, calls: int, concurrent_calls: int, workers: int,
@@ -378,7 +412,7 @@ async def measure_suite(targets: Sequence[Target], warmup: int, calls: int, conc
     for t in targets:
         await measure_concurrent(t, warmup, workers, meter, "warm")  # open `workers` connections first
         t.reset()
-        got, wall = await measure_concurrent(t, concurrent_calls, workers, meter, f"conc.{ERA_TAG[t.era]}")
+        got, wall = await measure_concurrent(t, concurrent_calls, workers, meter, f"conc.{ERA_TAG[t.era]}{t.tag}")
         rows.append(summarize(t, "concurrent", got, workers, wall, concurrent_calls))
 
 
@@ -448,8 +482,23 @@ def ratios(rows: Sequence[Row]) -> list[dict[str, Any]]:
     return out
 
 
+def token_vs_key(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """``--auth both``: the gateway called with a token over the same gateway called with the key, per mode."""
+    by_key = {(r.protocol, r.era, r.mode, r.via): r for r in rows}
+    out = []
+    for r in rows:
+        k = by_key.get((r.protocol, r.era, r.mode, "gateway"))
+        if r.via != "gateway-jwt" or k is None or not (k.p50_ms and k.calls_per_s and r.calls):
+            continue
+        cpu = None if r.proxy_cpu_ms is None or k.proxy_cpu_ms is None else round(r.proxy_cpu_ms - k.proxy_cpu_ms, 3)
+        out.append({"protocol": r.protocol, "era": r.era, "mode": r.mode, "p50_ratio": round(r.p50_ms / k.p50_ms, 3),
+                    "added_p50_ms": round(r.p50_ms - k.p50_ms, 3),
+                    "throughput_ratio": round(r.calls_per_s / k.calls_per_s, 3), "added_gateway_cpu_ms": cpu})
+    return out
+
+
 def goals(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 12's targets for the gateway, each PASS or MISS."""
+    """Issue 12's targets for the gateway, and issue 20's for a token beside a key, each PASS or MISS."""
     out = []
 
     def check(goal: str, value: float | None, ok: bool, text: str) -> None:
@@ -478,6 +527,15 @@ def goals(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]]) -> list[dic
             check("upstream_cpu", ratio, ratio <= GOAL_UPSTREAM_CPU_RATIO,
                   f"{label}: upstream CPU behind the gateway {ratio:.2f}x direct"
                   f" (target <= {GOAL_UPSTREAM_CPU_RATIO}x)")
+    for x in token_vs_key(rows):
+        label = f"{x['protocol'].upper()} {x['era'] or ''} {x['mode']}".replace("  ", " ")
+        if x["mode"] == "sequential":
+            check("jwt_hop", x["p50_ratio"], x["p50_ratio"] <= GOAL_JWT_HOP_RATIO,
+                  f"{label}: p50 with a token {x['p50_ratio']:.2f}x with a key (target <= {GOAL_JWT_HOP_RATIO}x)")
+        else:
+            check("jwt_throughput", x["throughput_ratio"], x["throughput_ratio"] >= GOAL_JWT_THROUGHPUT_RATIO,
+                  f"{label}: calls/s with a token {x['throughput_ratio']:.2f}x with a key"
+                  f" (target >= {GOAL_JWT_THROUGHPUT_RATIO}x)")
     return out
 
 
@@ -505,6 +563,14 @@ def print_report(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]], goal
         print(f"{x['protocol'].upper():<4} {x['era'] or '—':<10} {x['mode']:<10} {x['via']:<13}:"
               f" p50 {x['p50_ratio']:.2f}x direct (+{x['added_p50_ms']:.2f} ms), p99 {x['p99_ratio']:.2f}x,"
               f" calls/s {x['throughput_ratio']:.2f}x")
+    versus = token_vs_key(rows)
+    if versus:
+        print()
+        print("the same gateway with an IdP's token (gateway-jwt) over with the API key (gateway), same rounds:")
+        for x in versus:
+            cpu = "—" if x["added_gateway_cpu_ms"] is None else f"{x['added_gateway_cpu_ms']:+.3f}"
+            print(f"{x['protocol'].upper():<4} {x['era'] or '—':<10} {x['mode']:<10}: p50 {x['p50_ratio']:.3f}x"
+                  f" ({x['added_p50_ms']:+.3f} ms), calls/s {x['throughput_ratio']:.3f}x, gateway CPU {cpu} ms/call")
     if breakdown:
         print()
         print("inside the gateway, from its audit log (medians; client<->gateway = client-seen p50 - total):")
@@ -544,6 +610,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the MCP upstream's mcp.fast_calls (off: every upstream call through the SDK's client)")
     parser.add_argument("--upstream-protocol", choices=("auto", "newest", "legacy", "2026-07-28"), default="auto",
                         help="the MCP upstream's mcp.protocol (the era the gateway speaks to it)")
+    parser.add_argument("--auth", choices=("key", "jwt", "both"), default="key",
+                        help="call the gateway with the API key, an IdP's access token (auth.jwt), or both side by"
+                             " side in the same rounds (row gateway-jwt)")
     args = parser.parse_args(argv)
     warmup, calls, concurrent_calls = QUICK if args.quick else FULL
     if args.calls:
@@ -557,7 +626,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with work_directory(args.keep, "bench-gateway-") as directory:
             environment: dict[str, Any] = {
                 "python": sys.version.split()[0], "cpus": os.cpu_count(), "filesystem": filesystem_of(directory),
-                "gateway_log_level": "warning", "fast_path": args.fast_path, "loadavg_before": loadavg(),
+                "gateway_log_level": "warning", "fast_path": args.fast_path, "auth": args.auth,
+                "loadavg_before": loadavg(),
                 "mcp_upstream": {"fast_calls": args.fast_calls, "protocol": args.upstream_protocol}}
             try:
                 protocols = ("mcp", "rest") if args.protocol == "both" else (args.protocol,)
@@ -565,7 +635,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows = asyncio.run(run(directory, processes, warmup, calls, concurrent_calls, workers, protocols,
                                        args.profile, eras, args.peers, args.fast_path,
                                        {"fast_calls": args.fast_calls == "on", "protocol": args.upstream_protocol},
-                                       args.sample))
+                                       args.sample, args.auth))
             finally:
                 processes.stop_all()
             breakdown = audit_breakdown(directory / "audit.jsonl", rows)
@@ -585,6 +655,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "settings": {"warmup": warmup, "sequential_calls": calls,
                                        "concurrent_calls": concurrent_calls, "workers": workers},
                           "results": [asdict(r) for r in rows], "ratios": ratio_rows, "goals": goal_rows,
+                          "token_vs_key": token_vs_key(rows),
                           "audit_breakdown": breakdown}, indent=2))
     else:
         print_report(rows, ratio_rows, goal_rows, breakdown, environment)

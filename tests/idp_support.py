@@ -338,12 +338,13 @@ class Idp:
         """A JWS of ``claims`` signed with the provider's own key ``kid`` (tokens the provider would not issue).
 
         With ``defaults``, ``iss``/``iat``/``exp`` (10 min) are filled in when absent; ``header`` adds to or
-        replaces ``{"alg", "kid", "typ": "at+jwt"}``.
+        replaces ``{"alg", "kid", "typ": "at+jwt"}`` (a value None leaves that parameter out: ``{"typ": None}``).
         """
         key = self.keys[kid]
         now = int(time.time())
         payload = {"iss": self.issuer, "iat": now, "exp": now + 600, **claims} if defaults else dict(claims)
-        head = {"alg": key.alg, "kid": kid, "typ": "at+jwt", **(header or {})}
+        head = {k: v for k, v in {"alg": key.alg, "kid": kid, "typ": "at+jwt", **(header or {})}.items()
+                if v is not None}
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "EdDSA is deprecated", SecurityWarning)
             return jwt.encode(head, payload, key, algorithms=ALGORITHMS)
