@@ -29,6 +29,7 @@ pytestmark = pytest.mark.session_loop  # its async tests run in the session loop
 
 Json = dict[str, Any]
 WHOAMI = [{"name": "whoami", "method": "GET", "path": "/whoami"}]
+ALLOW = {"p.yaml": "policy: p\nrules: [{id: r, action: allow}]\n"}
 
 
 @dataclass
@@ -109,7 +110,7 @@ async def test_an_http_upstream_gets_the_gateways_token_fetched_once(start_gatew
     async with token_endpoint(idp) as idp_url, serve_app(whoami_app(seen), lifespan="off") as api:
         gateway = await start_gateway(configs.base(configs.http_upstream("who", api, WHOAMI,
                                                                          {"auth": grant(idp_url)})),
-                                      {"p.yaml": "policy: p\nrules: [{id: r, action: allow}]\n"})
+                                      ALLOW)
         client = rest(gateway, "alice")
         cids = [call_id(), call_id()]
         bodies = [await rest_call(client, "who_whoami", {}, call_id=cid) for cid in cids]
@@ -131,7 +132,7 @@ async def test_a_refused_token_request_fails_the_call_closed_naming_no_secret(st
     async with token_endpoint(idp) as idp_url, serve_app(whoami_app(seen), lifespan="off") as api:
         gateway = await start_gateway(configs.base(configs.http_upstream("who", api, WHOAMI,
                                                                          {"auth": grant(idp_url)})),
-                                      {"p.yaml": "policy: p\nrules: [{id: r, action: allow}]\n"})
+                                      ALLOW)
         cid = call_id()
         body = await rest_call(rest(gateway, "alice"), "who_whoami", {}, call_id=cid)
     assert body["is_error"] is True and body["decision"] == "tool_failed"
@@ -150,7 +151,7 @@ async def test_an_mcp_upstream_over_http_gets_the_token_on_every_request(start_g
     async with token_endpoint(idp) as idp_url, serve_app(RequireBearer(upstream.app(), seen)) as mcp_url:
         gateway = await start_gateway(configs.base({"name": "ops", "mcp": {"url": f"{mcp_url}/mcp",
                                                                            "auth": grant(idp_url)}}),
-                                      {"p.yaml": "policy: p\nrules: [{id: r, action: allow}]\n"})
+                                      ALLOW)
         async with connect_mcp(gateway, "alice") as conn:
             first = await conn.call("ops_deploy", {"service": "web"}, call_id=call_id())
             second = await conn.call("ops_deploy", {"service": "api"}, call_id=call_id())
@@ -173,7 +174,7 @@ async def test_an_upstream_that_refuses_the_token_gets_a_fresh_one_next_time(sta
     async with token_endpoint(idp) as idp_url, serve_app(whoami_app(seen), lifespan="off") as api:
         gateway = await start_gateway(configs.base(configs.http_upstream("who", api, WHOAMI,
                                                                          {"auth": grant(idp_url)})),
-                                      {"p.yaml": "policy: p\nrules: [{id: r, action: allow}]\n"})
+                                      ALLOW)
         client = rest(gateway, "alice")
         first = await rest_call(client, "who_whoami", {})
         seen.revoked.add("Bearer issued-1-for-the-gateway")  # the upstream stops taking it (revoked, say)
@@ -182,3 +183,27 @@ async def test_an_upstream_that_refuses_the_token_gets_a_fresh_one_next_time(sta
     assert (first["is_error"], refused["is_error"], again["is_error"]) == (False, True, False)
     assert again["structured"] == {"authorized": True, "token_number": "2"}
     assert len(idp.requests) == 2
+
+
+WHOAMI_SPEC = """\
+openapi: 3.0.3
+info: {title: whoami, version: "1"}
+paths:
+  /whoami:
+    get:
+      operationId: whoami
+      responses: {"200": {description: who the caller is}}
+"""
+
+
+async def test_an_openapi_upstream_gets_the_token_too(start_gateway, configs, rest, rest_call, tmp_path):
+    idp, seen = TokenEndpointApp(), Seen()
+    root = tmp_path / "openapi-gateway"
+    root.mkdir()
+    (root / "whoami.yaml").write_text(WHOAMI_SPEC)
+    async with token_endpoint(idp) as idp_url, serve_app(whoami_app(seen), lifespan="off") as api:
+        upstream = {"name": "who", "openapi": {"spec": "whoami.yaml", "base_url": api, "auth": grant(idp_url)}}
+        gateway = await start_gateway(configs.base(upstream), ALLOW, root=root)
+        body = await rest_call(rest(gateway, "alice"), "who_whoami", {})
+    assert body["structured"] == {"authorized": True, "token_number": "1"}
+    assert seen.headers == ["Bearer issued-1-for-the-gateway"]
