@@ -15,6 +15,7 @@ from gateway.config.fields import check_duration
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.durations import parse_duration
 from gateway.core.errors import CelCompileError
+from gateway.core.limits import JWKS_MIN_REFETCH_SECONDS, MAX_CLOCK_SKEW_SECONDS
 from gateway.core.loopback import secure_url_problem
 from gateway.core.sourcemap import Path as DocPath
 from gateway.core.sourcemap import YamlDocument
@@ -89,9 +90,19 @@ class JwtSpec(StrictModel):
 
     @field_validator("jwks_max_age")
     @classmethod
-    def _positive(cls, value: str | int | float) -> str | int | float:
-        if parse_duration(value) <= 0:
-            raise ValueError("jwks_max_age must be more than 0")
+    def _long_enough(cls, value: str | int | float) -> str | int | float:
+        # keys are refetched at most every JWKS_MIN_REFETCH_SECONDS: a shorter age would refuse good tokens
+        if parse_duration(value) < 2 * JWKS_MIN_REFETCH_SECONDS:
+            raise ValueError(f"jwks_max_age must be at least {2 * JWKS_MIN_REFETCH_SECONDS:g}s (keys are refetched"
+                             f" at most every {JWKS_MIN_REFETCH_SECONDS:g}s)")
+        return value
+
+    @field_validator("clock_skew")
+    @classmethod
+    def _small_skew(cls, value: str | int | float) -> str | int | float:
+        if not 0 <= parse_duration(value) <= MAX_CLOCK_SKEW_SECONDS:
+            raise ValueError(f"clock_skew must be between 0 and {MAX_CLOCK_SKEW_SECONDS:g}s: a larger one keeps"
+                             " expired tokens working")
         return value
 
     @field_validator("required_scopes")

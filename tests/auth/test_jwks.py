@@ -149,6 +149,38 @@ def test_only_public_signing_keys_an_allowed_algorithm_can_use_are_kept():
         usable_keys({"keys": "rsa"}, ["RS256"])
 
 
+DISCOVERY = {
+    "another-issuer": ({"issuer": "https://idp.evil.example", "jwks_uri": "JWKS"},
+                       "discovery: the document names another issuer"),
+    "http-jwks": ({"issuer": "ISSUER", "jwks_uri": "http://keys.example.com/jwks"},
+                  "discovery: jwks_uri missing or not https"),
+    "no-jwks": ({"issuer": "ISSUER"}, "discovery: jwks_uri missing or not https"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DISCOVERY))
+async def test_a_discovery_document_that_cannot_be_trusted_gives_no_keys(kind, client):
+    document, error = DISCOVERY[kind]
+    served: list[str] = []
+
+    async def answer(request: Request) -> JSONResponse:
+        served.append(request.url.path)
+        if request.url.path == "/jwks":
+            return JSONResponse({"keys": [_rsa_jwk(2048, kid="k")]})
+        base = str(request.base_url).rstrip("/")
+        return JSONResponse({k: {"ISSUER": base, "JWKS": f"{base}/jwks"}.get(v, v) for k, v in document.items()})
+
+    routes = [Route("/.well-known/openid-configuration", answer), Route("/jwks", answer)]
+    async with serve_app(Starlette(routes=routes)) as url:
+        keys = IssuerKeys(url, None, ["RS256"], 3600, client, Clock())
+        with pytest.raises(TokenRefused) as refused:
+            await keys.keys_for("k", "RS256")
+
+    assert refused.value.reason == "keys-unavailable"
+    assert keys.status().last_error == error
+    assert served == ["/.well-known/openid-configuration"]  # the keys it points at are never fetched
+
+
 # --- hostile key sets, through the gateway ------------------------------------------------------------------
 
 

@@ -202,6 +202,14 @@ def _raw_signed(idp: Any, header: dict[str, Any], claims: dict[str, Any]) -> str
     return signing_input + "." + _b64(RSAAlgorithm(RSAAlgorithm.SHA256).sign(signing_input.encode(), key))
 
 
+def _embedded_key(idp: Any) -> str:
+    """Signed with a key made here that the header itself carries (``jwk``) under the IdP's kid: never trusted."""
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    embedded = RSAAlgorithm.to_jwk(private.public_key(), as_dict=True)
+    return pyjwt.encode(_claims(idp), private, algorithm="RS256",
+                        headers={"kid": "rsa-1", "typ": "at+jwt", "jwk": embedded, "jku": f"{idp.issuer}/evil"})
+
+
 def _tampered(idp: Any) -> str:
     head, _, signature = idp.sign(_claims(idp, groups=["eng"])).split(".")
     return ".".join([head, _b64(json.dumps(_claims(idp, groups=["leads", "admins"])).encode()), signature])
@@ -236,6 +244,7 @@ BAD_TOKENS: dict[str, Any] = {
     "garbage-header": lambda idp: "eyJhbGciOi.e30.c2ln",  # '{"alg":"' and no more
     "rule-fails": lambda idp: idp.sign(_claims(idp, scope="other")),
     "issuer-not-a-string": lambda idp: idp.sign(_claims(idp, iss=[idp.issuer])),
+    "key-in-the-header": _embedded_key,
     "kid-not-a-string": lambda idp: _raw_signed(idp, {"alg": "RS256", "kid": 7}, _claims(idp)),
     "typ-not-a-string": lambda idp: _raw_signed(idp, {"alg": "RS256", "kid": "rsa-1", "typ": ["at+jwt"]},
                                                 _claims(idp)),
@@ -252,7 +261,7 @@ EXPECTED = {
     "groups-of-the-wrong-type": "bad-claims", "over-the-header-limit": "too-large",
     "over-the-token-limit": "too-large", "not-an-access-token": "bad-type", "no-expiry": "bad-claims",
     "garbage-header": "malformed", "rule-fails": "rule-failed", "issuer-not-a-string": "unknown-issuer",
-    "kid-not-a-string": "malformed", "typ-not-a-string": "bad-type",
+    "kid-not-a-string": "malformed", "typ-not-a-string": "bad-type", "key-in-the-header": "bad-signature",
 }
 MESSAGES = {
     "groups-of-the-wrong-type": "The token's claims do not map to a principal: principal.groups must be a list of"

@@ -115,3 +115,14 @@ def test_audiences_are_required_and_durations_checked(config):
                   "      jwks_max_age: 0s\n")
     assert [(code, line) for code, line, _, _ in problems(path)] == [
         ("invalid-value", 4), ("invalid-value", 5), ("invalid-value", 6)]
+
+
+@pytest.mark.parametrize(("field", "value", "ok"), [
+    ("clock_skew", "5m", True), ("clock_skew", "1s", True), ("clock_skew", "301s", False), ("clock_skew", "-1s", False),
+    ("jwks_max_age", "1m", True), ("jwks_max_age", "59s", False),
+])
+def test_the_skew_stays_small_and_keys_live_longer_than_the_refetch_limit(config, field, value, ok):
+    loaded, diagnostics = check_config(config(HEAD + f"      {field}: {value}\n"))
+    assert (loaded is not None) is ok, diagnostics
+    if not ok:
+        assert [(d.code, d.line) for d in diagnostics] == [("invalid-value", 5)]

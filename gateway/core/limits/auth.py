@@ -29,3 +29,7 @@ JWKS_REFRESH_SECONDS = 600.0
 # Verified tokens are remembered (by their SHA-256) so that a token's next call skips the signature
 # check; past this many the oldest are forgotten.
 MAX_VERIFIED_TOKENS = 10_000
+
+# The most ``clock_skew`` an issuer may be given: clocks kept by NTP differ by far less, and every second
+# of skew is a second an expired token still works.
+MAX_CLOCK_SKEW_SECONDS = 300.0
