@@ -62,6 +62,7 @@ def test_error_exports():
         "UnclearUriError",
         "UnknownItemError",
         "UnknownToolError",
+        "UpstreamCredentialsError",
         "UpstreamDown",
         "UpstreamError",
         "UpstreamNotReached",

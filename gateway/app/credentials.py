@@ -1,4 +1,5 @@
-"""The parts of the composition root that read secrets and credentials: API keys, identity providers, webhook keys.
+"""The parts of the composition root that read secrets and credentials: API keys, identity providers, webhook keys,
+and the client secrets of upstreams' ``auth:``.
 
 Secrets are read once, when the gateway is built, and handed to components as plain values; a missing
 one fails the start with the config path that names it.
@@ -15,10 +16,13 @@ from gateway.auth.jwt import JwtAuthenticator, JwtAuthenticators
 from gateway.auth.keys import Authenticator, Identity, hash_key
 from gateway.config.load import LoadedConfig, resolve_secret
 from gateway.config.model import JwtSpec, PrincipalSpec
+from gateway.config.upstream_auth import UpstreamAuthSpec
 from gateway.core.durations import parse_duration
 from gateway.policy.call import Principal
+from gateway.upstreams.credentials import ClientCredentials, TokenExchange, UpstreamCredentials
+from gateway.upstreams.token_client import TokenClient, TokenEndpoint
 
-__all__ = ["build_authenticator", "build_jwt", "build_notifier"]
+__all__ = ["build_authenticator", "build_jwt", "build_notifier", "build_upstream_credentials"]
 
 
 def build_jwt(specs: list[JwtSpec], engine: str = "auto", refused: Callable[[str], None] | None = None,
@@ -67,3 +71,18 @@ def build_notifier(config: LoadedConfig, page_url: str) -> WebhookNotifier:
             raise ValueError(f"approvals.webhooks[{i}].secret ({spec.url}): {exc}") from None
         webhooks.append(Webhook(spec.url, secret, spec.events))
     return WebhookNotifier(webhooks, page_url)
+
+
+def build_upstream_credentials(auth: UpstreamAuthSpec | None, upstream: str,
+                               config: LoadedConfig) -> UpstreamCredentials | None:
+    """The token source an upstream's ``auth:`` names (its client secret read now), or None without one."""
+    if auth is None:
+        return None
+    grant = auth.grant
+    endpoint = TokenEndpoint(grant.client_id, resolve_secret(grant.client_secret, config.base), grant.token_url,
+                             grant.issuer, grant.auth_method)
+    client = TokenClient(endpoint, upstream)
+    if auth.token_exchange is not None:
+        return TokenExchange(client, upstream, audience=grant.audience, resource=grant.resource,
+                             scopes=tuple(grant.scopes), requested_token_type=auth.token_exchange.requested_token_type)
+    return ClientCredentials(client, audience=grant.audience, resource=grant.resource, scopes=tuple(grant.scopes))

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.types import Scope
 
-from gateway.app.credentials import build_authenticator, build_notifier
+from gateway.app.credentials import build_authenticator, build_notifier, build_upstream_credentials
 from gateway.app.protected_resource import build_protected_resource
 from gateway.app.sso import build_sso
 from gateway.approvals.service import ApprovalService
@@ -89,7 +89,7 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
             client_requests=ClientRequestRules(
                 **{kind: getattr(m.client_requests, kind) == "allow" for kind in KINDS},
                 needs=tuple((pattern, frozenset(kinds)) for pattern, kinds in m.tools_need_client.items())),
-            fast_calls=m.fast_calls,
+            fast_calls=m.fast_calls, credentials=build_upstream_credentials(m.auth, spec.name, config),
         )
     http: HttpUpstream
     if spec.http is not None:
@@ -98,7 +98,8 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
             _upstream_tool(t.name, t.description, t.input_schema, t.title, t.annotations),
             t.method, t.path, tuple(t.query), None if t.body is None else t.body == "json") for t in spec.http.tools]
         http = HttpUpstream(spec.name, spec.http.base_url, ops, headers,
-                            max_response_bytes=config.spec.limits.max_response_bytes)
+                            max_response_bytes=config.spec.limits.max_response_bytes,
+                            credentials=build_upstream_credentials(spec.http.auth, spec.name, config))
         launch = spec.http.launch
     else:
         assert spec.openapi is not None
@@ -106,7 +107,8 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
 
         headers = {k: resolve_secret(v, base) for k, v in spec.openapi.headers.items()}
         http = openapi_upstream(spec.name, spec.openapi, base, headers,
-                                max_response_bytes=config.spec.limits.max_response_bytes)
+                                max_response_bytes=config.spec.limits.max_response_bytes,
+                                credentials=build_upstream_credentials(spec.openapi.auth, spec.name, config))
         launch = spec.openapi.launch
     if launch is None:
         return http

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from gateway.config.identity import jwt_problems
 from gateway.config.model import GatewayConfig, SecretRef
 from gateway.config.protected_resource import resource_metadata_problems
 from gateway.config.sso import sso_problems
+from gateway.config.upstream_auth import auth_problems
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.durations import parse_duration
 from gateway.core.errors import ConfigError
@@ -153,23 +155,30 @@ def _semantic_problems(cfg: LoadedConfig, fetch_specs: bool) -> list[Diagnostic]
                     err(("upstreams", i, "openapi", "spec"), d.code, f"upstream {up.name!r}: {d.message}", d.hint)
                 else:
                     out.append(d)
+    auth_problems(spec.upstreams, len(spec.auth.jwt), err)
     for path, ref in _secrets(spec, ()):
         try:
             resolve_secret(ref, cfg.base)
         except ValueError as exc:
             err(path, "secret-missing", str(exc), "set the variable or create the file before starting the gateway")
+    _identity_problems(cfg, out, err)
+    for i, p in enumerate(spec.policies):
+        if not cfg.path(p).exists():
+            err(("policies", i), "not-found", f"policy path {p!r} not found", f"paths are relative to {cfg.base}")
+    return out
+
+
+def _identity_problems(cfg: LoadedConfig, out: list[Diagnostic], err: Callable[..., None]) -> None:
+    """Token authenticators, protected-resource metadata, approvers' sign-in and reserved principal ids."""
+    doc, spec = cfg.document, cfg.spec
     out.extend(jwt_problems(spec.auth.jwt, doc, cfg.file, spec.engine))
     out.extend(resource_metadata_problems(spec.auth.resource_metadata, spec.auth.jwt, doc, cfg.file))
     for where, code, message, hint in sso_problems(spec):
         err(where, code, message, hint)
-    for i, p in enumerate(spec.policies):
-        if not cfg.path(p).exists():
-            err(("policies", i), "not-found", f"policy path {p!r} not found", f"paths are relative to {cfg.base}")
     for path in _reserved_principal_ids(spec):
         err(path, "reserved-principal-id", f"a principal id may not start with {JWT_KEY_PREFIX!r}: the gateway"
             " keeps it for principals recognised by a token", f"name the principal without the {JWT_KEY_PREFIX!r}"
             " prefix")
-    return out
 
 
 def _reserved_principal_ids(spec: GatewayConfig) -> list[tuple[str | int, ...]]:

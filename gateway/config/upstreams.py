@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gateway.config.fields import ENV_NAME_PATTERN, TOOL_NAME_PATTERN, SecretRef, check_duration, check_globs
+from gateway.config.upstream_auth import UpstreamAuthSpec
 from gateway.core.strict import StrictModel
 
 __all__ = [
@@ -51,6 +52,7 @@ class HttpUpstreamSpec(StrictModel):
     base_url: str = Field(pattern=r"^https?://")
     launch: LaunchSpec | None = None
     headers: dict[str, str | SecretRef] = Field(default_factory=dict)
+    auth: UpstreamAuthSpec | None = None  # a token from the identity provider on each request (upstream_auth.py)
     timeout: str | int | float = "30s"
     tools: list[HttpToolSpec] = Field(default_factory=list)
 
@@ -64,6 +66,7 @@ class OpenApiUpstreamSpec(StrictModel):
     base_url: str | None = Field(None, pattern=r"^https?://")
     launch: LaunchSpec | None = None
     headers: dict[str, str | SecretRef] = Field(default_factory=dict)
+    auth: UpstreamAuthSpec | None = None  # a token from the identity provider on each request (upstream_auth.py)
     timeout: str | int | float = "30s"
     include: list[str] = Field(default_factory=lambda: ["*"])
     exclude: list[str] = Field(default_factory=list)
@@ -85,6 +88,7 @@ class McpUpstreamSpec(StrictModel):
 
     url: str | None = Field(None, pattern=r"^https?://")
     headers: dict[str, str | SecretRef] = Field(default_factory=dict)
+    auth: UpstreamAuthSpec | None = None  # a token from the identity provider on each request (upstream_auth.py)
     command: str | None = None
     args: list[str] = Field(default_factory=list)
     env: dict[str, str | SecretRef] = Field(default_factory=dict)

@@ -25,7 +25,8 @@
         ├── InvalidArgumentsError  arguments fail the tool's input schema
         ├── UpstreamError      the tool's upstream failed, timed out or is down
         │   ├── UpstreamNotReached  the request provably never left the gateway (refused, no route)
-        │   │   └── UpstreamDown    the upstream is down (supervised; retried in the background)
+        │   │   ├── UpstreamDown    the upstream is down (supervised; retried in the background)
+        │   │   └── UpstreamCredentialsError  no credential for the upstream (the IdP refused, or no caller token)
         │   └── ItemNotFound    the upstream does not know the resource or prompt
         └── AuditWriteError    the audit event could not be written (the call fails closed)
 
@@ -67,6 +68,7 @@ __all__ = [
     "UnclearUriError",
     "UnknownItemError",
     "UnknownToolError",
+    "UpstreamCredentialsError",
     "UpstreamDown",
     "UpstreamError",
     "UpstreamNotReached",
@@ -306,6 +308,15 @@ class UpstreamDown(UpstreamNotReached):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class UpstreamCredentialsError(UpstreamNotReached):
+    """The gateway could not get the credential the upstream needs, so nothing was sent (fail closed)."""
+
+    # The message is written for the agent and the audit log alike: it names the upstream and why (the
+    # identity provider's error code, a timeout, a caller without a token), never a token or a secret.
+
+    code = "upstream-credentials"
 
 
 class ModelUpstreamError(GatewayError):

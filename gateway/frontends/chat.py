@@ -47,7 +47,7 @@ def chat_routes(proxy: ModelProxy) -> list[Route]:
             return _refused_run(proxy, identity.principal, explicit, why)
         run = await proxy.gateway.resolve_run(identity.principal.key, explicit,
                                               client_of(None, request.headers, conversation_of(body.get("messages"))))
-        caller = Caller(identity.principal, run)
+        caller = Caller(identity.principal, run, identity.token)
         try:
             if body.get("stream") is True:
                 events = proxy.stream(body, caller)

@@ -89,7 +89,7 @@ def rest_routes(gateway: Gateway) -> list[Route]:
             session_id=run.id, run_client=run.client, call_id=call_id_of(body.get("call_id")),
             call_id_given=gave_call_id(body.get("call_id")),
             iteration=iteration_of(body.get("iteration")), frontend="rest", wait_seconds=wait,
-            refused=refused, traceparent=request.headers.get("traceparent"),
+            refused=refused, traceparent=request.headers.get("traceparent"), caller_token=identity.token,
         )
         try:
             outcome = await gateway.call(call)

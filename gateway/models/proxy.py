@@ -74,6 +74,7 @@ class Caller:
 
     principal: Principal
     run: Run
+    token: str | None = field(default=None, repr=False, compare=False)  # Identity.token, for token exchange
 
 
 class RequestProblem(ValueError):
@@ -300,7 +301,7 @@ class ModelProxy:
             wait_seconds=conversation.route.approval_wait, refused=refused, exposed=client,
             # Models make up a new id each time they are asked: a retry of a held call is the same run,
             # tool and arguments (gateway/approvals/gate.py), as for MCP clients that give no id.
-            call_id_given=False,
+            call_id_given=False, caller_token=caller.token,
         )
         try:  # an agent-run tool is only decided (nothing runs here); a gateway tool runs
             outcome = call.outcome = await (self.gateway.call(request) if client is None else

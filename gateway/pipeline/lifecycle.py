@@ -41,6 +41,7 @@ from gateway.pipeline.principal_limits import PrincipalLimits
 from gateway.pipeline.questions import Questions
 from gateway.pipeline.request import CallOutcome, CallRequest
 from gateway.pipeline.results import (
+    APPROVAL_KEPT,
     AUDIT_FAILED,
     AUDIT_FAILED_AFTER_RUN,
     INTERRUPTED,
@@ -316,9 +317,11 @@ class Gateway(Questions):
                 raise
             outcome.meta[f"{META}approval_id"] = approval_id
             if trace.upstream.get("reached") is False:
-                # Nothing was sent, so the approval is not used up: a retry within its validity runs.
+                # Nothing was sent, so the approval is not used up: a retry within its validity runs. A reason
+                # the upstream step gave (no credential for the upstream) is kept for the caller.
                 await self.approvals.released(approval_id)
-                outcome = refusal(request.call_id, "tool_failed", NOT_REACHED, approval_id=approval_id)
+                why = NOT_REACHED if outcome.text == TOOL_FAILED else f"{outcome.text} {APPROVAL_KEPT}"
+                outcome = refusal(request.call_id, "tool_failed", why, approval_id=approval_id)
             else:
                 await self.approvals.executed(approval_id, _stored(trace, outcome, current, approval_id).to_rest())
             return outcome

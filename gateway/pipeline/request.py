@@ -91,6 +91,10 @@ class CallRequest:
     # When the gateway took the call in (UNIX time): a retry that came in before a run-bound approval let
     # go of its key still belongs to it (gateway/approvals/gate.py).
     received_ts: float = field(default_factory=time.time)
+    # The caller's verified bearer token (``Identity.token``, a JWT caller only), for an upstream whose
+    # credentials are exchanged on the caller's behalf (gateway/upstreams/credentials.py). Only the upstream
+    # step reads it: it is in no audit event, no policy input, no repr and no error.
+    caller_token: str | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(slots=True)

@@ -12,10 +12,10 @@ from gateway.policy.call import ResultInfo
 from gateway.upstreams.argument_errors import ArgumentProblem
 from gateway.upstreams.base import ToolResult, text_result
 
-__all__ = ["ADMITTED", "AUDIT_FAILED", "AUDIT_FAILED_AFTER_RUN", "CANCELLED", "HANDED_OUT", "INTERRUPTED", "META",
-           "NOT_REACHED", "POLICY_FAILED", "STORE_UNAVAILABLE", "TOOL_FAILED", "UNHELD", "UNRECORDED", "admitted",
-           "admitted_result", "as_result_info", "from_response_stage", "handed_out", "needs_client", "pending",
-           "refusal", "schema_refusal", "skipped", "tool_result", "unavailable"]
+__all__ = ["ADMITTED", "APPROVAL_KEPT", "AUDIT_FAILED", "AUDIT_FAILED_AFTER_RUN", "CANCELLED", "HANDED_OUT",
+           "INTERRUPTED", "META", "NOT_REACHED", "POLICY_FAILED", "STORE_UNAVAILABLE", "TOOL_FAILED", "UNHELD",
+           "UNRECORDED", "admitted", "admitted_result", "as_result_info", "from_response_stage", "handed_out",
+           "needs_client", "pending", "refusal", "schema_refusal", "skipped", "tool_result", "unavailable"]
 
 # Keys of the `_meta` the gateway adds to every result (MCP reserves un-prefixed names).
 META = "gateway/"
@@ -121,8 +121,8 @@ POLICY_FAILED = "The policies could not be evaluated for this call, so it was re
 INTERRUPTED = "The approved call was interrupted while it ran; it may or may not have taken effect."
 CANCELLED = "The call was cancelled while the tool ran; it may or may not have taken effect."
 UNHELD = "The call stopped waiting for its approval before it was decided; it did not run."
-NOT_REACHED = ("The tool's service could not be reached, so the approved call was not sent. The approval is still "
-               "valid: call again to run it.")
+APPROVAL_KEPT = "The approval is still valid: call again to run it."
+NOT_REACHED = f"The tool's service could not be reached, so the approved call was not sent. {APPROVAL_KEPT}"
 AUDIT_FAILED = "The call could not be recorded, so it was not run."
 STORE_UNAVAILABLE = ("The gateway's database could not be read, so this run's limits could not be checked and the "
                      "call was not run. Try again shortly.")

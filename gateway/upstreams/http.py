@@ -16,16 +16,25 @@ from urllib.parse import quote, urlsplit
 
 import httpx2
 
-from gateway.core.errors import InvalidArgumentsError, UpstreamDown, UpstreamError, UpstreamNotReached
+from gateway.core.errors import (
+    InvalidArgumentsError,
+    UpstreamCredentialsError,
+    UpstreamDown,
+    UpstreamError,
+    UpstreamNotReached,
+)
 from gateway.core.limits import (
     MAX_RESPONSE_BYTES,
     UPSTREAM_CHECK_TIMEOUT_SECONDS,
     UPSTREAM_KEEPALIVE_SECONDS,
     UPSTREAM_MAX_CONNECTIONS,
 )
+from gateway.core.loopback import secure_url_problem
+from gateway.core.scrub import REDACTED
 from gateway.core.values import text
 from gateway.observe.tracing import outgoing_headers
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, listening, text_result
+from gateway.upstreams.credentials import UpstreamCredentials
 from gateway.upstreams.http_transport import LeanTransport, lean_transport
 
 __all__ = ["HttpOperation", "HttpUpstream"]
@@ -59,13 +68,16 @@ class HttpUpstream:
 
     def __init__(self, name: str, base_url: str, operations: list[HttpOperation],
                  headers: Mapping[str, str] | None = None, client: httpx2.AsyncClient | None = None,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES, *, lean: bool = True) -> None:
+                 max_response_bytes: int = MAX_RESPONSE_BYTES, *, lean: bool = True,
+                 credentials: UpstreamCredentials | None = None) -> None:
         self.name = name
         self.lean = lean  # plain-http requests over gateway/upstreams/http_transport.py (issue 12)
         self.max_response_bytes = max_response_bytes
         self._base = base_url.rstrip("/")
         self._operations = {op.tool.name: op for op in operations}
         self._headers = dict(headers or {})
+        # A token from the identity provider for each request (config ``auth:``), beside the static headers.
+        self.credentials = credentials
         self._client = client
         self._own_client = client is None
         self.transport: LeanTransport | None = None  # set by start() when the lean transport carries requests
@@ -89,6 +101,8 @@ class HttpUpstream:
         if self._client is not None and self._own_client:
             await self._client.aclose()
         self._client = None
+        if self.credentials is not None:
+            await self.credentials.aclose()
 
     def tools(self) -> list[UpstreamTool]:
         return [op.tool for op in self._operations.values()]
@@ -124,11 +138,14 @@ class HttpUpstream:
         method, url, query, body = self.request_for(tool, arguments)
         form = self._operations[tool].form and isinstance(body, dict)
         payload = {"data": {k: _query_value(v) for k, v in body.items() if v is not None}} if form else {"json": body}
+        headers = outgoing_headers(self._headers)
+        if self.credentials is not None:  # before anything is sent: no token, no request (UpstreamCredentialsError)
+            headers = {**headers, "authorization": await self._authorization(url)}
         try:
             # One deadline for the whole exchange: httpx's timeout is per read, so an upstream
             # dripping a byte at a time would never trip it.
             async with asyncio.timeout(timeout), self._client.stream(
-                method, url, params=query or None, headers=outgoing_headers(self._headers), timeout=timeout, **payload
+                method, url, params=query or None, headers=headers, timeout=timeout, **payload
             ) as response:
                 content = await _read_capped(response, self.max_response_bytes)
         except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:  # no connection, so nothing was sent
@@ -139,7 +156,27 @@ class HttpUpstream:
             raise UpstreamError(f"{self.name}: {method} {url} failed: {type(exc).__name__}: {exc}") from exc
         except _ResponseTooLarge as exc:
             raise UpstreamError(f"{self.name}: {method} {url}: {exc}") from exc
+        if self.credentials is not None:
+            content = self._credential_out(headers["authorization"], response.status_code, content)
         return _result(response, content)
+
+    def _credential_out(self, authorization: str, status: int, content: bytes) -> bytes:
+        """The body without the token it may echo (an echo service, a verbose error): the agent never reads it.
+        A 401 makes the next call fetch a fresh token."""
+        assert self.credentials is not None
+        if status == 401:
+            self.credentials.rejected(authorization)
+        token = authorization.partition(" ")[2].encode()
+        return content.replace(token, REDACTED.encode()) if token and token in content else content
+
+
+    async def _authorization(self, url: str) -> str:
+        """The credential for a request to ``url``, which must be https (an OpenAPI server URL is read at start)."""
+        assert self.credentials is not None
+        if secure_url_problem(url) is not None:
+            raise UpstreamCredentialsError(f"No credential for upstream {self.name!r}: its URL is not https, so the"
+                                           " token would travel in clear text.")
+        return await self.credentials.authorization()
 
 
 def _segment(name: str, value: Any) -> str:

@@ -23,6 +23,7 @@ from gateway.core.diagnostics import Diagnostic
 from gateway.core.errors import ConfigError
 from gateway.core.limits import MAX_RESPONSE_BYTES
 from gateway.core.sourcemap import YamlDocument
+from gateway.upstreams.credentials import UpstreamCredentials
 from gateway.upstreams.http import HttpOperation, HttpUpstream
 from gateway.upstreams.openapi_operations import BODY, operations
 from gateway.upstreams.openapi_refs import Where
@@ -75,16 +76,17 @@ def operations_from_openapi(document: dict[str, Any], include: list[str], exclud
 
 def openapi_upstream(name: str, spec: OpenApiSource, base_dir: Path, headers: dict[str, str],
                      client: httpx2.AsyncClient | None = None, max_response_bytes: int = MAX_RESPONSE_BYTES,
-                     ) -> HttpUpstream:
+                     credentials: UpstreamCredentials | None = None) -> HttpUpstream:
     """An ``HttpUpstream`` from the spec the config names: a file (read now, relative to ``base_dir``)
     or a URL (fetched when the upstream starts)."""
     if is_url(spec.spec):
         return _OpenApiUpstream(name, spec.base_url or "", [], headers, client, wrapped=frozenset(),
-                                max_response_bytes=max_response_bytes, fetch=(spec.spec, spec))
+                                max_response_bytes=max_response_bytes, fetch=(spec.spec, spec),
+                                credentials=credentials)
     path = Path(os.path.expanduser(spec.spec))
     built = _build(name, spec, load_bundle(path if path.is_absolute() else base_dir / path), None)
     return _OpenApiUpstream(name, built.base_url, built.operations, headers, client, wrapped=built.wrapped,
-                            max_response_bytes=max_response_bytes)
+                            max_response_bytes=max_response_bytes, credentials=credentials)
 
 
 def check_openapi(name: str, spec: OpenApiSource, base_dir: Path, *, fetch: bool) -> list[Diagnostic]:
@@ -121,8 +123,9 @@ class _OpenApiUpstream(HttpUpstream):
     def __init__(self, name: str, base_url: str, operations: list[HttpOperation], headers: dict[str, str],
                  client: httpx2.AsyncClient | None, *, wrapped: frozenset[str],
                  max_response_bytes: int = MAX_RESPONSE_BYTES,
-                 fetch: tuple[str, OpenApiSource] | None = None) -> None:
-        super().__init__(name, base_url, operations, headers, client, max_response_bytes)
+                 fetch: tuple[str, OpenApiSource] | None = None,
+                 credentials: UpstreamCredentials | None = None) -> None:
+        super().__init__(name, base_url, operations, headers, client, max_response_bytes, credentials=credentials)
         self._wrapped = wrapped  # tool names whose body is the ``body`` argument
         self._fetch = fetch
 
@@ -132,7 +135,7 @@ class _OpenApiUpstream(HttpUpstream):
             return
         url, spec = self._fetch
         assert self._client is not None  # HttpUpstream.start made one
-        # The spec is fetched without the upstream's headers: they are credentials for the API,
+        # The spec is fetched without the upstream's headers or token: they are credentials for the API,
         # and the spec may live elsewhere.
         built = _build(self.name, spec, await fetch_bundle(self._client, url), url)
         self._base = built.base_url.rstrip("/")

@@ -18,9 +18,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
+from token_endpoint import CLIENT_ID, CLIENT_SECRET, TokenEndpointApp
 
-from gateway.core.errors import InvalidArgumentsError, UpstreamError
+from gateway.core.errors import InvalidArgumentsError, UpstreamCredentialsError, UpstreamError
+from gateway.upstreams.credentials import ClientCredentials
 from gateway.upstreams.http import HttpUpstream
+from gateway.upstreams.token_client import TokenClient, TokenEndpoint
 
 TIMEOUT = 5.0
 
@@ -253,3 +256,18 @@ async def test_call_before_start_raises_upstream_error() -> None:
     upstream = HttpUpstream("svc", "http://127.0.0.1:9", OPERATIONS)
     with pytest.raises(UpstreamError, match="not started"):
         await upstream.call("text", {}, TIMEOUT)
+
+
+async def test_a_token_from_the_idp_is_never_sent_over_plain_http_beyond_loopback(serve: Serve) -> None:
+    idp = TokenEndpointApp()
+    url = await serve(idp.app())
+    credentials = ClientCredentials(TokenClient(TokenEndpoint(CLIENT_ID, CLIENT_SECRET, f"{url}/token"), "remote"))
+    # 192.0.2.0/24 is TEST-NET: never routed, and nothing is sent there anyway
+    upstream = HttpUpstream("remote", "http://192.0.2.7", [op("ping", "GET", "/ping")], credentials=credentials)
+    await upstream.start()
+    try:
+        with pytest.raises(UpstreamCredentialsError, match="not https"):
+            await upstream.call("ping", {}, TIMEOUT)
+    finally:
+        await upstream.close()
+    assert idp.requests == []  # not even a token was asked for

@@ -82,3 +82,18 @@ MAX_ARGUMENT_PROBLEMS = 5
 # Resource templates and listed resource URIs kept parsed or normalised, so a read does not redo it per listed
 # item (the upstreams' lists are bounded by MAX_ITEM_LIST_PAGES; this bounds the cache whatever they send).
 MAX_CACHED_RESOURCE_URIS = 4096
+
+# --- credentials the gateway gets for upstreams (gateway/upstreams/credentials.py, token_client.py) ---
+
+# One token request (or the identity provider's discovery document) must be answered within this long
+# and this many bytes: token responses are a few KiB, and a slow or hostile IdP must not hold calls.
+TOKEN_FETCH_TIMEOUT_SECONDS = 10.0
+TOKEN_RESPONSE_MAX_BYTES = 64 * 1024
+
+# A token is used until this long before it expires (at most a quarter of its lifetime), so a call
+# never reaches an upstream with a token that lapses on the way or while the upstream checks it.
+TOKEN_EXPIRY_MARGIN_SECONDS = 30.0
+
+# Exchanged tokens kept per upstream (one per caller token): past it the least recently used go first.
+# Each entry is a hash and a token of a few KiB, so the bound keeps a burst of callers to a few tens of MiB.
+MAX_EXCHANGED_TOKENS = 10_000

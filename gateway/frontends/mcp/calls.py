@@ -68,6 +68,7 @@ class ToolCalls:
             elicit=elicit,
             client=client,
             traceparent=client_traceparent(meta.get("traceparent"), headers.get("traceparent")),
+            caller_token=identity.token,
         )
 
     async def answer(self, request: CallRequest,

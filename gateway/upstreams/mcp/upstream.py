@@ -25,6 +25,7 @@ from gateway.core.errors import UpstreamDown, UpstreamError, UpstreamNotReached
 from gateway.core.limits import MAX_RESPONSE_BYTES, UPSTREAM_CHECK_TIMEOUT_SECONDS
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool, resolve_command
 from gateway.upstreams.client_requests import ClientRequestRouter, ClientRequestRules
+from gateway.upstreams.credentials import BearerAuth, UpstreamCredentials, scrubbed
 from gateway.upstreams.environment import child_environment
 from gateway.upstreams.http_transport import lean_transport
 from gateway.upstreams.keepalive import DrainOnClose
@@ -52,7 +53,7 @@ class McpUpstream:
                  env: Mapping[str, str] | None = None, cwd: Path | None = None,
                  env_passthrough: Iterable[str] = (), max_response_bytes: int = MAX_RESPONSE_BYTES,
                  protocol: str = "auto", client_requests: ClientRequestRules | None = None,
-                 fast_calls: bool = True) -> None:
+                 fast_calls: bool = True, credentials: UpstreamCredentials | None = None) -> None:
         self.name = name
         self.protocol = protocol  # which MCP era to speak (eras.PROTOCOLS)
         # Sampling, elicitation and roots requests, and log messages, go to the client of the call in flight.
@@ -60,6 +61,8 @@ class McpUpstream:
         self.max_response_bytes = max_response_bytes
         self._url = url
         self._headers = dict(headers or {})
+        # The gateway's own token (config ``auth: client_credentials``) on every request of the shared connection.
+        self.credentials = credentials
         # The SDK merges its own few defaults (PATH, HOME, USER, ...) under ``env``; those are all in
         # the minimal base, so the server gets exactly ``child_environment``, never the gateway's.
         self._stdio = StdioServerParameters(command=resolve_command(command), args=list(args or []),
@@ -120,8 +123,9 @@ class McpUpstream:
                     fast_wire = lean_transport(_MCP_CONNECTIONS) if self.fast_calls else None
                     wire = fast_wire or httpx2.AsyncHTTPTransport()
                     seen = SessionSeen(_CappedTransport(wire, self.max_response_bytes))
+                    auth = BearerAuth(self.credentials) if self.credentials is not None else None
                     http = await stack.enter_async_context(httpx2.AsyncClient(
-                        headers=self._headers, timeout=httpx2.Timeout(30, read=300), transport=seen))
+                        headers=self._headers, timeout=httpx2.Timeout(30, read=300), transport=seen, auth=auth))
                     transport = functools.partial(streamable_http_client, self._url, http_client=http,
                                                   max_sse_event_size=self.max_response_bytes)
                 client = await connect(stack, transport, self.protocol, self.name, self._on_message,
@@ -159,6 +163,8 @@ class McpUpstream:
         for task in list(self._background):
             task.cancel()
         self.items.close()
+        if self.credentials is not None:
+            await self.credentials.aclose()
 
     async def connected_client(self) -> Client:
         """The live session, reconnecting after a crash; ``UpstreamNotReached`` when there is none."""
@@ -199,6 +205,8 @@ class McpUpstream:
         client = self._client
         if client is None:
             raise UpstreamNotReached(f"{self.name}: not connected")
+        # A token to be had, or the call fails here, cleanly, with nothing sent (the requests then find it cached).
+        authorization = await self.credentials.authorization() if self.credentials is not None else ""
         try:
             with self._router.running():
                 async with asyncio.timeout(timeout):
@@ -217,13 +225,16 @@ class McpUpstream:
             raise UpstreamError(f"{self.name}: {tool}: {_describe(exc)}") from exc
         # Over stdio the SDK has already read the whole line; still, what is too big is not kept,
         # audited, stored for approvals or relayed.
-        size = len(result.model_dump_json(by_alias=True, exclude_none=True))
-        if size > self.max_response_bytes:
-            raise UpstreamError(f"{self.name}: {tool}: response too large: {size} bytes, the limit is "
+        dumped = result.model_dump_json(by_alias=True, exclude_none=True)
+        if len(dumped) > self.max_response_bytes:
+            raise UpstreamError(f"{self.name}: {tool}: response too large: {len(dumped)} bytes, the limit is "
                                 f"{self.max_response_bytes}")
         content = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
         content = expose_links(self.name, content)  # resource URIs as clients read them through the gateway
-        return ToolResult(content, result.structured_content, bool(result.is_error))
+        structured, token = result.structured_content, authorization.partition(" ")[2]
+        if token and token in dumped:  # a tool that echoes its token (a debug tool) does not hand it on
+            content, structured = scrubbed(content, token), scrubbed(structured, token)
+        return ToolResult(content, structured, bool(result.is_error))
 
     async def _call_tool(self, client: Client, tool: str, arguments: dict[str, Any],
                          progress: ToolProgress | None) -> types.CallToolResult:
