@@ -9,7 +9,9 @@
     cache       per issuer. Fetches start at most once per ``JWKS_MIN_REFETCH_SECONDS`` whatever asks
                 (an unknown ``kid``, a refresh, /readyz); keys older than ``JWKS_REFRESH_SECONDS`` are
                 refreshed in the background; a failed fetch keeps the keys until ``max_age`` after the
-                last good one, and then every token of the issuer is refused (fail closed)
+                last good one, and then every token of the issuer is refused (fail closed); while no
+                keys are usable, a failed fetch is retried in the background after
+                ``JWKS_RETRY_FIRST_SECONDS``, doubling up to ``JWKS_MIN_REFETCH_SECONDS``
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from gateway.core.limits import (
     JWKS_FETCH_TIMEOUT_SECONDS,
     JWKS_MIN_REFETCH_SECONDS,
     JWKS_REFRESH_SECONDS,
+    JWKS_RETRY_FIRST_SECONDS,
     MAX_JWKS_BYTES,
     MAX_JWKS_KEYS,
 )
@@ -176,6 +179,8 @@ class IssuerKeys:
         self._last_error: str | None = None
         self._fetch: asyncio.Task[None] | None = None
         self._fingerprint = ""
+        self._failures = 0  # failed fetches in a row
+        self._retry: asyncio.TimerHandle | None = None
         self.fetches = 0  # fetches started (for tests and logs)
 
     def usable(self) -> bool:
@@ -204,8 +209,14 @@ class IssuerKeys:
         key = self._named.get((kid, alg))
         return [] if key is None else [key]
 
+    def _interval(self) -> float:
+        """How long after a fetch the next may start: the rate limit, shorter while no keys are usable."""
+        if self.usable() or self._failures == 0:
+            return JWKS_MIN_REFETCH_SECONDS
+        return min(JWKS_MIN_REFETCH_SECONDS, JWKS_RETRY_FIRST_SECONDS * 2 ** (self._failures - 1))
+
     def _may_fetch(self) -> bool:
-        return self._attempted_at is None or self.clock() - self._attempted_at >= JWKS_MIN_REFETCH_SECONDS
+        return self._attempted_at is None or self.clock() - self._attempted_at >= self._interval()
 
     def refresh(self) -> asyncio.Task[None] | None:
         """Start a fetch in the background if none runs and the rate limit allows one; the running fetch, if any."""
@@ -226,15 +237,25 @@ class IssuerKeys:
             doc = await self._client.key_set(self.issuer, self.jwks_uri)
             found = usable_keys(doc, self.algorithms)
         except KeysUnavailable as exc:
-            self._last_error = str(exc)
+            self._failed(str(exc))
             log.warning("keys of issuer %s not fetched: %s", self.issuer, exc)
         except Exception as exc:  # a broken fetch is still only a failed fetch: the cache keeps its keys
-            self._last_error = f"fetch failed ({type(exc).__name__})"
+            self._failed(f"fetch failed ({type(exc).__name__})")
             log.exception("keys of issuer %s not fetched", self.issuer)
         else:
+            self._failures = 0
             self._install(found, json.dumps(doc.get("keys"), sort_keys=True))
         finally:
             self._fetch = None
+
+    def _failed(self, error: str) -> None:
+        """Note a failed fetch; with no usable keys, try again in the background after the back-off."""
+        self._last_error = error
+        self._failures += 1
+        if not self.usable():
+            if self._retry is not None:
+                self._retry.cancel()
+            self._retry = asyncio.get_running_loop().call_later(self._interval(), self.refresh)
 
     def _install(self, found: list[tuple[str | None, PyJWK]], fingerprint: str) -> None:
         named: dict[tuple[str, str], PyJWK] = {}
@@ -268,7 +289,9 @@ class IssuerKeys:
         return IssuerStatus(self.issuer, state, count if self.usable() else 0, error)
 
     async def aclose(self) -> None:
-        """Cancel a fetch under way."""
+        """Cancel a fetch under way and any retry planned."""
+        if self._retry is not None:
+            self._retry.cancel()
         if self._fetch is not None:
             self._fetch.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -110,6 +110,26 @@ async def test_keys_serve_while_the_idp_is_down_until_max_age_then_fail_closed(i
     assert keys.status().state == "up"
 
 
+async def test_keys_missing_at_start_are_fetched_again_soon_in_the_background(idp, client):
+    """An IdP that is down when the gateway starts: its tokens work within seconds of it answering, with no
+    token needed to ask again (retries 1 s apart, doubling up to 30 s)."""
+    keys = IssuerKeys(idp.issuer, None, ["RS256"], 3_600, client)  # the real clock: the retry is a real timer
+    await idp.set_jwks_status(503)
+    try:
+        task = keys.refresh()
+        assert task is not None
+        await task
+        assert not keys.usable() and keys.status().state == "down"
+    finally:
+        await idp.set_jwks_status(200)
+    deadline = asyncio.get_running_loop().time() + 30
+    while not keys.usable():  # usable() starts nothing: only the planned retry can fetch the keys
+        assert asyncio.get_running_loop().time() < deadline, "the keys were never fetched again"
+        await asyncio.sleep(0.05)
+    assert keys.status().state == "up"
+    await keys.aclose()
+
+
 async def _settled(keys: IssuerKeys) -> None:
     task = keys.refresh()  # None when no fetch runs now (the rate limit holds one back)
     if task is not None:

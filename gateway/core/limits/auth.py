@@ -22,6 +22,12 @@ JWKS_FETCH_TIMEOUT_SECONDS = 5.0
 # ``kid``, a refresh, /readyz): a flood of forged kids costs the IdP one request per interval.
 JWKS_MIN_REFETCH_SECONDS = 30.0
 
+# While an issuer has no usable keys (the IdP was down or slow when the gateway started, or the keys
+# aged out), a failed fetch is retried in the background after this long, doubling up to
+# ``JWKS_MIN_REFETCH_SECONDS``: tokens work again soon after the IdP answers, and the IdP still sees
+# at most one request per interval.
+JWKS_RETRY_FIRST_SECONDS = 1.0
+
 # Cached keys are refreshed in the background once they are this old (or at half of ``jwks_max_age``
 # when that is shorter), so a rotation is picked up without waiting for an unknown ``kid``.
 JWKS_REFRESH_SECONDS = 600.0
