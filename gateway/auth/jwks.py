@@ -213,7 +213,7 @@ class IssuerKeys:
         """How long after a fetch the next may start: the rate limit, shorter while no keys are usable."""
         if self.usable() or self._failures == 0:
             return JWKS_MIN_REFETCH_SECONDS
-        return min(JWKS_MIN_REFETCH_SECONDS, JWKS_RETRY_FIRST_SECONDS * 2 ** (self._failures - 1))
+        return min(JWKS_MIN_REFETCH_SECONDS, JWKS_RETRY_FIRST_SECONDS * float(2 ** (self._failures - 1)))
 
     def _may_fetch(self) -> bool:
         return self._attempted_at is None or self.clock() - self._attempted_at >= self._interval()
