@@ -251,7 +251,8 @@ async def measure_sequential(targets: Sequence[Target], warmup: int, calls: int,
     """``calls`` timed calls per target, one at a time, in alternating rounds of ``CHUNK``.
 
     Alternating spreads any background load over direct and gateway alike, so their ratio
-    stays fair even when the absolute figures are noisy.
+    stays fair even when the absolute figures are noisy; every other round runs the targets in reverse
+    order, so that none always follows another (gateway-jwt right after gateway, say).
     """
     samples: dict[str, list[float]] = {}
     for t in targets:
@@ -259,8 +260,10 @@ async def measure_sequential(targets: Sequence[Target], warmup: int, calls: int,
         for i in range(warmup):
             await t.call(f"warm-{i}")  # a failure here is a broken setup: let it raise
     done = dict.fromkeys(samples, 0)
+    rounds = 0
     while any(n < calls for n in done.values()):
-        for t in targets:
+        rounds += 1  # every other round in reverse order: no target always runs right after another
+        for t in targets if rounds % 2 else list(reversed(targets)):
             count = min(CHUNK, calls - done[t.via])
             before = meter.read()
             for i in range(done[t.via], done[t.via] + count):
