@@ -281,7 +281,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                             status_code=200 if ready else 503)
 
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway),
-           *session_admin_routes(gateway), *(chat_routes(models) if models.routes else [])]
+           *session_admin_routes(gateway, gateway.store), *(chat_routes(models) if models.routes else [])]
     open_routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/readyz", readyz), *openapi_routes()]
     scrape_routes: list[BaseRoute] = []
     if gateway.observer.metrics is not None:
