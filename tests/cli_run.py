@@ -29,9 +29,10 @@ CLIENT_ENV = ("GATEWAY_URL", "GATEWAY_API_KEY")
 TIMEOUT = 120.0  # seconds a command may take; in process it takes milliseconds, a subprocess seconds of start-up
 
 
-def run_cli(cwd: Path | None, *args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(cwd: Path | None, *args: str,
+            env: Mapping[str, str | None] | None = None) -> subprocess.CompletedProcess[str]:
     """`gateway ARGS` run in ``cwd`` (None: where the test runs) by ``main``, with ``env`` set on top of the
-    environment: its exit code (argparse's exits too), stdout and stderr."""
+    environment (a None value unsets): its exit code (argparse's exits too), stdout and stderr."""
     out, err = io.StringIO(), io.StringIO()
     before = os.getcwd()
     with _environment(env or {}), _logging_kept():
@@ -45,7 +46,7 @@ def run_cli(cwd: Path | None, *args: str, env: Mapping[str, str] | None = None) 
     return subprocess.CompletedProcess(["gateway", *args], code, out.getvalue(), err.getvalue())
 
 
-async def run_cli_async(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+async def run_cli_async(*args: str, cwd: Path | None = None, env: Mapping[str, str | None] | None = None,
                         timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
     """``run_cli`` in a worker thread, so that a server on this event loop can answer the command."""
     return await asyncio.wait_for(asyncio.to_thread(run_cli, cwd, *args, env=env), timeout)
@@ -88,21 +89,22 @@ def _clean_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _environment(env: Mapping[str, str]) -> Iterator[None]:
+def _environment(env: Mapping[str, str | None]) -> Iterator[None]:
     """``CLIENT_ENV`` unset and ``env`` set while the command runs; the environment as it was afterwards."""
-    names = {*CLIENT_ENV, *env}
-    saved = {name: os.environ.get(name) for name in names}
-    for name in CLIENT_ENV:
-        os.environ.pop(name, None)
-    os.environ.update(env)
+    saved = {name: os.environ.get(name) for name in {*CLIENT_ENV, *env}}
+    _set({**dict.fromkeys(CLIENT_ENV), **env})
     try:
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set(saved)
+
+
+def _set(values: Mapping[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @contextlib.contextmanager
