@@ -151,8 +151,11 @@ class Gateway:
                 self.proc.wait()
 
     def client(self, who: str, timeout: float = 120) -> httpx2.AsyncClient:
+        # Idle connections are dropped after 2 s, well before uvicorn's 5 s keep-alive: a stalled loop never
+        # reuses a connection the gateway is closing (a ReadError that says nothing about the gateway).
         return httpx2.AsyncClient(base_url=self.url, headers={"Authorization": f"Bearer {KEYS[who]}"},
-                                  timeout=httpx2.Timeout(timeout), limits=httpx2.Limits(max_connections=1000))
+                                  timeout=httpx2.Timeout(timeout),
+                                  limits=httpx2.Limits(max_connections=1000, keepalive_expiry=2))
 
 
 class _Plug:
@@ -228,6 +231,10 @@ def replicas(tmp_path_factory: pytest.TempPathFactory, _upstream_server: tuple[_
         b.start()
         yield a, b
     finally:
+        for gateway in (a, b):  # both shut down at once
+            if gateway.running:
+                assert gateway.proc is not None
+                gateway.proc.terminate()
         a.stop()
         b.stop()
 
@@ -411,6 +418,7 @@ async def test_a_dropped_database_connection_refuses_one_call_clearly_then_recon
     assert after.json()["decision"] == "allow"
 
 
+@pytest.mark.slow  # a thousand held calls through two replicas: ~50 s on a loaded 2-core machine
 @pytest.mark.parametrize("replicas", ["postgres"], indirect=True)
 async def test_a_thousand_held_approvals_split_across_both_each_run_once(pair, upstream) -> None:
     a, b = pair

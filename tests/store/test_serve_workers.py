@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx2
+import pytest
 import yaml
 from cli_run import run_cli
 from loopback import serve_app
@@ -40,6 +41,7 @@ def _config(tmp_path: Path, upstream_url: str) -> Path:
     return path
 
 
+@pytest.mark.slow  # a parent and two worker processes: >10 s on a loaded 2-core machine
 async def test_two_workers_on_one_sqlite_file_count_every_call_once(tmp_path: Path) -> None:
     counting = Upstream()
     async with serve_app(counting.app()) as url:
@@ -132,6 +134,7 @@ async def _until(check, what: str, gateway: Gateway, seconds: float = 90) -> Non
         await asyncio.sleep(0.1)
 
 
+@pytest.mark.slow  # a parent and three worker processes, one after a kill: >10 s on a loaded 2-core machine
 async def test_a_killed_worker_is_started_again_while_the_others_keep_answering(tmp_path: Path) -> None:
     counting = Upstream()
     async with serve_app(counting.app()) as url:
@@ -172,6 +175,7 @@ async def test_a_killed_worker_is_started_again_while_the_others_keep_answering(
     assert counting.runs["ping"] == answered + 1
 
 
+@pytest.mark.slow  # workers started again and again until the crash-loop limit: >10 s on a loaded 2-core machine
 async def test_a_worker_that_dies_at_once_again_and_again_stops_the_gateway_with_the_reason(tmp_path: Path) -> None:
     async with serve_app(Upstream().app()) as url:
         gateway = Gateway(_config(tmp_path, url), "crash-loop")
