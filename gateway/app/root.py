@@ -299,7 +299,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
         return JSONResponse(body, status_code=200 if ready else 503)
 
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway),
-           *session_admin_routes(gateway), *(chat_routes(models) if models.routes else [])]
+           *session_admin_routes(gateway, gateway.store), *(chat_routes(models) if models.routes else [])]
     open_routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/readyz", readyz), *openapi_routes(),
                                     *(protected_resource_routes(resource) if resource is not None else [])]
     scrape_routes: list[BaseRoute] = []

@@ -26,7 +26,8 @@ from gateway.core.limits import MAX_APPROVALS_FILTER_CHARS, MAX_SESSIONS_PAGE
 from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
 from gateway.pipeline import Gateway
-from gateway.store.sqlite import SessionState
+from gateway.store.base import SessionStore
+from gateway.store.model import SessionState
 
 __all__ = ["ENDED_BY_ADMIN", "session_admin_routes"]
 
@@ -47,9 +48,10 @@ def _unavailable(exc: StoreUnavailable) -> JSONResponse:
     return error_response(503, exc.code, str(exc))
 
 
-def session_admin_routes(gateway: Gateway) -> list[Route]:
-    """Routes for administrators (they expect ``RequireIdentity`` in front)."""
-    api = _SessionAdmin(gateway)
+def session_admin_routes(gateway: Gateway, store: SessionStore) -> list[Route]:
+    """Routes for administrators over ``store`` (they expect ``RequireIdentity`` in front); ``gateway``
+    records each change in the audit log with the policy revision."""
+    api = _SessionAdmin(gateway, store)
     one = "/v1/admin/sessions/{principal}/{session_id}"
     return [
         Route("/v1/admin/sessions", api.list_sessions, methods=["GET"]),
@@ -66,11 +68,11 @@ def _admin(request: Request) -> str | None:
 
 
 class _SessionAdmin:
-    """The session admin endpoints, over one gateway's store, audit log and policies."""
+    """The session admin endpoints, over one store; the gateway records the changes."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, store: SessionStore) -> None:
         self.gateway = gateway
-        self.store = gateway.store
+        self.store = store
 
     async def list_sessions(self, request: Request) -> JSONResponse:
         """GET /v1/admin/sessions: one page of runs, filtered."""

@@ -8,14 +8,13 @@ older gateway wrote with a bare NaN in it is read back the same way.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import sqlite3
-import sys
 from typing import Any
 
 import httpx2
+from cli_run import run_cli_async
 
 from gateway.approvals.model import args_digest
 
@@ -47,12 +46,9 @@ async def test_a_held_call_with_nan_lists_shows_and_is_decided(serve: Any, appro
     assert (decided.status_code, decided.json()["state"]) == (200, "approved"), decided.text
     stored = approval_desk.sqlite.connection.execute("SELECT data FROM approvals").fetchone()[0]
     json.loads(stored, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))  # strict JSON only
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", "approvals", "show", held.id, "--url", base, "--key", "bob-key",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 0, err.decode()
-    assert "NaN" in out.decode() and "Infinity" in out.decode()
+    shown_by_cli = await run_cli_async("approvals", "show", held.id, "--url", base, "--key", "bob-key")
+    assert shown_by_cli.returncode == 0, shown_by_cli.stderr
+    assert "NaN" in shown_by_cli.stdout and "Infinity" in shown_by_cli.stdout
 
 
 async def test_a_row_an_older_gateway_wrote_with_a_bare_nan_still_lists_and_decides(serve: Any,

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -22,6 +20,7 @@ import httpx2
 import mcp_types as types
 import pytest
 from approval_support import PAGE_URL, PEOPLE, STEP_SECONDS, auth_header, policy, text_of
+from cli_run import run_cli_async
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -291,14 +290,10 @@ async def test_the_cli_shows_what_became_of_the_call(bench):
 
 
 async def cli(*args: str, url: str) -> str:
-    """`python -m gateway approvals ARGS` as dave, in a real process."""
-    env = {k: v for k, v in os.environ.items() if k not in ("GATEWAY_URL", "GATEWAY_API_KEY")}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", "approvals", *args, "--url", url, "--key", PEOPLE["dave"][0], env=env,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 0, err.decode()
-    return out.decode()
+    """`gateway approvals ARGS` as dave, in this process (tests/cli has its real process)."""
+    done = await run_cli_async("approvals", *args, "--url", url, "--key", PEOPLE["dave"][0])
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 async def test_an_end_user_answering_an_elicitation_is_not_cut_short_by_the_hold(bench):

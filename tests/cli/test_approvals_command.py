@@ -1,35 +1,15 @@
-"""`gateway approvals ...` run as a real process against the real approver API on loopback."""
+"""`gateway approvals ...` against the real approver API on loopback: in this process (a worker thread, while
+the API serves on the test's event loop), and once as a real process (the console entry, its environment)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
-from dataclasses import dataclass
 from typing import Any
 
+from cli_run import run_cli_async as gateway
+from cli_run import run_subprocess_async
+
 from gateway.approvals.model import ApprovalState, Requirement
-
-TIMEOUT = 60.0  # seconds for one CLI run; it normally takes about one (mostly Python start-up)
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-
-async def gateway(*args: str, env: dict[str, str] | None = None) -> Run:
-    """Run `python -m gateway ARGS` without blocking the server that runs in this event loop."""
-    clean = {k: v for k, v in os.environ.items() if k not in ("GATEWAY_URL", "GATEWAY_API_KEY")}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", *args, env={**clean, **(env or {})},
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(process.communicate(), TIMEOUT)
-    assert process.returncode is not None
-    return Run(process.returncode, out.decode(), err.decode())
 
 
 async def test_list_and_show_as_text_and_json(serve: Any, approval_desk: Any) -> None:
@@ -41,8 +21,8 @@ async def test_list_and_show_as_text_and_json(serve: Any, approval_desk: Any) ->
     auth = ["--url", base, "--key", "bob-key"]
 
     listed = await gateway("approvals", "list", *auth)
-    assert listed.code == 0, listed.err
-    header, *rows = listed.out.splitlines()
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
     assert header.split() == ["ID", "STATE", "TOOL", "REQUESTED", "BY", "CREATED", "TIME", "LEFT", "APPROVALS",
                               "THE", "CALL"]
     assert sorted(row.split()[:4] for row in rows) == sorted([
@@ -50,24 +30,24 @@ async def test_list_and_show_as_text_and_json(serve: Any, approval_desk: Any) ->
     assert next(r for r in rows if r.startswith(shell.id)).split()[-5:] == ["1/2", "waiting", "for", "a", "decision"]
 
     as_json = await gateway("approvals", "list", "--format", "json", *auth)
-    assert {a["id"] for a in json.loads(as_json.out)["approvals"]} == {refund.id, shell.id}
+    assert {a["id"] for a in json.loads(as_json.stdout)["approvals"]} == {refund.id, shell.id}
 
     none = await gateway("approvals", "list", "--state", "denied", *auth)
-    assert (none.code, none.out) == (0, "No denied approval requests.\n")
+    assert (none.returncode, none.stdout) == (0, "No denied approval requests.\n")
 
     shown = await gateway("approvals", "show", refund.id, *auth)
-    assert shown.code == 0, shown.err
-    assert f"Approval {refund.id}: pending" in shown.out
-    assert "Requested by:  alice (groups: support)" in shown.out
-    assert "Tool:          payments_refund (upstream payments)" in shown.out  # whose tool it is (issue 18)
-    assert "The call:      waiting for a decision" in shown.out
-    assert "[ ] big-refund: Refunds over 100 need a manager" in shown.out
-    assert "approvers: group:managers, alice; waiting" in shown.out
-    assert "amount: 900 -> 100   (rewritten by policy)" in shown.out
-    assert '  order: "A-1"' in shown.out
+    assert shown.returncode == 0, shown.stderr
+    assert f"Approval {refund.id}: pending" in shown.stdout
+    assert "Requested by:  alice (groups: support)" in shown.stdout
+    assert "Tool:          payments_refund (upstream payments)" in shown.stdout  # whose tool it is (issue 18)
+    assert "The call:      waiting for a decision" in shown.stdout
+    assert "[ ] big-refund: Refunds over 100 need a manager" in shown.stdout
+    assert "approvers: group:managers, alice; waiting" in shown.stdout
+    assert "amount: 900 -> 100   (rewritten by policy)" in shown.stdout
+    assert '  order: "A-1"' in shown.stdout
 
     shown_json = await gateway("approvals", "show", shell.id, "--format", "json", *auth)
-    assert json.loads(shown_json.out) == approval_desk.service.store.get(shell.id).to_dict()
+    assert json.loads(shown_json.stdout) == approval_desk.service.store.get(shell.id).to_dict()
 
 
 async def test_approve_then_conflict_then_deny(serve: Any, approval_desk: Any) -> None:
@@ -75,24 +55,24 @@ async def test_approve_then_conflict_then_deny(serve: Any, approval_desk: Any) -
     base = await serve(approval_desk.app())
     env = {"GATEWAY_URL": base, "GATEWAY_API_KEY": "bob-key"}  # the defaults come from the environment
 
-    approved = await gateway("approvals", "approve", first.id, "--comment", "fine by me", env=env)
-    assert approved.code == 0, approved.err
-    assert approved.out == f"Approved {first.id} (payments_refund for alice).\n"
+    approved = await run_subprocess_async("approvals", "approve", first.id, "--comment", "fine by me", env=env)
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout == f"Approved {first.id} (payments_refund for alice).\n"
     stored = approval_desk.service.store.get(first.id)
     assert stored.state is ApprovalState.APPROVED
     assert [(v.approver, v.approve, v.comment) for v in stored.votes] == [("bob", True, "fine by me")]
 
     again = await gateway("approvals", "approve", first.id, env=env)
-    assert again.code == 1
-    assert again.err == f"gateway approvals: approval {first.id} is already approved (HTTP 409 approval-conflict)\n"
+    assert again.returncode == 1
+    assert again.stderr == f"gateway approvals: approval {first.id} is already approved (HTTP 409 approval-conflict)\n"
 
     no_reason = await gateway("approvals", "deny", second.id, env=env)
-    assert no_reason.code == 2 and "--comment" in no_reason.err
+    assert no_reason.returncode == 2 and "--comment" in no_reason.stderr
     assert approval_desk.service.store.get(second.id).state is ApprovalState.PENDING
 
     denied = await gateway("approvals", "deny", second.id, "--comment", "not on a Friday", "--format", "json", env=env)
-    assert denied.code == 0, denied.err
-    assert json.loads(denied.out)["state"] == "denied"
+    assert denied.returncode == 0, denied.stderr
+    assert json.loads(denied.stdout)["state"] == "denied"
     assert approval_desk.service.store.get(second.id).votes[0].comment == "not on a Friday"
 
 
@@ -101,18 +81,18 @@ async def test_refusals_print_the_apis_message_and_exit_1(serve: Any, approval_d
     base = await serve(approval_desk.app())
 
     own = await gateway("approvals", "approve", mine.id, "--url", base, "--key", "alice-key")
-    assert (own.code, own.err) == (
+    assert (own.returncode, own.stderr) == (
         1, "gateway approvals: you cannot approve your own call (HTTP 403 approval-forbidden)\n")
 
     not_approver = await gateway("approvals", "list", "--url", base, "--key", "carol-key")
-    assert not_approver.code == 1 and "This key may not see approval requests. (HTTP 403" in not_approver.err
+    assert not_approver.returncode == 1 and "This key may not see approval requests. (HTTP 403" in not_approver.stderr
 
     missing = await gateway("approvals", "show", "nope", "--url", base, "--key", "bob-key")
-    assert missing.code == 1 and "No such approval request. (HTTP 404 approval-not-found)" in missing.err
+    assert missing.returncode == 1 and "No such approval request. (HTTP 404 approval-not-found)" in missing.stderr
 
     no_key = await gateway("approvals", "list", "--url", base)
-    assert no_key.code == 1
-    assert "(HTTP 401 unauthorized)" in no_key.err and "--key or GATEWAY_API_KEY" in no_key.err
+    assert no_key.returncode == 1
+    assert "(HTTP 401 unauthorized)" in no_key.stderr and "--key or GATEWAY_API_KEY" in no_key.stderr
     assert approval_desk.service.store.get(mine.id).state is ApprovalState.PENDING
 
 
@@ -120,15 +100,15 @@ async def test_untrusted_text_cannot_drive_the_terminal(serve: Any, approval_des
     approval_desk.add(tool="evil\x1b[2J\x1b]0;pwned\x07", principal="mallory\r\nfake line")
     base = await serve(approval_desk.app())
     listed = await gateway("approvals", "list", "--url", base, "--key", "bob-key")
-    assert listed.code == 0
-    assert "\x1b" not in listed.out and "\r" not in listed.out
-    assert "evil\\x1b[2J\\x1b]0;pwned\\x07" in listed.out and "mallory\\x0d\\x0afake line" in listed.out
+    assert listed.returncode == 0
+    assert "\x1b" not in listed.stdout and "\r" not in listed.stdout
+    assert "evil\\x1b[2J\\x1b]0;pwned\\x07" in listed.stdout and "mallory\\x0d\\x0afake line" in listed.stdout
 
 
 async def test_an_unreachable_gateway_exits_2(refused_url: str) -> None:
     run = await gateway("approvals", "list", "--url", refused_url, "--key", "bob-key")
-    assert run.code == 2
-    assert run.err.startswith(f"gateway approvals: cannot connect to the gateway at {refused_url}")
+    assert run.returncode == 2
+    assert run.stderr.startswith(f"gateway approvals: cannot connect to the gateway at {refused_url}")
 
 
 async def test_list_filters_and_pages_on_the_server(serve: Any, approval_desk: Any) -> None:
@@ -140,14 +120,14 @@ async def test_list_filters_and_pages_on_the_server(serve: Any, approval_desk: A
 
     async def ids(*args: str) -> set[str]:
         run = await gateway("approvals", "list", *args, *auth)
-        assert run.code == 0, run.err
-        return {a["id"] for a in json.loads(run.out)["approvals"]}
+        assert run.returncode == 0, run.stderr
+        return {a["id"] for a in json.loads(run.stdout)["approvals"]}
 
     assert await ids("--tool", "payments_refund") == {refund.id}
     assert await ids("--principal", "agent-7") == {shell.id}
     assert await ids("--search", "uptime") == {shell.id}
     assert await ids("--tool", "shell_exec", "--principal", "alice", "--search", "uptime") == set()
     first = await gateway("approvals", "list", "--limit", "2", "--url", base, "--key", "bob-key")
-    assert first.code == 0, first.err
-    assert first.out.rstrip().endswith("(2 of 3 shown; see more with --offset 2)")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.rstrip().endswith("(2 of 3 shown; see more with --offset 2)")
     assert len(await ids("--limit", "2", "--offset", "2")) == 1

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from cli_run import run_cli, run_subprocess
 
 TESTS = Path(__file__).parent.parent
 PID_SERVICE = TESTS / "upstreams" / "pid_service.py"
 MCP_SERVER = TESTS / "upstream_mcp_server.py"
-TIMEOUT = 120  # the stdio server imports the MCP SDK
 
 
 def free_port() -> int:
@@ -28,13 +28,15 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def check_probe(root: Path, upstreams: list[dict[str, Any]], *args: str) -> subprocess.CompletedProcess[str]:
+def check_probe(root: Path, upstreams: list[dict[str, Any]], *args: str,
+                process: bool = False) -> subprocess.CompletedProcess[str]:
+    """`gateway check --config gateway.yaml --probe ARGS` in ``root``: in this process, or as a real process."""
     (root / "policies").mkdir(exist_ok=True)
     (root / "policies" / "p.yaml").write_text("policy: p\nrules: []\n", encoding="utf-8")
     config = {"policies": ["policies"], "upstreams": upstreams}
     (root / "gateway.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    return subprocess.run([sys.executable, "-m", "gateway", "check", "--config", str(root / "gateway.yaml"), "--probe",
-                           *args], capture_output=True, text=True, timeout=TIMEOUT, cwd=root)
+    run = run_subprocess if process else run_cli
+    return run(root, "check", "--config", str(root / "gateway.yaml"), "--probe", *args)
 
 
 def pid_tool(port: int) -> dict[str, Any]:
@@ -69,7 +71,8 @@ def test_probe_lists_the_tools_of_reachable_upstreams_and_says_why_others_cannot
 def test_probe_exits_0_when_every_upstream_answers_and_speaks_json(tmp_path):
     port = free_port()
     launch = {"command": sys.executable, "args": [str(PID_SERVICE), str(port), str(tmp_path / "launches")]}
-    result = check_probe(tmp_path, [{"name": "svc", "http": {**pid_tool(port), "launch": launch}}], "--format", "json")
+    result = check_probe(tmp_path, [{"name": "svc", "http": {**pid_tool(port), "launch": launch}}], "--format", "json",
+                         process=True)  # the one run through the console entry
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)  # one document: the check's, with the probe's findings
     assert report["ok"] is True
@@ -77,6 +80,5 @@ def test_probe_exits_0_when_every_upstream_answers_and_speaks_json(tmp_path):
 
 
 def test_probe_needs_a_config(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "gateway", "check", "--probe", str(tmp_path)],
-                            capture_output=True, text=True, timeout=TIMEOUT)
+    result = run_cli(tmp_path, "check", "--probe", str(tmp_path))
     assert (result.returncode, result.stderr.strip()) == (2, "gateway check: --probe needs --config")

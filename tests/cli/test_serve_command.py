@@ -4,21 +4,22 @@ data files it cannot write (issue 7, item 6), anonymous access beyond loopback (
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_run import run_cli, run_subprocess
 
-START_SECONDS = 60  # a failed start is quick; this only bounds a hang
 
-
-def gateway_serve(root: Path, config: dict[str, object], *args: str) -> subprocess.CompletedProcess[str]:
+def gateway_serve(root: Path, config: dict[str, object], *args: str,
+                  process: bool = False) -> subprocess.CompletedProcess[str]:
+    """`gateway serve` in ``root`` with this config: in this process (it must refuse before it serves), or as
+    a real process (``process``)."""
     (root / "policies").mkdir(exist_ok=True)
     (root / "policies" / "p.yaml").write_text("policy: p\nrules: []\n", encoding="utf-8")
     (root / "gateway.yaml").write_text(yaml.safe_dump({"policies": ["policies"], **config}), encoding="utf-8")
-    return subprocess.run([sys.executable, "-m", "gateway", "serve", str(root / "gateway.yaml"), "--port", "0", *args],
-                          capture_output=True, text=True, timeout=START_SECONDS, cwd=root)
+    run = run_subprocess if process else run_cli
+    return run(root, "serve", str(root / "gateway.yaml"), "--port", "0", *args)
 
 
 def unwritable_cases(root: Path) -> list[tuple[str, dict[str, object], str]]:
@@ -37,7 +38,7 @@ def unwritable_cases(root: Path) -> list[tuple[str, dict[str, object], str]]:
 @pytest.mark.parametrize("case", range(4), ids=["store-under-file", "audit-under-file", "audit-is-dir", "read-only-fs"])
 def test_an_unwritable_data_file_is_one_clear_line_not_a_traceback(tmp_path, case):
     name, config, path = unwritable_cases(tmp_path)[case]
-    result = gateway_serve(tmp_path, config)
+    result = gateway_serve(tmp_path, config, process=case == 0)  # one through the console entry
     assert result.returncode == 1, name
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()

@@ -1,19 +1,18 @@
-"""`gateway sessions list|show|reset|end` run as a real process against a real gateway on loopback."""
+"""`gateway sessions list|show|reset|end` against a real gateway on loopback: in this process (a worker thread,
+while the gateway serves on the test's event loop), and once as a real process (the console entry)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest_asyncio
 import yaml
+from cli_run import run_cli_async as gateway_cli
+from cli_run import run_subprocess_async
 from loopback import serve_app
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -24,7 +23,6 @@ from gateway.app import build_app
 from gateway.auth.keys import hash_key
 from gateway.config.load import load_config
 
-TIMEOUT = 60.0  # seconds for one CLI run; it normally takes about one (mostly Python start-up)
 KEYS = {"agent": "agent-key-5b1e", "admin": "admin-key-c04d"}
 POLICY = """
 policy: p
@@ -34,24 +32,6 @@ rules:
     action: terminate
     message: Two calls per run.
 """
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-
-async def gateway_cli(*args: str) -> Run:
-    """Run `python -m gateway ARGS` without blocking the server in this event loop."""
-    clean = {k: v for k, v in os.environ.items() if k not in ("GATEWAY_URL", "GATEWAY_API_KEY")}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", *args, env=clean, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(process.communicate(), TIMEOUT)
-    assert process.returncode is not None
-    return Run(process.returncode, out.decode(), err.decode())
 
 
 @pytest_asyncio.fixture
@@ -92,9 +72,9 @@ async def test_list_show_reset_and_end(served: str) -> None:
     assert [(await _ping(served, "run-1"))["decision"] for _ in range(3)] == ["allow", "allow", "terminate"]
     await _ping(served, None)
 
-    listed = await gateway_cli("sessions", "list", *admin)
-    assert listed.code == 0, listed.err
-    header, *rows = listed.out.splitlines()
+    listed = await run_subprocess_async("sessions", "list", *admin)
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
     assert header.split() == ["PRINCIPAL", "RUN", "KIND", "STARTED", "CALLS", "REJECTED", "STATE"]
     by_run = {row.split()[1]: row for row in rows}
     assert by_run["run-1"].split()[2] == "named" and by_run["run-1"].endswith("terminated")
@@ -102,28 +82,28 @@ async def test_list_show_reset_and_end(served: str) -> None:
     assert "implicit (agent-cli-test/1)" in by_run[implicit]
 
     only_named = json.loads((await gateway_cli("sessions", "list", "--implicit", "false", "--format", "json",
-                                                *admin)).out)
+                                                *admin)).stdout)
     assert [s["id"] for s in only_named["sessions"]] == ["run-1"]
 
     shown = await gateway_cli("sessions", "show", "agent", "run-1", *admin)
-    assert shown.code == 0, shown.err
-    assert "Calls:     3  (rejected: 1)" in shown.out and "terminated: Two calls per run." in shown.out
+    assert shown.returncode == 0, shown.stderr
+    assert "Calls:     3  (rejected: 1)" in shown.stdout and "terminated: Two calls per run." in shown.stdout
 
     reset = await gateway_cli("sessions", "reset", "agent", "run-1", *admin)
-    assert (reset.code, reset.out.strip()) == (0, "Reset run run-1 of agent: 0 calls, not terminated.")
+    assert (reset.returncode, reset.stdout.strip()) == (0, "Reset run run-1 of agent: 0 calls, not terminated.")
     assert (await _ping(served, "run-1"))["decision"] == "allow"
 
     ended = await gateway_cli("sessions", "end", "agent", "run-1", "--message", "Paused by ops.", *admin)
-    assert ended.code == 0, ended.err
+    assert ended.returncode == 0, ended.stderr
     after = await _ping(served, "run-1")
     assert (after["decision"], after["content"][0]["text"]) == ("terminated", "Paused by ops.")
 
 
 async def test_a_key_without_admin_and_an_unreachable_gateway(served: str, refused_url: str) -> None:
     refused = await gateway_cli("sessions", "list", "--url", served, "--key", KEYS["agent"])
-    assert refused.code == 1
-    assert "Only keys with admin: true may manage sessions. (HTTP 403 not-an-admin)" in refused.err
+    assert refused.returncode == 1
+    assert "Only keys with admin: true may manage sessions. (HTTP 403 not-an-admin)" in refused.stderr
     missing = await gateway_cli("sessions", "show", "agent", "nope", "--url", served, "--key", KEYS["admin"])
-    assert missing.code == 1 and "No such session." in missing.err
+    assert missing.returncode == 1 and "No such session." in missing.stderr
     down = await gateway_cli("sessions", "list", "--url", refused_url, "--key", KEYS["admin"])
-    assert down.code == 2 and "cannot connect" in down.err
+    assert down.returncode == 2 and "cannot connect" in down.stderr

@@ -1,15 +1,15 @@
-"""`gateway status` against a real gateway (not ready, then ready), a hostile answer, and no gateway at all."""
+"""`gateway status` against a real gateway (not ready, then ready), a hostile answer, and no gateway at all:
+in this process, and once as a real process."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+from cli_run import run_cli_async, run_subprocess_async
 from loopback import serve_app
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
@@ -19,7 +19,6 @@ from gateway.app import build_app
 from gateway.config.load import load_config
 
 FAST = {"retry_first": 0.05, "retry_max": 0.2, "check_interval": 0.1}
-TIMEOUT = 60
 
 
 def free_port() -> int:
@@ -29,12 +28,9 @@ def free_port() -> int:
 
 
 async def gateway_status(*args: str) -> tuple[int, str, str]:
-    """Run `gateway status` as a process (without blocking the loop the gateway serves in)."""
-    process = await asyncio.create_subprocess_exec(sys.executable, "-m", "gateway", "status", *args,
-                                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(process.communicate(), TIMEOUT)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    """`gateway status ARGS` in this process (a worker thread: the gateway answers from this event loop)."""
+    done = await run_cli_async("status", *args)
+    return done.returncode, done.stdout, done.stderr
 
 
 def write_config(root: Path, port: int) -> Path:
@@ -54,26 +50,24 @@ def json_app(body: Any, status: int = 200) -> Starlette:
     return Starlette(routes=[Route("/readyz", answer), Route("/", answer)])
 
 
-async def test_status_says_not_ready_then_ready(tmp_path):
+async def test_status_says_not_ready_then_ready(tmp_path, until):
     port = free_port()
     config = load_config(write_config(tmp_path, port))
     async with serve_app(build_app(config)) as url:
-        code, out, _ = await gateway_status("--url", url)
-        assert code == 1
-        lines = out.splitlines()
+        process = await run_subprocess_async("status", "--url", url)  # once through the console entry
+        assert process.returncode == 1
+        lines = process.stdout.splitlines()
         assert lines[0].startswith("NOT READY: policy revision ")
         assert lines[1].split()[:2] == ["down", "svc"]
         assert lines[1].endswith("1 tools  last error: not reachable")
         assert lines[2].split() == ["up", "store"]
 
         async with serve_app(json_app({}), port=port):
-            for _ in range(100):
+            async def ready() -> str | None:  # the supervisor retries the upstream within 0.2 s
                 code, out, _ = await gateway_status("--url", url, "--format", "json")
-                if code == 0:
-                    break
-                await asyncio.sleep(0.1)
-            assert code == 0
-            body = json.loads(out)
+                return out if code == 0 else None
+
+            body = json.loads(await until(ready, timeout=60))
             assert body["status"] == "ready"
             assert [(u["name"], u["state"]) for u in body["upstreams"]] == [("svc", "up")]
 

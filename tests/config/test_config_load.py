@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 
 from gateway.config.load import check_config, load_config
 from gateway.core.errors import ConfigError
@@ -93,8 +92,7 @@ def test_duplicate_upstream_names_and_missing_paths(config):
 
 def test_gateway_check_config_prints_every_problem_and_fails(config, tmp_path):
     path = config("listen: {prot: 1}\nstore: 5\n")
-    out = subprocess.run([sys.executable, "-m", "gateway", "check", "--config", str(path)],
-                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    out = run_cli(tmp_path, "check", "--config", str(path))
     assert out.returncode == 1
     lines = out.stderr.splitlines()
     assert lines[0].startswith(f"{path}:1:10: error[unknown-key]: unknown key 'listen.prot'")

@@ -7,14 +7,13 @@ old behaviour because the set loaded. Decisions are made on real calls where the
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_run import run_cli
 
 from gateway.core.diagnostics import Diagnostic, Severity
 from gateway.policy import Outcome, PolicySet, Verdict, check_policies
@@ -363,14 +362,12 @@ def test_check_with_a_config_types_env(tmp_path):
     (tmp_path / "policies" / "p.yaml").write_text(rule("'env.stage > 3'") + "  - id: r2\n    action: reject\n"
                                                   "    when: 'env.stag == \"prod\"'\n")
     (tmp_path / "gateway.yaml").write_text("policies: [policies]\nenv: {stage: prod}\n")
-    run = subprocess.run([sys.executable, "-m", "gateway", "check", "--config", "gateway.yaml"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120, check=False)
+    run = run_cli(tmp_path, "check", "--config", "gateway.yaml")
     assert run.returncode == 1
     assert "p.yaml:5:22: error[cel-compile]: found no matching overload for '_>_' applied to '(string, int)'" \
         in run.stderr
     assert "p.yaml:8:15: warning[cel-missing-field]: env has no field 'stag' (did you mean 'stage'?)" in run.stdout
-    no_config = subprocess.run([sys.executable, "-m", "gateway", "check", "policies"], cwd=tmp_path,
-                               capture_output=True, text=True, timeout=120, check=False)
+    no_config = run_cli(tmp_path, "check", "policies")
     assert no_config.returncode == 0 and no_config.stdout.startswith("ok:"), no_config.stdout + no_config.stderr
 
 

@@ -1,7 +1,8 @@
 """Two gateway processes (`gateway serve`) on one PostgreSQL: what one does, the other honours.
 
 A cheap HTTP upstream in the test process counts every execution, so "exactly once" is checked
-where it matters: at the upstream.
+where it matters: at the upstream. The two replicas of each backend serve the whole module (a test that
+kills or stops one has it started again for the next); each test has an upstream of its own.
 """
 
 from __future__ import annotations
@@ -24,14 +25,19 @@ from typing import Any
 import httpx2
 import psycopg
 import pytest
+import pytest_asyncio
 import yaml
 from loopback import serve_app
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.auth.keys import hash_key
+
+# The replicas and their upstream serve the whole module, so its async tests run in the session loop with them.
+pytestmark = pytest.mark.session_loop
 
 KEYS = {"alice": "alice-mp-key-1", "bob": "bob-mp-key-2", "dave": "dave-mp-key-3"}
 
@@ -56,18 +62,23 @@ rules:
 
 
 class Upstream:
-    """Counts runs by tag; a run may take a while (``seconds``)."""
+    """Counts runs by tag; a run may take a while (``seconds``), or last until the test sets ``released``
+    (``until_released``: no race with a slow machine)."""
 
     def __init__(self) -> None:
         self.runs: collections.Counter[str] = collections.Counter()
         self.started: collections.Counter[str] = collections.Counter()
+        self.released = asyncio.Event()
 
     def app(self) -> Starlette:
         async def run(request: Request) -> JSONResponse:
             body = await request.json()
             tag = str(body.get("tag", ""))
             self.started[tag] += 1
-            await asyncio.sleep(float(body.get("seconds", 0)))
+            if body.get("until_released"):
+                await asyncio.wait_for(self.released.wait(), 120)
+            else:
+                await asyncio.sleep(float(body.get("seconds", 0)))
             self.runs[tag] += 1
             return JSONResponse({"tag": tag, "run": self.runs[tag]})
 
@@ -79,7 +90,8 @@ class Upstream:
 
 
 def _tools() -> list[dict[str, Any]]:
-    schema = {"type": "object", "properties": {"tag": {"type": "string"}, "seconds": {"type": "number"}}}
+    schema = {"type": "object", "properties": {"tag": {"type": "string"}, "seconds": {"type": "number"},
+                                               "until_released": {"type": "boolean"}}}
     return [{"name": "deploy", "method": "POST", "path": "/run", "input_schema": schema},
             {"name": "ping", "method": "POST", "path": "/ping",
              "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}]
@@ -92,10 +104,10 @@ def _free_port() -> int:
 
 
 class Gateway:
-    """One `gateway serve` process."""
+    """One `gateway serve` process (``env``: more environment for it)."""
 
-    def __init__(self, config: Path, name: str) -> None:
-        self.config, self.name = config, name
+    def __init__(self, config: Path, name: str, env: dict[str, str] | None = None) -> None:
+        self.config, self.name, self.env = config, name, env or {}
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = config.parent / f"{name}.log"
@@ -105,7 +117,13 @@ class Gateway:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", str(self.config),
                                           "--port", str(self.port), "--log-level", "warning"],
-                                         stdout=subprocess.DEVNULL, stderr=log, cwd=self.config.parent)
+                                         stdout=subprocess.DEVNULL, stderr=log, cwd=self.config.parent,
+                                         env={**os.environ, **self.env})
+
+    @property
+    def running(self) -> bool:
+        """Started and not exited (nor killed) since."""
+        return self.proc is not None and self.proc.poll() is None
 
     async def ready(self) -> None:
         deadline = time.monotonic() + 60
@@ -133,29 +151,44 @@ class Gateway:
                 self.proc.wait()
 
     def client(self, who: str, timeout: float = 120) -> httpx2.AsyncClient:
+        # Idle connections are dropped after 2 s, well before uvicorn's 5 s keep-alive: a stalled loop never
+        # reuses a connection the gateway is closing (a ReadError that says nothing about the gateway).
         return httpx2.AsyncClient(base_url=self.url, headers={"Authorization": f"Bearer {KEYS[who]}"},
-                                  timeout=httpx2.Timeout(timeout), limits=httpx2.Limits(max_connections=1000))
+                                  timeout=httpx2.Timeout(timeout),
+                                  limits=httpx2.Limits(max_connections=1000, keepalive_expiry=2))
+
+
+class _Plug:
+    """The module's one upstream server hands each request to the ``Upstream`` of the test running when it came
+    in: the replicas outlive a test, and a call a test left running upstream (its gateway was killed) still
+    counts in that test's ``Upstream``, never in the next test's."""
+
+    def __init__(self) -> None:
+        self.app: ASGIApp = Upstream().app()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def _upstream_server() -> AsyncIterator[tuple[_Plug, str]]:
+    plug = _Plug()
+    async with serve_app(plug, lifespan="off", options={"limit_concurrency": 4000, "backlog": 4096}) as url:
+        yield plug, url
 
 
 @pytest.fixture
-async def upstream() -> AsyncIterator[tuple[Upstream, str]]:
+def upstream(_upstream_server: tuple[_Plug, str]) -> tuple[Upstream, str]:
+    """A fresh counting upstream for this test (behind the module's server) and its URL."""
+    plug, url = _upstream_server
     counting = Upstream()
-    async with serve_app(counting.app(), options={"limit_concurrency": 4000, "backlog": 4096}) as url:
-        yield counting, url
+    plug.app = counting.app()
+    return counting, url
 
 
-@pytest.fixture
-def pair(tmp_path: Path, upstream: tuple[Upstream, str],
-         request: pytest.FixtureRequest) -> Iterator[tuple[Gateway, Gateway]]:
-    """Gateways A and B on one PostgreSQL database, or on one SQLite file (``indirect`` "sqlite"); claims
-    lease for 2s, so a dead one is noticed fast."""
-    (tmp_path / "policies").mkdir()
-    (tmp_path / "policies" / "multi.yaml").write_text(POLICY)
-    if getattr(request, "param", "postgres") == "postgres":
-        os.environ["GATEWAY_TEST_DSN"] = request.getfixturevalue("postgres_dsn")
-        store: dict[str, Any] = {"postgres": {"dsn": {"env": "GATEWAY_TEST_DSN"}}, "lease": "2s"}
-    else:
-        store = {"sqlite": "data/shared.sqlite3", "shared": True, "lease": "2s"}
+def _write_config(root: Path, store: dict[str, Any], upstream_url: str) -> Path:
+    (root / "policies").mkdir()
+    (root / "policies" / "multi.yaml").write_text(POLICY)
     config = {
         "policies": ["policies"],
         "store": store,
@@ -168,19 +201,64 @@ def pair(tmp_path: Path, upstream: tuple[Upstream, str],
         "limits": {"call_timeout": 60, "per_principal": {"max_concurrent_calls": 5000, "calls_per_minute": 100000,
                                                          "max_held_calls": 5000}},  # a thousand held at once
         "http": {"max_connections": 5000},
-        "upstreams": [{"name": "up", "http": {"base_url": upstream[1], "tools": _tools(), "timeout": 60}}],
+        "upstreams": [{"name": "up", "http": {"base_url": upstream_url, "tools": _tools(), "timeout": 60}}],
     }
-    path = tmp_path / "gateway.yaml"
+    path = root / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
-    a, b = Gateway(path, "A"), Gateway(path, "B")
+    return path
+
+
+def _postgres(dsn: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The store section for this database (claims lease for 2 s, so a dead replica is noticed fast), and the
+    environment that holds its DSN."""
+    return {"postgres": {"dsn": {"env": "GATEWAY_TEST_DSN"}}, "lease": "2s"}, {"GATEWAY_TEST_DSN": dsn}
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory: pytest.TempPathFactory, _upstream_server: tuple[_Plug, str],
+             request: pytest.FixtureRequest) -> Iterator[tuple[Gateway, Gateway]]:
+    """Gateways A and B on one PostgreSQL database, or on one SQLite file (``indirect`` "sqlite"), for the
+    whole module: starting two gateways costs seconds; every test names its own runs, calls and tags."""
+    backend = request.param
+    if backend == "postgres":
+        store, env = _postgres(request.getfixturevalue("pg_cluster").new_database())
+    else:
+        store, env = {"sqlite": "data/shared.sqlite3", "shared": True, "lease": "2s"}, {}
+    path = _write_config(tmp_path_factory.mktemp(f"replicas-{backend}"), store, _upstream_server[1])
+    a, b = Gateway(path, "A", env), Gateway(path, "B", env)
     try:
         a.start()
         b.start()
         yield a, b
     finally:
+        for gateway in (a, b):  # both shut down at once
+            if gateway.running:
+                assert gateway.proc is not None
+                gateway.proc.terminate()
         a.stop()
         b.stop()
-        os.environ.pop("GATEWAY_TEST_DSN", None)
+
+
+@pytest.fixture
+def pair(replicas: tuple[Gateway, Gateway], upstream: tuple[Upstream, str]) -> tuple[Gateway, Gateway]:
+    """The module's replicas, each started again when a test before killed or stopped it (a fresh
+    ``upstream`` is plugged in first)."""
+    for gateway in replicas:
+        if not gateway.running:
+            gateway.start()
+    return replicas
+
+
+@pytest.fixture
+def single(tmp_path: Path, upstream: tuple[Upstream, str], postgres_dsn: str) -> Iterator[Gateway]:
+    """One gateway of its own on its own PostgreSQL database (a test that drops the database's connections)."""
+    store, env = _postgres(postgres_dsn)
+    gateway = Gateway(_write_config(tmp_path, store, upstream[1]), "A", env)
+    try:
+        gateway.start()
+        yield gateway
+    finally:
+        gateway.stop()
 
 
 async def _ready(pair: tuple[Gateway, Gateway]) -> None:
@@ -204,7 +282,7 @@ async def _pending(gateway: Gateway, count: int) -> list[dict[str, Any]]:
         return found
 
 
-@pytest.mark.parametrize("pair", ["postgres", "sqlite"], indirect=True)
+@pytest.mark.parametrize("replicas", ["postgres", "sqlite"], indirect=True)
 async def test_an_approval_decided_through_b_releases_the_call_held_on_a(pair, upstream) -> None:
     a, b = pair
     counting, _ = upstream
@@ -224,7 +302,7 @@ async def test_an_approval_decided_through_b_releases_the_call_held_on_a(pair, u
     assert counting.runs["one"] == 1
 
 
-@pytest.mark.parametrize("pair", ["postgres", "sqlite"], indirect=True)
+@pytest.mark.parametrize("replicas", ["postgres", "sqlite"], indirect=True)
 async def test_a_budget_is_spent_across_a_and_b(pair, upstream) -> None:
     a, b = pair
     counting, _ = upstream
@@ -249,7 +327,7 @@ async def test_a_budget_is_spent_across_a_and_b(pair, upstream) -> None:
     assert counting.runs["ping"] == 4 + 4 * 4
 
 
-@pytest.mark.parametrize("pair", ["postgres", "sqlite"], indirect=True)
+@pytest.mark.parametrize("replicas", ["postgres", "sqlite"], indirect=True)
 async def test_a_terminate_on_a_is_seen_on_b(pair) -> None:
     a, b = pair
     await _ready(pair)
@@ -268,7 +346,7 @@ async def test_a_terminate_on_a_is_seen_on_b(pair) -> None:
     assert events and all(e.get("revision") in revisions for e in events), events
 
 
-@pytest.mark.parametrize("pair", ["postgres", "sqlite"], indirect=True)
+@pytest.mark.parametrize("replicas", ["postgres", "sqlite"], indirect=True)
 async def test_a_killed_gateway_leaves_its_call_interrupted_and_never_run_twice(pair, upstream) -> None:
     a, b = pair
     counting, _ = upstream
@@ -296,12 +374,12 @@ async def test_a_killed_gateway_leaves_its_call_interrupted_and_never_run_twice(
 
 
 @pytest.mark.slow  # two gateway replicas, one started while the other runs a call: >10 s loaded
-@pytest.mark.parametrize("pair", ["postgres", "sqlite"], indirect=True)
+@pytest.mark.parametrize("replicas", ["postgres", "sqlite"], indirect=True)
 async def test_a_replica_starting_leaves_anothers_running_call_alone(pair, upstream) -> None:
     a, b = pair
     counting, _ = upstream
     await _ready(pair)
-    call = {"arguments": {"tag": "long", "seconds": 12}, "call_id": "deploy-long"}
+    call = {"arguments": {"tag": "long", "until_released": True}, "call_id": "deploy-long"}
     async with a.client("alice") as on_a, b.client("bob") as bob:
         first = await on_a.post("/v1/tools/up_deploy/invoke", params={"wait": "0s"}, json=call)
         await bob.post(f"/v1/approvals/{first.json()['approval_id']}/decision",
@@ -314,16 +392,17 @@ async def test_a_replica_starting_leaves_anothers_running_call_alone(pair, upstr
         b.stop()
         b.start()  # recovers at start: A's claim is live (renewed every 0.4s), so it is left alone
         await b.ready()
-        assert not running.done(), "the run ended before B was back; make it slower"
+        assert not running.done(), "the call ended before the test released it"
+        counting.released.set()
         response = await running
     body = response.json()
     assert (body["is_error"], body["structured"]) == (False, {"tag": "long", "run": 1}), body
     assert counting.started["long"] == 1
 
 
-async def test_a_dropped_database_connection_refuses_one_call_clearly_then_reconnects(pair, postgres_dsn) -> None:
-    a, _ = pair
-    await _ready(pair)
+async def test_a_dropped_database_connection_refuses_one_call_clearly_then_reconnects(single, postgres_dsn) -> None:
+    a = single
+    await a.ready()
     run = {"session_id": "outage"}
     async with a.client("alice") as alice:
         before = await alice.post("/v1/tools/up_ping/invoke", json={"arguments": {"text": "hi"}, **run})
@@ -339,6 +418,8 @@ async def test_a_dropped_database_connection_refuses_one_call_clearly_then_recon
     assert after.json()["decision"] == "allow"
 
 
+@pytest.mark.slow  # a thousand held calls through two replicas: ~50 s on a loaded 2-core machine
+@pytest.mark.parametrize("replicas", ["postgres"], indirect=True)
 async def test_a_thousand_held_approvals_split_across_both_each_run_once(pair, upstream) -> None:
     a, b = pair
     counting, _ = upstream

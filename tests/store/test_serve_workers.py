@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 
 import httpx2
+import pytest
 import yaml
+from cli_run import run_cli
 from loopback import serve_app
 from test_multiprocess import KEYS, Gateway, Upstream, _tools
 
@@ -39,6 +41,7 @@ def _config(tmp_path: Path, upstream_url: str) -> Path:
     return path
 
 
+@pytest.mark.slow  # a parent and two worker processes: >10 s on a loaded 2-core machine
 async def test_two_workers_on_one_sqlite_file_count_every_call_once(tmp_path: Path) -> None:
     counting = Upstream()
     async with serve_app(counting.app()) as url:
@@ -131,6 +134,7 @@ async def _until(check, what: str, gateway: Gateway, seconds: float = 90) -> Non
         await asyncio.sleep(0.1)
 
 
+@pytest.mark.slow  # a parent and three worker processes, one after a kill: >10 s on a loaded 2-core machine
 async def test_a_killed_worker_is_started_again_while_the_others_keep_answering(tmp_path: Path) -> None:
     counting = Upstream()
     async with serve_app(counting.app()) as url:
@@ -171,6 +175,7 @@ async def test_a_killed_worker_is_started_again_while_the_others_keep_answering(
     assert counting.runs["ping"] == answered + 1
 
 
+@pytest.mark.slow  # workers started again and again until the crash-loop limit: >10 s on a loaded 2-core machine
 async def test_a_worker_that_dies_at_once_again_and_again_stops_the_gateway_with_the_reason(tmp_path: Path) -> None:
     async with serve_app(Upstream().app()) as url:
         gateway = Gateway(_config(tmp_path, url), "crash-loop")
@@ -204,24 +209,20 @@ def test_a_database_from_a_newer_gateway_is_refused_at_start(tmp_path: Path) -> 
     db.execute("INSERT INTO schema_versions VALUES ('sessions', 7)")
     db.commit()
     db.close()
-    started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "gateway", "serve", str(config), "--port", "0"],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    done = run_cli(tmp_path, "serve", str(config), "--port", "0")  # refused before it serves, or it would hang
     assert done.returncode == 1
     assert "the sessions schema in" in done.stderr and "version 7, newer than this gateway knows (1)" in done.stderr
     assert "Traceback" not in done.stderr
-    assert time.monotonic() - started < 60
 
 
 def _serve_with_store(tmp_path: Path, store: dict[str, object],
                       env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`gateway serve` with this store, in this process (it must refuse before it serves)."""
     config = _config(tmp_path, "http://127.0.0.1:9")
     data = yaml.safe_load(config.read_text())
     data["store"] = store
     config.write_text(yaml.safe_dump(data))
-    clean = {k: v for k, v in os.environ.items() if k != "GATEWAY_MISSING_DSN"}
-    return subprocess.run([sys.executable, "-m", "gateway", "serve", str(config), "--port", "0"],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env={**clean, **env})
+    return run_cli(tmp_path, "serve", str(config), "--port", "0", env={"GATEWAY_MISSING_DSN": None, **env})
 
 
 def test_a_missing_dsn_variable_is_a_config_error(tmp_path: Path) -> None:

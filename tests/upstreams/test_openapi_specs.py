@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import subprocess
-import sys
 import textwrap
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -20,6 +18,7 @@ import httpx2
 import jsonschema
 import pytest
 import yaml
+from cli_run import run_cli
 from loopback import serve_app
 from openapi_service import HTTPBIN_SWAGGER, create_app
 from starlette.types import ASGIApp
@@ -435,8 +434,7 @@ async def test_gateway_check_fetches_a_spec_url(serve: Serve, tmp_path: Path) ->
 
 def test_gateway_check_says_when_a_spec_url_is_unreachable(tmp_path: Path, refused_url: str) -> None:
     path = gateway_yaml(tmp_path, f"{refused_url}/spec.json")
-    run = subprocess.run([sys.executable, "-m", "gateway", "check", "--config", str(path)],
-                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    run = run_cli(tmp_path, "check", "--config", str(path))
     out = run.stdout + run.stderr
     assert run.returncode != 0, out
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "spec:" in text)
