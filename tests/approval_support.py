@@ -200,13 +200,19 @@ class Bench:
 
     # gateways
 
-    def write(self, policy_text: str, root: Path | None = None, **overrides: Any) -> Path:
+    def write(self, policy_text: str, root: Path | None = None, call_timeout: str | None = None,
+              **overrides: Any) -> Path:
         """gateway.yaml (the ``ops`` upstream, ``PEOPLE``'s keys, ``PUBLIC_URL``, then ``overrides``) and the
-        policy, in ``root``."""
+        policy, in ``root``. ``call_timeout``: how long a call may run, end to end and at the upstream (for
+        calls the test holds open until it releases them)."""
         if root is None:
             self._count += 1
             root = self.root / f"gw-{self._count}"
-        config = self.configs.base({"name": "ops", "mcp": {"url": f"{self.upstream.url}/mcp"}},
+        mcp: dict[str, Any] = {"url": f"{self.upstream.url}/mcp"}
+        if call_timeout is not None:
+            mcp["timeout"] = call_timeout
+            overrides.setdefault("limits", {"call_timeout": call_timeout})
+        config = self.configs.base({"name": "ops", "mcp": mcp},
                                    auth={"api_keys": api_keys()}, approvals={"public_url": PUBLIC_URL},
                                    **overrides)
         path: Path = self.configs.write(root, config, {"approvals.yaml": policy_text})
@@ -227,7 +233,8 @@ class Bench:
         """An httpx2 client for ``gw`` with ``who``'s key (one per gateway and person)."""
         key = (gw.url, who)
         if key not in self._rest:
-            client = httpx2.AsyncClient(base_url=gw.url, headers=auth_header(who), timeout=httpx2.Timeout(30))
+            # a long read: some tests hold a call open until they release it, however slow the machine
+            client = httpx2.AsyncClient(base_url=gw.url, headers=auth_header(who), timeout=httpx2.Timeout(30, read=300))
             self._rest[key] = client
             self.stack.push_async_callback(client.aclose)
         return self._rest[key]

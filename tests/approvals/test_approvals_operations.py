@@ -90,7 +90,7 @@ async def _until(check: Any) -> None:
 
 
 async def test_a_second_gateway_on_the_same_database_leaves_a_running_approved_call_alone(bench, call_id):
-    config = bench.write(SLOW)
+    config = bench.write(SLOW, call_timeout="280s")  # the call ends when the test releases it, not at a timeout
     first = await bench.stack.enter_async_context(bench.gateway(config))
     cid, args = call_id(), {"seconds": "until-released"}
     approval_id = await _approved(bench, first, "ops_slow", args, cid)
