@@ -20,7 +20,9 @@ ASKING_TOOLS = {"ev_trigger-sampling-request", "ev_trigger-elicitation-request",
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def gateway(start_gateway: Any, configs: Any) -> Any:
-    return await start_gateway(configs.base(configs.everything_upstream("ev")), {"p.yaml": ALLOW})
+    # a round trip to the client and back runs through a Node server: give it more than the harness's 10 s
+    return await start_gateway(configs.base(configs.everything_upstream("ev"), limits={"call_timeout": 60}),
+                               {"p.yaml": ALLOW})
 
 
 class Alice(User):
