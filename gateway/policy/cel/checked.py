@@ -201,8 +201,8 @@ def _max_id(checked: Checked) -> int:
 
 
 def _renumbered(other: Checked, offset: int) -> tuple[Node, dict[int, bytes], dict[int, bytes]]:
-    """A copy of ``other``'s tree with every id moved by ``offset``, and its maps moved alike."""
-    tree = decode(encode(other.expr), "Expr")
+    """``other``'s tree with every id moved by ``offset`` (in place: ``other`` is used up), its maps moved alike."""
+    tree = other.expr
     for node in nodes(tree):
         for field in node:
             if field[0] == _ID:
@@ -219,7 +219,7 @@ def _renumbered(other: Checked, offset: int) -> tuple[Node, dict[int, bytes], di
 
 
 def _graft(host: Checked, other: Checked) -> Node:
-    """``other``'s tree with ids unused in ``host``; its type and reference entries added to ``host``'s."""
+    """``other``'s tree with ids unused in ``host`` (``other`` is used up); its map entries added to ``host``'s."""
     tree, types, references = _renumbered(other, _max_id(host))
     host.add_entries(3, types)
     host.add_entries(2, references)
@@ -229,6 +229,7 @@ def _graft(host: Checked, other: Checked) -> Node:
 def inline(host: Checked, root: str, values: Callable[[str], Checked | None]) -> bool:
     """Replace each ``root.NAME`` with ``values(NAME)``'s tree; False (``host`` unchanged in meaning) when
     ``root`` is read any other way, a value is missing, or a comprehension would capture a name it reads.
+    ``values`` gives a fresh decoding on every call (each is used up by the place it is written in).
     """
     sites = [(node, name) for node in nodes(host.expr) if (name := selection(node, root)) is not None]
     if sum(1 for node in nodes(host.expr) if _text(_get(node, _IDENT) or [], 1) == root) != len(sites):
@@ -237,14 +238,16 @@ def inline(host: Checked, root: str, values: Callable[[str], Checked | None]) ->
     captured = bound_names(host.expr)
     if root in captured or any(value is None or idents(value.expr) & captured for value in found.values()):
         return False
+    used: set[str] = set()
     for node, name in sites:
-        tree = _graft(host, found[name])  # type: ignore[arg-type]
-        node[:] = tree
+        value = values(name) if name in used else found[name]
+        used.add(name)
+        node[:] = _graft(host, value)  # type: ignore[arg-type]
     return True
 
 
 def conditional(when: Checked, message: Checked) -> Checked:
-    """``when ? [message] : []`` from the two trees (the result reuses ``when``'s decoding)."""
+    """``when ? [message] : []`` from the two trees (both are used up: the result is ``when``'s decoding)."""
     tree = _graft(when, message)
     next_id = max(_max_id(when), *((_get(node, _ID) or 0) for node in nodes(tree)))
 
@@ -253,7 +256,7 @@ def conditional(when: Checked, message: Checked) -> Checked:
         next_id += 1
         return [[_ID, _VARINT, next_id], [kind, _LEN, body]]
 
-    condition = decode(encode(when.expr), "Expr")
+    condition = list(when.expr)
     call = [[_FUNCTION, _LEN, b"_?_:_"], [_ARGS, _LEN, condition],
             [_ARGS, _LEN, expr(_LIST, [[1, _LEN, tree]])], [_ARGS, _LEN, expr(_LIST, [])]]
     when.expr[:] = expr(_CALL, call)

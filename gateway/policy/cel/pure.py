@@ -4,7 +4,7 @@ celpy parses with Lark and interprets the tree, but it has no type checker and i
 semantics drift from cel-cpp's in places that matter for policies. This engine therefore adds:
 
 * a small static checker over the Lark tree (``pure_check``), driven by one signature table
-  (``pure_signatures.SIGNATURES``), that reports undeclared names and functions, operator and
+  (``signatures.SIGNATURES``), that reports undeclared names and functions, operator and
   function overload mismatches of statically known types, and the expression's result type, with
   positions that match the C++ engine (the operator, the ``(`` of a call, the ``.`` of a selection);
 * operators and functions registered as celpy functions (``pure_signatures``, ``pure_values``)

@@ -17,7 +17,7 @@ from lark import Token, Tree
 from gateway.core.errors import CelCompileError
 from gateway.core.limits import MAX_COMPREHENSION_NESTING
 from gateway.policy.cel.base import VARIABLES, ExprType
-from gateway.policy.cel.pure_signatures import BOOL, DYN, SIGNATURES, TYPE_NAMES
+from gateway.policy.cel.signatures import BOOL, DYN, SIGNATURES, TYPE_NAMES
 from gateway.policy.cel.strings import INT64_MAX, INT64_MIN, UINT64_MAX
 from gateway.policy.cel.syntax import (
     MACROS,
