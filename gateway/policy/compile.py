@@ -81,8 +81,6 @@ class _Compiler:
         except CelCompileError as exc:
             self.cel_diagnostic(exc, source, path, rule)
             return None
-        if found is None:  # the typed checker cannot read it (a C++-only function): assume it reads everything
-            return Expression(source, program, expected, frozenset(VARIABLES), None, DYN)
         for warning in found.warnings:
             self.cel_diagnostic(warning, source, path, rule, Severity.WARNING)
         names = frozenset(name for name, _, _ in found.variable_uses)
@@ -90,19 +88,12 @@ class _Compiler:
                           None if found.reads_all_variables else names, found.type)
 
     def typed(self, source: str, expected: ExprType, env: dict[str, Any],
-              proven: frozenset[str] = frozenset()) -> Analysis | None:
-        """The typed checker's findings; None when only the engine (not the checker) understands it."""
-        try:
-            self.proves = frozenset()
-            found = analyse(source, expected, env, unbounded=frozenset(self.unbounded), proven=proven)
-            self.proves = found.proves
-            return found
-        except CelCompileError:
-            try:
-                analyse(source, expected, None, limits=False)
-            except CelCompileError:
-                return None
-            raise
+              proven: frozenset[str] = frozenset()) -> Analysis:
+        """The typed checker's findings: the front end types whatever either engine runs."""
+        self.proves = frozenset()
+        found = analyse(source, expected, env, unbounded=frozenset(self.unbounded), proven=proven)
+        self.proves = found.proves
+        return found
 
     def cel_diagnostic(self, exc: CelCompileError, source: str, path: Path, rule: str | None,
                        severity: Severity = Severity.ERROR) -> None:

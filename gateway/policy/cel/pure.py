@@ -66,7 +66,7 @@ def _collapse(tree: Tree[Any]) -> Tree[Any]:
 def _runnable(tree: Tree[Any]) -> bool:
     """Whether a combined tree is within the sizes a written one is held to."""
     tokens = sum(1 for _ in tree.scan_values(lambda _: True))  # about the C++ engine's count of nodes
-    return depth_beyond(tree, MAX_TREE_DEPTH) is None and tokens <= MAX_INLINED_NODES
+    return depth_beyond(tree, MAX_TREE_DEPTH, chains=False) is None and tokens <= MAX_INLINED_NODES
 
 
 class _Evaluator(Evaluator):

@@ -7,6 +7,7 @@ wrong result type, at positions that match the C++ engine (the operator, the ``(
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,11 +18,12 @@ from lark import Token, Tree
 from gateway.core.errors import CelCompileError
 from gateway.core.limits import MAX_COMPREHENSION_NESTING
 from gateway.policy.cel.base import VARIABLES, ExprType
-from gateway.policy.cel.signatures import BOOL, DYN, SIGNATURES, TYPE_NAMES
+from gateway.policy.cel.signatures import BOOL, CPP_ONLY, DYN, SIGNATURES, TYPE_NAMES
 from gateway.policy.cel.strings import INT64_MAX, INT64_MIN, UINT64_MAX
 from gateway.policy.cel.syntax import (
     MACROS,
     PASS_THROUGH,
+    chain,
     depth_beyond,
     has_paths,
     line_column,
@@ -70,7 +72,7 @@ _ESCAPE = re.compile(r"\\(?:[abfnrtv\"'\\]|[0-3][0-7]{2}|x[0-9a-fA-F]{2}|u[0-9a-
 def _parse(source: str) -> Tree[Any]:
     """The front end's tree of ``source`` (``syntax.parse``), its depth bounded for this engine's evaluator."""
     tree = parse(source)
-    deepest = depth_beyond(tree, MAX_TREE_DEPTH)
+    deepest = depth_beyond(tree, MAX_TREE_DEPTH, chains=False)
     if deepest is not None:
         raise CelCompileError(
             "expression is nested too deeply for the cel-python engine "
@@ -101,8 +103,12 @@ class _Checker:
     """
 
     def __init__(self, source: str, env: Mapping[str, Any] | None = None, limits: bool = False,
-                 unbounded: frozenset[str] = frozenset()) -> None:
+                 unbounded: frozenset[str] = frozenset(), every_engine: bool = False) -> None:
         self.source = source
+        # the front end's check (``analyse``) types what either engine runs; the cel-python
+        # engine's own (``check``) only what it runs itself
+        self.signatures = {**SIGNATURES, **CPP_ONLY} if every_engine else SIGNATURES
+        self.every_engine = every_engine
         self.env = env
         self.limits = limits
         self.unbounded = unbounded  # file variables computed from inputs of unbounded size
@@ -141,11 +147,14 @@ class _Checker:
             types = [self.type_of(kids[0], scope), self.guarded(kids[1], scope, has_paths(kids[0], True)),
                      self.guarded(kids[2], scope, has_paths(kids[0], False))]
             return self.call("_?_:_", types, self.after(kids[0]))
-        if tree.data in ("conditionalor", "conditionaland"):
-            left, right = kids[0], kids[1]
-            proven = has_paths(left, tree.data == "conditionaland")
-            types = [self.type_of(left, scope), self.guarded(right, scope, proven)]
-            return self.call(OPERATORS[tree.data], types, self.after(left))
+        if tree.data in ("conditionalor", "conditionaland"):  # a chain, left to right, without recursing on it
+            parts = chain(tree)
+            result, proven = self.type_of(parts[0], scope), frozenset[str]()
+            for before, part in itertools.pairwise(parts):
+                proven |= has_paths(before, tree.data == "conditionaland")
+                result = self.call(OPERATORS[tree.data], [result, self.guarded(part, scope, proven)],
+                                   self.after(before))
+            return result
         if tree.data in ("relation", "addition", "multiplication"):
             left, right, name = kids[0].children[0], kids[1], OPERATORS[kids[0].data]
         elif tree.data == "unary":
@@ -156,7 +165,7 @@ class _Checker:
         return self.call(name, [self.type_of(left, scope), self.type_of(right, scope)], self.after(left))
 
     def call(self, name: str, types: list[Any], pos: int, member: bool = False) -> Any:
-        overloads = [o for o in SIGNATURES.get(name, ())
+        overloads = [o for o in self.signatures.get(name, ())
                      if (o.member if member else o.plain) and len(o.params) == len(types)]
         if not overloads:
             raise self.error(f"undeclared reference to '{name}'", pos, "cel-undeclared")
@@ -191,6 +200,8 @@ class _Checker:
         return self.ident(tree, {})
 
     def dot_ident_arg(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
+        if self.every_engine:  # .f(x): f in the root namespace, which is the only one
+            return self.ident_arg(tree, scope)
         raise self.error("a function call with a leading '.' is not supported", tree.meta.start_pos)
 
     def member_object(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
@@ -300,6 +311,10 @@ class _Checker:
         paren = self.after(name.end_pos)
         if name in MACROS and (len(args) == 2 or (name == "map" and len(args) == 3)):
             return self.macro(str(name), receiver, args, scope, paren)
+        namespace = dotted_path(receiver)
+        if namespace is not None and f"{namespace}.{name}" in self.signatures and \
+                self.declared(namespace.split(".")[0], scope) is None:  # strings.quote(x): a namespaced function
+            return self.call(f"{namespace}.{name}", [self.type_of(arg, scope) for arg in args], paren)
         types = [self.type_of(receiver, scope), *(self.type_of(arg, scope) for arg in args)]
         return self.call(str(name), types, paren, member=True)
 
@@ -374,8 +389,8 @@ def analyse(source: str, expected: ExprType, env: Mapping[str, Any] | None, limi
     ``unbounded`` names the file variables computed from inputs of unbounded size (see ``INPUTS``);
     ``proven`` the fields known present where it runs (what the rule's ``when`` proves).
     """
-    tree = _parse(source)
-    checker = _Checker(source, env, limits, unbounded)
+    tree = parse(source)  # the front end's depth bound, not the cel-python engine's (``check`` adds that)
+    checker = _Checker(source, env, limits, unbounded, every_engine=True)
     checker.guards = proven
     result = checker.type_of(tree, {})
     _check_result(result, expected)

@@ -16,8 +16,8 @@ from gateway.policy.cel import strings
 from gateway.policy.cel.functions import FUNCTIONS
 from gateway.policy.cel.types import TYPE_VARIABLES
 
-__all__ = ["BOOL", "CONVERSIONS", "DURATION_PARTS", "DYN", "GATEWAY_KINDS", "SIGNATURES", "TIME_PARTS", "TYPE_NAMES",
-           "TYPE_VARIABLES", "Overload"]
+__all__ = ["BOOL", "CONVERSIONS", "CPP_ONLY", "DURATION_PARTS", "DYN", "GATEWAY_KINDS", "SIGNATURES", "TIME_PARTS",
+           "TYPE_NAMES", "TYPE_VARIABLES", "Overload"]
 
 DYN, BOOL = "dyn", "bool"
 _LIST, _MAP = ("list", "A"), ("map", "A", "B")
@@ -54,6 +54,12 @@ class Overload(NamedTuple):
 
 
 SIGNATURES: dict[str, list[Overload]] = {}
+# What only the C++ engine runs (its strings extension): the front end types them for the facts it
+# takes from every expression, while the cel-python engine's own check still refuses them.
+CPP_ONLY: dict[str, list[Overload]] = {
+    "strings.quote": [Overload(("string",), "string", member=False, plain=True)],
+    "format": [Overload(("string", ("list", DYN)), "string", member=True, plain=False)],
+}
 
 
 def _declare(name: str, style: str, params: tuple[Any, ...], result: Any) -> None:

@@ -23,9 +23,9 @@ from gateway.core.errors import CelCompileError
 from gateway.core.limits import MAX_CACHED_PARSE_TREES
 from gateway.policy.cel.base import VARIABLES
 
-__all__ = ["MACROS", "MAX_SYNTAX_DEPTH", "PASS_THROUGH", "Reference", "comprehends", "conditional_tree", "dotted",
-           "flatten", "free_variables", "guarded", "has_paths", "inline_tree", "line_column", "parse", "parser",
-           "references", "string_literal", "unwrap", "walk"]
+__all__ = ["MACROS", "MAX_SYNTAX_DEPTH", "PASS_THROUGH", "Reference", "chain", "comprehends", "conditional_tree",
+           "dotted", "flatten", "free_variables", "guarded", "has_paths", "inline_tree", "line_column", "parse",
+           "parser", "references", "string_literal", "unwrap", "walk"]
 
 # Receiver-style calls that are comprehensions, not functions.
 MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
@@ -87,15 +87,34 @@ def parse(source: str) -> Tree[Any]:
     return tree
 
 
-def depth_beyond(tree: Tree[Any], limit: int) -> int | None:
-    """The offset of the first node deeper than ``limit`` levels, or None."""
+def depth_beyond(tree: Tree[Any], limit: int, chains: bool = True) -> int | None:
+    """The offset of the first node deeper than ``limit`` levels, or None.
+
+    With ``chains``, a chain of one operator (``a && b && c ...``) counts as one level: the front
+    end's walks read it as a list (``chain``) and the C++ engine balances it, so a long chain is
+    not deep for either (the cel-python engine's interpreter recurses on it: it counts every level).
+    """
     stack = [(tree, 1)]
     while stack:
         node, depth = stack.pop()
         if depth > limit:
             return int(getattr(node.meta, "start_pos", 0))
-        stack.extend((kid, depth + 1) for kid in node.children if isinstance(kid, Tree))
+        stack.extend((kid, depth + (not chains or kid.data != node.data or node.data not in _CHAINS))
+                     for kid in node.children if isinstance(kid, Tree))
     return None
+
+
+_CHAINS = frozenset({"conditionaland", "conditionalor"})
+
+
+def chain(node: Tree[Any]) -> list[Tree[Any]]:
+    """The operands of a chain of ``node``'s operator, left to right (``[node]``'s only child when alone)."""
+    out: list[Tree[Any]] = []
+    while node.data in _CHAINS and len(node.children) == 2:
+        out.append(node.children[1])
+        node = node.children[0]
+    out.append(node.children[0] if node.data in _CHAINS and len(node.children) == 1 else node)
+    return out[::-1]
 
 
 def unwrap(tree: Tree[Any]) -> Tree[Any]:
@@ -136,7 +155,7 @@ def has_paths(tree: Tree[Any], positive: bool) -> frozenset[str]:
     if node.data == "unary" and kids[0].data == "unary_not":
         return has_paths(kids[1], not positive)
     if node.data == ("conditionaland" if positive else "conditionalor") and len(kids) == 2:
-        return has_paths(kids[0], positive) | has_paths(kids[1], positive)
+        return frozenset().union(*(has_paths(part, positive) for part in chain(node)))
     if not positive:
         return frozenset()
     if node.data == "ident_arg" and str(kids[0]) == "has" and len(kids) == 2 and len(kids[1].children) == 1:

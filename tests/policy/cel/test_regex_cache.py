@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from gateway.core.errors import CelCompileError, CelEvaluationError
-from gateway.policy.cel import ExprType, get_engine
+from gateway.policy.cel import ExprType, checked, get_engine
 from gateway.policy.cel.base import Engine
-from gateway.policy.cel import checked
 from gateway.policy.cel.regex import HIDDEN, cached_regex
 
 pytestmark = pytest.mark.both_engines  # both engines answer alike
