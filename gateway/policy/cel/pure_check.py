@@ -1,4 +1,4 @@
-"""The static checker of the cel-python engine: parse, bound the depth, and type the Lark tree.
+"""The CEL type checker over the front end's tree: the front end's (``analyse``) and cel-python's (``check``).
 
 It reports undeclared names and functions, overload mismatches of statically known types and a
 wrong result type, at positions that match the C++ engine (the operator, the ``(`` of a call, the
@@ -32,18 +32,8 @@ from gateway.policy.cel.syntax import (
     string_literal,
     unwrap,
 )
-from gateway.policy.cel.syntax import (
-    dotted as dotted_path,
-)
-from gateway.policy.cel.types import (
-    ObjectType,
-    compatible,
-    fmt_type,
-    join_types,
-    substitute,
-    suggestion,
-    unify,
-)
+from gateway.policy.cel.syntax import dotted as dotted_path
+from gateway.policy.cel.types import ObjectType, compatible, fmt_type, join_types, substitute, suggestion, unify
 
 __all__ = ["INPUTS", "MACROS", "MAX_TREE_DEPTH", "OPERATORS", "PASS_THROUGH", "Analysis", "CelTypeError", "analyse",
            "check", "parser", "unwrap"]
@@ -105,8 +95,7 @@ class _Checker:
     def __init__(self, source: str, env: Mapping[str, Any] | None = None, limits: bool = False,
                  unbounded: frozenset[str] = frozenset(), every_engine: bool = False) -> None:
         self.source = source
-        # the front end's check (``analyse``) types what either engine runs; the cel-python
-        # engine's own (``check``) only what it runs itself
+        # the front end's check (``analyse``) types what either engine runs; cel-python's (``check``) its own
         self.signatures = {**SIGNATURES, **CPP_ONLY} if every_engine else SIGNATURES
         self.every_engine = every_engine
         self.env = env
@@ -115,7 +104,6 @@ class _Checker:
         self.references: set[str] = set()
         self.variable_uses: list[tuple[str, int, int]] = []  # variables.NAME: name, start, end
         self.variables_idents = 0
-        self.has_variables = False
         self.warnings: list[CelTypeError] = []
         self.guards: frozenset[str] = frozenset()
         self.in_has = False
@@ -246,7 +234,6 @@ class _Checker:
         root = unwrap(operand)
         if root.data == "ident" and str(root.children[0]) == "variables" and "variables" not in scope:
             self.variable_uses.append((str(field), root.meta.start_pos, field.end_pos or 0))
-            self.has_variables = self.has_variables or self.in_has
         if isinstance(target, ObjectType):
             return self.field(target, field, dot, dotted)
         if isinstance(target, tuple) and target[0] == "map":
@@ -348,7 +335,6 @@ class _Checker:
             return ("list", bodies[-1] if name == "map" else element)
         return BOOL
 
-
     def proven(self, dotted: str) -> bool:
         """Whether a has() or ``in`` around this point proves ``dotted`` (or a field below it) present."""
         return any(g == dotted or g.startswith(dotted + ".") for g in self.guards)
@@ -377,7 +363,6 @@ class Analysis:
     references: frozenset[str]
     variable_uses: list[tuple[str, int, int]] = field(default_factory=list)
     reads_all_variables: bool = False  # ``variables`` used other than as variables.NAME
-    has_variables: bool = False  # has(variables.NAME): the expression cannot be inlined
     warnings: list[CelTypeError] = field(default_factory=list)
     proves: frozenset[str] = frozenset()  # fields present whenever it is true (a rule's other parts run then)
 
@@ -395,8 +380,7 @@ def analyse(source: str, expected: ExprType, env: Mapping[str, Any] | None, limi
     result = checker.type_of(tree, {})
     _check_result(result, expected)
     return Analysis(result, frozenset(checker.references), checker.variable_uses,
-                    checker.variables_idents != len(checker.variable_uses), checker.has_variables,
-                    checker.warnings, has_paths(tree, True))
+                    checker.variables_idents != len(checker.variable_uses), checker.warnings, has_paths(tree, True))
 
 
 def _check_result(result: Any, expected: ExprType) -> None:
