@@ -63,21 +63,23 @@ def _put_varint(value: int, out: bytearray) -> None:
 
 def decode(data: bytes, message: str = "Any") -> Node:
     """The fields of ``data``, the expression tree's messages decoded too."""
-    schema, fields, pos = _SCHEMA[message], [], 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
+    schema, fields, pos, end = _SCHEMA[message], [], 0, len(data)
+    while pos < end:
+        key = data[pos]  # keys and lengths are nearly always one byte: read those without a call
+        key, pos = (key, pos + 1) if key < 0x80 else _varint(data, pos)
         number, kind = key >> 3, key & 7
         value: Any
-        if kind == _VARINT:
+        if kind == _LEN:
+            size = data[pos]
+            size, pos = (size, pos + 1) if size < 0x80 else _varint(data, pos)
+            value, pos = data[pos:pos + size], pos + size
+            if number in schema:
+                value = decode(value, schema[number])
+        elif kind == _VARINT:
             value, pos = _varint(data, pos)
         elif kind in (_I64, _I32):
             size = 8 if kind == _I64 else 4
             value, pos = data[pos:pos + size], pos + size
-        elif kind == _LEN:
-            size, pos = _varint(data, pos)
-            value, pos = data[pos:pos + size], pos + size
-            if number in schema:
-                value = decode(value, schema[number])
         else:
             raise ValueError(f"unsupported protobuf wire type {kind}")
         fields.append([number, kind, value])
@@ -89,12 +91,16 @@ def encode(node: Node) -> bytes:
     out = bytearray()
     for number, kind, value in node:
         _put_varint(number << 3 | kind, out)
-        if kind == _VARINT:
-            _put_varint(value, out)
-        elif kind == _LEN:
-            body = encode(value) if isinstance(value, list) else value
-            _put_varint(len(body), out)
+        if kind == _LEN:
+            body = encode(value) if type(value) is list else value
+            size = len(body)
+            if size < 0x80:
+                out.append(size)
+            else:
+                _put_varint(size, out)
             out += body
+        elif kind == _VARINT:
+            _put_varint(value, out)
         else:
             out += value
     return bytes(out)
@@ -113,6 +119,8 @@ class Checked:
     """One checked expression, decoded: its tree and its type and reference maps by node id."""
 
     def __init__(self, serialized: bytes) -> None:
+        # decoded afresh each time (changes use it up); nothing decoded is kept, so the collector
+        # has no more objects to walk once loading is done
         self.wrapper = decode(serialized)
         self.body: Node = _get(self.wrapper, 2)
         self.expr: Node = _get(self.body, 4)

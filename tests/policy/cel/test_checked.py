@@ -58,7 +58,8 @@ def test_has_of_a_variable_is_asked_of_the_bound_values(load):
 
 
 def test_a_variable_tree_that_would_grow_geometrically_is_bound_instead(load):
-    doubling = "\n".join(f"  - name: v{i}\n    expression: variables.v{i - 1} + variables.v{i - 1}" for i in range(1, 16))
+    doubling = "\n".join(f"  - name: v{i}\n    expression: variables.v{i - 1} + variables.v{i - 1}"
+                         for i in range(1, 16))
     ps = load(f"""
 policy: p
 default: allow
