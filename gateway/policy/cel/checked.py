@@ -27,8 +27,8 @@ _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 # message -> {field number: message it holds}; other length-delimited fields stay bytes
 _SCHEMA: dict[str, dict[int, str]] = {
     "Any": {2: "CheckedExpr"},
-    "CheckedExpr": {2: "MapEntry", 3: "MapEntry", 4: "Expr"},
-    "MapEntry": {},  # key (1) is a varint; the value (2) is carried as bytes
+    "CheckedExpr": {4: "Expr"},  # the maps (2, 3) stay bytes: only their keys are read (``_entry``)
+    "MapEntry": {},
     "Expr": {4: "Ident", 5: "Select", 6: "Call", 7: "List", 8: "Struct", 9: "Comprehension"},
     "Ident": {},
     "Select": {1: "Expr"},
@@ -90,7 +90,11 @@ def encode(node: Node) -> bytes:
     """``node`` in the protobuf wire format again."""
     out = bytearray()
     for number, kind, value in node:
-        _put_varint(number << 3 | kind, out)
+        key = number << 3 | kind
+        if key < 0x80:  # field numbers under 16: a one-byte key, the common case
+            out.append(key)
+        else:
+            _put_varint(key, out)
         if kind == _LEN:
             body = encode(value) if type(value) is list else value
             size = len(body)
@@ -100,7 +104,10 @@ def encode(node: Node) -> bytes:
                 _put_varint(size, out)
             out += body
         elif kind == _VARINT:
-            _put_varint(value, out)
+            if 0 <= value < 0x80:
+                out.append(value)
+            else:
+                _put_varint(value, out)
         else:
             out += value
     return bytes(out)
@@ -130,13 +137,25 @@ class Checked:
         return encode(self.wrapper)
 
     def entries(self, number: int) -> dict[int, bytes]:
-        """The type map (3) or reference map (2) by node id."""
-        return {_get(entry, 1): _get(entry, 2) for n, _, entry in self.body if n == number}
+        """The type map (3) or reference map (2): node id -> the rest of its entry (the value, encoded)."""
+        return dict(_entry(entry) for n, _, entry in self.body if n == number)
 
     def add_entries(self, number: int, entries: Mapping[int, bytes]) -> None:
         """Add type (3) or reference (2) map entries."""
-        for key, value in entries.items():
-            self.body.append([number, _LEN, [[1, _VARINT, key], [2, _LEN, value]]])
+        for key, rest in entries.items():
+            out = bytearray(b"\x08")
+            _put_varint(key, out)
+            self.body.append([number, _LEN, bytes(out) + rest])
+
+
+def _entry(data: bytes) -> tuple[int, bytes]:
+    """A map entry's key and the rest of it; the key comes first as protobuf writes maps."""
+    if data[:1] == b"\x08":
+        key, pos = _varint(data, 1)
+        return key, data[pos:]
+    fields = decode(data, "MapEntry")  # another order: read it the long way
+    rest = encode([f for f in fields if f[0] != 1])
+    return _get(fields, 1) or 0, rest
 
 
 def nodes(expr: Node) -> Iterator[Node]:
@@ -205,7 +224,11 @@ def size(checked: Checked) -> int:
 
 
 def _max_id(checked: Checked) -> int:
-    return max(_get(node, _ID) or 0 for node in nodes(checked.expr))
+    return _max_id_of(checked.expr)
+
+
+def _max_id_of(expr: Node) -> int:
+    return max(_get(node, _ID) or 0 for node in nodes(expr))
 
 
 def _renumbered(other: Checked, offset: int) -> tuple[Node, dict[int, bytes], dict[int, bytes]]:
@@ -226,9 +249,12 @@ def _renumbered(other: Checked, offset: int) -> tuple[Node, dict[int, bytes], di
     return tree, types, references
 
 
-def _graft(host: Checked, other: Checked) -> Node:
-    """``other``'s tree with ids unused in ``host`` (``other`` is used up); its map entries added to ``host``'s."""
-    tree, types, references = _renumbered(other, _max_id(host))
+def _graft(host: Checked, other: Checked, offset: int | None = None) -> Node:
+    """``other``'s tree with ids unused in ``host`` (``other`` is used up); its map entries added to ``host``'s.
+
+    ``offset``: ``host``'s largest id, when the caller knows it.
+    """
+    tree, types, references = _renumbered(other, _max_id(host) if offset is None else offset)
     host.add_entries(3, types)
     host.add_entries(2, references)
     return tree
@@ -256,8 +282,9 @@ def inline(host: Checked, root: str, values: Callable[[str], Checked | None]) ->
 
 def conditional(when: Checked, message: Checked) -> Checked:
     """``when ? [message] : []`` from the two trees (both are used up: the result is ``when``'s decoding)."""
-    tree = _graft(when, message)
-    next_id = max(_max_id(when), *((_get(node, _ID) or 0) for node in nodes(tree)))
+    offset = _max_id(when)
+    tree = _graft(when, message, offset)
+    next_id = max(offset, _max_id_of(tree))
 
     def expr(kind: int, body: Node) -> Node:
         nonlocal next_id
