@@ -17,7 +17,7 @@ from gateway.core.errors import CelCompileError, CelEvaluationError
 from gateway.policy.call import ToolCall
 from gateway.policy.cel import Engine, ExprType, Program
 from gateway.policy.cel.syntax import flatten, parse
-from gateway.policy.compile import CompiledRule, Variable, inline_source
+from gateway.policy.compile import CompiledRule, Variable
 from gateway.policy.decision import Action, Decision, Stage
 from gateway.policy.evaluate import rule_activation
 from gateway.policy.policyset import PolicySet
@@ -44,8 +44,9 @@ class Clauses:
 def split_when(source: str, engine: Engine, variables: Sequence[Variable] = ()) -> Clauses | None:
     """``source`` split at its top-level ``&&`` or ``||``; None when it has no such operator.
 
-    Each part is compiled with the file ``variables`` written in where they can be, as the rule
-    itself is, so it is evaluated the same way (a bound variable's value does not always survive
+    Each part is the source span of one operand in the tree, compiled as written; the file
+    ``variables`` are then written into its tree where they can be, as the rule's are, so it is
+    evaluated the same way (a bound variable's value does not always survive
     being bound again: the C++ engine will not take back a timestamp).
     """
     try:
@@ -55,21 +56,17 @@ def split_when(source: str, engine: Engine, variables: Sequence[Variable] = ()) 
     if split is None:
         return None
     operator, nodes = split
-    known = {v.name: v.inline for v in variables}
+    running = {v.name: v.running for v in variables if v.running is not None}
     parts: list[Clause] = []
     for node in nodes:
         text = source[node.meta.start_pos:node.meta.end_pos].strip()
-        inline = inline_source(text, known) if variables else None
-        program: Program | None = None
-        for candidate in ([inline] if inline is not None else []) + [text]:
-            try:
-                program = engine.compile(candidate, ExprType.ANY)
-            except CelCompileError:
-                continue
-            parts.append(Clause(text, program, candidate is inline))
-            break
-        else:
+        try:
+            program: Program | None = engine.compile(text, ExprType.ANY)
+        except CelCompileError:
             parts.append(Clause(text, None))
+            continue
+        inlined = engine.inline(program, running) if running and program is not None else None
+        parts.append(Clause(text, inlined or program, inlined is not None))
     return Clauses(operator, tuple(parts))
 
 

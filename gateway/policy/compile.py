@@ -34,65 +34,20 @@ __all__ = ["CompiledPolicy", "CompiledRewrite", "CompiledRule", "Expression", "V
 
 
 
-def inline_variables(expr: Expression, known: dict[str, str | None]) -> str | None:
-    """``expr``'s source with each ``variables.NAME`` replaced by ``(that variable's source)``.
-
-    Rules then evaluate in the one shared activation instead of an activation per set of
-    variables, which is most of a decision's cost. The places come from the checked AST, so
-    comments and string literals cannot fool it. None when that is not a plain rewrite: a
-    variable used any other way (``has(variables.x)``, ``variables["x"]``), one that is unknown or
-    cannot itself be inlined, or a result longer than expressions may be.
-    """
-    if expr.variables_read is None or expr.variable_spans is None:
-        return None
-    return _written_in(expr.source, expr.variable_spans, known)
-
-
-def inline_source(source: str, known: dict[str, str | None]) -> str | None:
-    """``inline_variables`` for bare source text (explain's clauses): the places come from a parse."""
-    try:
-        found = analyse(source, ExprType.ANY, None, limits=False)
-    except CelCompileError:
-        return None
-    if found.has_variables or found.reads_all_variables:
-        return None
-    return _written_in(source, tuple(found.variable_uses), known)
-
-
-def _written_in(text: str, spans: tuple[tuple[str, int, int], ...], known: dict[str, str | None]) -> str | None:
-    for name, start, end in sorted(spans, key=lambda span: span[1], reverse=True):
-        inline = known.get(name)
-        if inline is None:
-            return None
-        text = f"{text[:start]}({inline}\n){text[end:]}"  # the newline ends a // comment in the variable
-    return text if len(text) <= MAX_EXPRESSION_CHARS else None
-
-
 class _Compiler:
-    def inlined(self, expr: Expression | None, inlines: dict[str, str | None]) -> Expression | None:
-        """``expr`` with its variables written in (see ``inline_variables``), or ``expr`` unchanged.
+    def inlined(self, expr: Expression | None, running: dict[str, Program]) -> Expression | None:
+        """``expr`` running with the file variables it reads written in, or ``expr`` unchanged.
 
-        The expression was already compiled (and reported) as written; the inlined text is only a
-        faster way to run the same thing, so if it does not compile the original is kept.
+        Rules then evaluate in the one shared activation instead of an activation per set of
+        variables, which is most of a decision's cost. The engine writes in the variables' trees
+        (``Engine.inline``); where that is not a plain substitution the variables are bound instead.
         """
         if expr is None or not expr.variables_read:
             return expr
-        text = inline_variables(expr, inlines)
-        if text is None:
+        program = self.engine.inline(expr.program, running)
+        if program is None:
             return expr
-        try:
-            program = self.engine.compile(text, expr.expected)
-        except CelCompileError:
-            return expr
-        return Expression(expr.source, program, expr.expected, expr.references, frozenset(), expr.type, ())
-
-    def joined(self, when: str, message: str) -> Program | None:
-        """``when ? [message] : []`` compiled (see ``CompiledRule.when_message``); None if it does not compile."""
-        try:
-            # the newlines end a // comment in either source
-            return self.engine.compile(f"(\n{when}\n) ? [\n{message}\n] : []", ExprType.ANY)
-        except CelCompileError:
-            return None
+        return Expression(expr.source, program, expr.expected, expr.references, frozenset(), expr.type)
 
     def __init__(self, doc: YamlDocument, engine: Engine) -> None:
         self.doc = doc
@@ -126,29 +81,19 @@ class _Compiler:
         except CelCompileError as exc:
             self.cel_diagnostic(exc, source, path, rule)
             return None
-        if found is None:  # the typed checker cannot read it (a C++-only function): assume it reads everything
-            return Expression(source, program, expected, frozenset(VARIABLES), None, DYN, None)
         for warning in found.warnings:
             self.cel_diagnostic(warning, source, path, rule, Severity.WARNING)
         names = frozenset(name for name, _, _ in found.variable_uses)
         return Expression(source, program, expected, found.references,
-                          None if found.reads_all_variables else names, found.type,
-                          None if found.has_variables or found.reads_all_variables else tuple(found.variable_uses))
+                          None if found.reads_all_variables else names, found.type)
 
     def typed(self, source: str, expected: ExprType, env: dict[str, Any],
-              proven: frozenset[str] = frozenset()) -> Analysis | None:
-        """The typed checker's findings; None when only the engine (not the checker) understands it."""
-        try:
-            self.proves = frozenset()
-            found = analyse(source, expected, env, unbounded=frozenset(self.unbounded), proven=proven)
-            self.proves = found.proves
-            return found
-        except CelCompileError:
-            try:
-                analyse(source, expected, None, limits=False)
-            except CelCompileError:
-                return None
-            raise
+              proven: frozenset[str] = frozenset()) -> Analysis:
+        """The typed checker's findings: the front end types whatever either engine runs."""
+        self.proves = frozenset()
+        found = analyse(source, expected, env, unbounded=frozenset(self.unbounded), proven=proven)
+        self.proves = found.proves
+        return found
 
     def cel_diagnostic(self, exc: CelCompileError, source: str, path: Path, rule: str | None,
                        severity: Severity = Severity.ERROR) -> None:
@@ -196,8 +141,9 @@ def compile_policy(
         if expr is not None:
             earlier = {v.name: v for v in variables}
             needs = _closure(expr.variables_read, earlier)
-            inline = inline_variables(expr, {v.name: v.inline for v in variables})
-            variables.append(Variable(var.name, expr, needs, inline))
+            written = {v.name: v.running for v in variables if v.running is not None}
+            running = expr.program if not expr.variables_read else engine.inline(expr.program, written)
+            variables.append(Variable(var.name, expr, needs, running))
     all_variables = ObjectType("variables", var_types)
 
     rules: list[CompiledRule] = []
@@ -260,13 +206,11 @@ def _compile_rule(
         reads |= _closure(e.variables_read, variables)
     refs = refs.union(*(variables[n].expression.references for n in reads))
     # How it runs: with variables written in where possible; the rest need their values bound.
-    inlines = {name: v.inline for name, v in variables.items()}
-    written = (when, message_expr)
+    inlines = {name: v.running for name, v in variables.items() if v.running is not None}
     when, message_expr, result_expr = (c.inlined(e, inlines) for e in (when, message_expr, result_expr))
     when_message = None
     if when is not None and message_expr is not None and rule.action not in (Action.SKIP, Action.REWRITE):
-        when_message = c.joined(_running_source(written[0], when, inlines),
-                                _running_source(written[1], message_expr, inlines))
+        when_message = c.engine.join(when.program, message_expr.program)
     if rewrite is not None:
         rewrite = CompiledRewrite(tuple((p, c.inlined(e, inlines) or e) for p, e in rewrite.set),
                                   rewrite.remove, rewrite.redact)
@@ -288,14 +232,6 @@ def _compile_rule(
         prompts=tuple(rule.prompts) if rule.prompts is not None else None,
         when_message=when_message,
     )
-
-
-def _running_source(written: Expression | None, running: Expression | None, inlines: dict[str, str | None]) -> str:
-    """The source of the program ``running`` evaluates: ``written``'s, with its variables written in if they were."""
-    assert written is not None and running is not None
-    if running is written:
-        return written.source
-    return inline_variables(written, inlines) or written.source
 
 
 def _closure(read: frozenset[str] | None, known: dict[str, Variable]) -> frozenset[str]:

@@ -24,8 +24,6 @@ class Expression:
     references: frozenset[str]
     variables_read: frozenset[str] | None = frozenset()  # variables.NAME it reads; None: it reads them all
     type: Any = DYN  # its static type in the typed environment
-    # where it reads variables.NAME (name, start, end in source); None: it cannot be inlined
-    variable_spans: tuple[tuple[str, int, int], ...] | None = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +33,9 @@ class Variable:
     name: str
     expression: Expression
     needs: frozenset[str]
-    inline: str | None = None  # its source with earlier variables written in; None: cannot be inlined
+    # its program with the earlier variables it reads written in (``Engine.inline``); None: it cannot
+    # be written into a rule, so a rule reading it binds its value
+    running: Program | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +75,8 @@ class CompiledRule:
     variables_read: frozenset[str] = frozenset()  # every file variable it reads as written, transitively
     resources: tuple[str, ...] | None = None  # gateway resource URIs it decides reads of (globs)
     prompts: tuple[str, ...] | None = None  # exposed prompt names it decides gets of (globs)
-    # ``when`` and ``messageExpression`` as one program, ``when ? [message] : []``: a firing rule costs
-    # one evaluation instead of two. Only a shortcut: any other value than ``[]`` or ``[a string]``
+    # ``when`` and ``messageExpression`` as one program, ``when ? [message] : []`` (``Engine.join``): a
+    # firing rule costs one evaluation instead of two. Only a shortcut: any other value than ``[]`` or ``[a string]``
     # (an error, a wrong type) sends the evaluator back to the two expressions, so answers stay the same.
     when_message: Program | None = None
 

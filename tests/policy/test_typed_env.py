@@ -204,13 +204,15 @@ def test_a_comment_with_an_apostrophe_does_not_hide_a_variable(check, engine):
 
 
 @pytest.mark.both_engines
-def test_an_expression_only_the_cpp_engine_reads_is_assumed_to_read_everything(check, engine):
-    policy_set, diagnostics, _ = check(rule("'strings.quote(principal.id) != \"\"'"))
+def test_an_expression_only_the_cpp_engine_runs_is_typed_by_the_front_end(check, engine):
+    source = "'strings.quote(principal.id) != \"\" && \"%s\".format([args.x]) != .string(1)'"
+    policy_set, diagnostics, _ = check(rule(source))
     if engine == "cel-python":  # the cel-python engine has no strings.quote
         assert policy_set is None and diagnostics[0].code == "cel-undeclared"
         return
     assert policy_set is not None and diagnostics == []
-    assert policy_set.rules[0].references == frozenset(VARIABLES)
+    # what it reads comes from the checked tree, not an assumption that it reads everything
+    assert policy_set.rules[0].references == frozenset({"principal", "args"})
 
 
 def test_a_string_that_looks_like_a_variable_is_not_one(check):

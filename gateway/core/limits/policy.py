@@ -49,6 +49,11 @@ MAX_YAML_DEPTH = 64
 # its cost is the product of both sizes. Literal lists do not count.
 MAX_COMPREHENSION_NESTING = 2
 
+# A file variable is written into the rules that read it (as a tree: one activation per call
+# instead of one per set of variables); a variable read many times, by variables read many times,
+# grows that tree geometrically, so past this many nodes the variable is bound as a value instead.
+MAX_INLINED_NODES = 2_000
+
 # Parse trees of CEL expressions kept for the typed checker (a reload re-reads mostly the same
 # expressions); a tree is a few kilobytes, so this bounds the cache to a few tens of megabytes.
 MAX_CACHED_PARSE_TREES = 4096

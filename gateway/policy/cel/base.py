@@ -2,8 +2,10 @@
 
 An engine compiles an expression once, at load time, against the declared variables and the
 gateway's functions, and gives back a program; a request only builds an activation and evaluates
-programs against it. Both engines return plain Python values (None, bool, int, float, str, bytes,
-list, dict), so nothing above this seam knows which engine ran.
+programs against it. Programs are combined (a file variable written into a rule, ``when`` joined
+with its message) on the engine's own tree, never by editing source text. Both engines return
+plain Python values (None, bool, int, float, str, bytes, list, dict), so nothing above this seam
+knows which engine ran.
 """
 
 from __future__ import annotations
@@ -60,6 +62,19 @@ class Engine(Protocol):
 
     def activation(self, data: Mapping[str, Any]) -> Any:
         """Bind variable values for one evaluation round (reused across many programs)."""
+        ...
+
+    def inline(self, program: Program, variables: Mapping[str, Program]) -> Program | None:
+        """``program`` with each ``variables.NAME`` it reads replaced by that variable's tree.
+
+        None when that is not a plain substitution: it reads ``variables`` another way
+        (``has(variables.x)``, ``variables["x"]``), a variable it reads is not given, a comprehension
+        would capture a name, or the result would be larger than ``MAX_INLINED_NODES``.
+        """
+        ...
+
+    def join(self, when: Program, message: Program) -> Program | None:
+        """``when ? [message] : []`` as one program, built from the two trees; None if it is too large."""
         ...
 
 

@@ -2,6 +2,13 @@
 
 Expressions are parsed and type-checked at compile time against the declared variables, so an
 undeclared name or a statically wrong result type is a load error here.
+
+An expression is compiled as written, in an environment of the standard library, the strings
+extension and the gateway's functions. What runs may differ from it only in its checked tree
+(``checked.py``), planned again by ``Env.deserialize`` in a second environment that also declares
+the cached-RE2 ``matches`` (``regex.py``): its ``matches`` calls bound to that function, file
+variables written in, ``when`` joined with its message. An activation holds only values, so one
+built from either environment serves programs of both.
 """
 
 from __future__ import annotations
@@ -14,9 +21,11 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_strings
 
 from gateway.core.errors import CelCompileError, CelEvaluationError
-from gateway.policy.cel.base import VARIABLES, ExprType
+from gateway.core.limits import MAX_INLINED_NODES
+from gateway.policy.cel import checked
+from gateway.policy.cel.base import VARIABLES, ExprType, Program
 from gateway.policy.cel.functions import FUNCTIONS
-from gateway.policy.cel.regex import HIDDEN, matches, rename_matches, restore_name
+from gateway.policy.cel.regex import HIDDEN, matches, restore_name
 
 __all__ = ["CppEngine"]
 
@@ -38,20 +47,25 @@ def _declarations() -> list[Any]:
             f"gateway_{name}", _KINDS[result], [_KINDS[p] for p in params], impl=impl
         )
         decls.append(cel.FunctionDecl(name, [overload]))
-    # matches() under another name, over cached patterns (regex.py): both forms, as the standard library's
-    decls.append(cel.FunctionDecl(HIDDEN, [
-        cel.Overload(f"gateway_{HIDDEN}", cel.Type.BOOL, [cel.Type.STRING, cel.Type.STRING], impl=matches),
-        cel.Overload(f"gateway_{HIDDEN}_string", cel.Type.BOOL, [cel.Type.STRING, cel.Type.STRING], is_member=True,
-                     impl=matches),
-    ]))
     return decls
 
 
-class _Program:
-    __slots__ = ("_expr",)
+def _regex_declaration() -> Any:
+    # matches() over cached patterns (regex.py), both forms, as the standard library's; the engine
+    # will not let a second matches(string, string) be registered, so it has a name of its own
+    return cel.FunctionDecl(HIDDEN, [
+        cel.Overload(f"gateway_{HIDDEN}", cel.Type.BOOL, [cel.Type.STRING, cel.Type.STRING], impl=matches),
+        cel.Overload(f"gateway_{HIDDEN}_string", cel.Type.BOOL, [cel.Type.STRING, cel.Type.STRING], is_member=True,
+                     impl=matches),
+    ])
 
-    def __init__(self, expr: Any) -> None:
+
+class _Program:
+    __slots__ = ("_expr", "tree")
+
+    def __init__(self, expr: Any, tree: bytes) -> None:
         self._expr = expr
+        self.tree = tree  # the checked expression it runs, serialized
 
     def evaluate(self, activation: Any) -> Any:
         try:
@@ -76,20 +90,17 @@ class CppEngine:
 
     def __init__(self, variables: Sequence[str] = VARIABLES) -> None:
         """``variables``: the names expressions may read (a policy's by default; identity mappings read others)."""
-        self._env = cel.NewEnv(
-            variables={name: _DYN_MAP for name in variables},
-            extensions=[ext_strings.ExtStrings()],
-            functions=_declarations(),
-        )
+        declared = {name: _DYN_MAP for name in variables}
+        self._env = cel.NewEnv(variables=declared, extensions=[ext_strings.ExtStrings()],
+                               functions=_declarations())
+        self._runs = cel.NewEnv(variables=declared, extensions=[ext_strings.ExtStrings()],
+                                functions=[*_declarations(), _regex_declaration()])
 
     def compile(self, source: str, expected: ExprType) -> _Program:
-        renamed = rename_matches(source)
-        if renamed is None:  # not a name the author may use: as undeclared as on the other engine
-            raise CelCompileError(f"undeclared reference to '{HIDDEN}'", kind="cel-undeclared")
         try:
-            expr = self._env.compile(renamed)
+            expr = self._env.compile(source)
         except Exception as exc:
-            raise _compile_error(restore_name(str(exc))) from None
+            raise _compile_error(str(exc)) from None
         want = _EXPECTED.get(expected)
         got = expr.return_type()
         if want is not None and got != want and got != cel.Type.DYN:
@@ -97,7 +108,35 @@ class CppEngine:
                 f"expression must evaluate to {expected}, but it is {got.name().lower()}",
                 kind="cel-type",
             )
-        return _Program(expr)
+        tree = expr.serialize()
+        if b"matches" in tree:  # only a tree naming it can call it; the tree says whether one does
+            found = checked.Checked(tree)
+            if checked.rename_calls(found, {"matches": HIDDEN}):
+                return self._planned(found)
+        return _Program(expr, tree)
+
+    def _planned(self, tree: checked.Checked) -> _Program:
+        serialized = tree.serialize()
+        return _Program(self._runs.deserialize(serialized), serialized)
+
+    def inline(self, program: Program, variables: Mapping[str, Program]) -> _Program | None:
+        """``program`` with the checked trees of the file variables it reads written in (see ``Engine``)."""
+        assert isinstance(program, _Program)
+        host = checked.Checked(program.tree)
+
+        def tree_of(name: str) -> checked.Checked | None:
+            value = variables.get(name)
+            return checked.Checked(value.tree) if isinstance(value, _Program) else None
+
+        if not checked.inline(host, "variables", tree_of) or checked.size(host) > MAX_INLINED_NODES:
+            return None
+        return self._planned(host)
+
+    def join(self, when: Program, message: Program) -> _Program | None:
+        """``when ? [message] : []`` from the two checked trees (see ``Engine``)."""
+        assert isinstance(when, _Program) and isinstance(message, _Program)
+        # each side is bounded already (as written, or by MAX_INLINED_NODES): the two stay bounded
+        return self._planned(checked.conditional(checked.Checked(when.tree), checked.Checked(message.tree)))
 
     def activation(self, data: Mapping[str, Any]) -> Any:
         try:

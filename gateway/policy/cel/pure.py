@@ -4,7 +4,7 @@ celpy parses with Lark and interprets the tree, but it has no type checker and i
 semantics drift from cel-cpp's in places that matter for policies. This engine therefore adds:
 
 * a small static checker over the Lark tree (``pure_check``), driven by one signature table
-  (``pure_signatures.SIGNATURES``), that reports undeclared names and functions, operator and
+  (``signatures.SIGNATURES``), that reports undeclared names and functions, operator and
   function overload mismatches of statically known types, and the expression's result type, with
   positions that match the C++ engine (the operator, the ``(`` of a call, the ``.`` of a selection);
 * operators and functions registered as celpy functions (``pure_signatures``, ``pure_values``)
@@ -39,10 +39,12 @@ from celpy.evaluation import Activation, CELEvalError, Evaluator
 from lark import Tree
 
 from gateway.core.errors import CelEvaluationError
-from gateway.policy.cel.base import VARIABLES, ExprType
-from gateway.policy.cel.pure_check import MACROS, OPERATORS, PASS_THROUGH, check, parser, unwrap
+from gateway.core.limits import MAX_INLINED_NODES
+from gateway.policy.cel.base import VARIABLES, ExprType, Program
+from gateway.policy.cel.pure_check import MACROS, MAX_TREE_DEPTH, OPERATORS, PASS_THROUGH, check, parser, unwrap
 from gateway.policy.cel.pure_signatures import TYPE_VALUES, runtime_functions
 from gateway.policy.cel.pure_values import MISSING, first_error, index, kind_of, lookup, no_overload, to_cel, to_plain
+from gateway.policy.cel.syntax import conditional_tree, depth_beyond, inline_tree
 
 __all__ = ["PureEngine"]
 
@@ -59,6 +61,12 @@ def _collapse(tree: Tree[Any]) -> Tree[Any]:
     if tree.data in _COLLAPSIBLE and len(kids) == 1 and isinstance(kids[0], Tree):
         return kids[0]
     return Tree(tree.data, kids, tree.meta)
+
+
+def _runnable(tree: Tree[Any]) -> bool:
+    """Whether a combined tree is within the sizes a written one is held to."""
+    tokens = sum(1 for _ in tree.scan_values(lambda _: True))  # about the C++ engine's count of nodes
+    return depth_beyond(tree, MAX_TREE_DEPTH, chains=False) is None and tokens <= MAX_INLINED_NODES
 
 
 class _Evaluator(Evaluator):
@@ -197,10 +205,11 @@ class _Runner(celpy.InterpretedRunner):
 
 
 class _Program:
-    __slots__ = ("_runner",)
+    __slots__ = ("_runner", "tree")
 
-    def __init__(self, runner: _Runner) -> None:
+    def __init__(self, runner: _Runner, tree: Tree[Any]) -> None:
         self._runner = runner
+        self.tree = tree  # the syntax tree it runs (uncollapsed; shared, never changed)
 
     def evaluate(self, activation: Any) -> Any:
         """The plain Python result, or ``CelEvaluationError`` with a short message."""
@@ -232,8 +241,23 @@ class PureEngine:
 
     def compile(self, source: str, expected: ExprType) -> _Program:
         """Parse, bound, type-check and build ``source`` once; ``CelCompileError`` with a position."""
-        tree = check(source, expected, self._variables)
-        return _Program(self._env.program(_collapse(tree), functions=self._functions))  # type: ignore[arg-type]
+        return self._program(check(source, expected, self._variables))
+
+    def _program(self, tree: Tree[Any]) -> _Program:
+        return _Program(self._env.program(_collapse(tree), functions=self._functions), tree)  # type: ignore[arg-type]
+
+    def inline(self, program: Program, variables: Mapping[str, Program]) -> _Program | None:
+        """``program`` with the trees of the file variables it reads written in (see ``Engine``)."""
+        assert isinstance(program, _Program)
+        trees = {name: value.tree for name, value in variables.items() if isinstance(value, _Program)}
+        tree = inline_tree(program.tree, "variables", trees)
+        return self._program(tree) if tree is not None and _runnable(tree) else None
+
+    def join(self, when: Program, message: Program) -> _Program | None:
+        """``when ? [message] : []`` from the two syntax trees (see ``Engine``)."""
+        assert isinstance(when, _Program) and isinstance(message, _Program)
+        tree = conditional_tree(when.tree, message.tree)
+        return self._program(tree) if _runnable(tree) else None
 
     def activation(self, data: Mapping[str, Any]) -> dict[str, Any]:
         """The declared variables present in ``data``, converted to celpy values once per round."""

@@ -1,4 +1,4 @@
-"""The static checker of the cel-python engine: parse, bound the depth, and type the Lark tree.
+"""The CEL type checker over the front end's tree: the front end's (``analyse``) and cel-python's (``check``).
 
 It reports undeclared names and functions, overload mismatches of statically known types and a
 wrong result type, at positions that match the C++ engine (the operator, the ``(`` of a call, the
@@ -7,6 +7,7 @@ wrong result type, at positions that match the C++ engine (the operator, the ``(
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -17,11 +18,12 @@ from lark import Token, Tree
 from gateway.core.errors import CelCompileError
 from gateway.core.limits import MAX_COMPREHENSION_NESTING
 from gateway.policy.cel.base import VARIABLES, ExprType
-from gateway.policy.cel.pure_signatures import BOOL, DYN, SIGNATURES, TYPE_NAMES
+from gateway.policy.cel.signatures import BOOL, CPP_ONLY, DYN, SIGNATURES, TYPE_NAMES
 from gateway.policy.cel.strings import INT64_MAX, INT64_MIN, UINT64_MAX
 from gateway.policy.cel.syntax import (
     MACROS,
     PASS_THROUGH,
+    chain,
     depth_beyond,
     has_paths,
     line_column,
@@ -30,18 +32,8 @@ from gateway.policy.cel.syntax import (
     string_literal,
     unwrap,
 )
-from gateway.policy.cel.syntax import (
-    dotted as dotted_path,
-)
-from gateway.policy.cel.types import (
-    ObjectType,
-    compatible,
-    fmt_type,
-    join_types,
-    substitute,
-    suggestion,
-    unify,
-)
+from gateway.policy.cel.syntax import dotted as dotted_path
+from gateway.policy.cel.types import ObjectType, compatible, fmt_type, join_types, substitute, suggestion, unify
 
 __all__ = ["INPUTS", "MACROS", "MAX_TREE_DEPTH", "OPERATORS", "PASS_THROUGH", "Analysis", "CelTypeError", "analyse",
            "check", "parser", "unwrap"]
@@ -70,7 +62,7 @@ _ESCAPE = re.compile(r"\\(?:[abfnrtv\"'\\]|[0-3][0-7]{2}|x[0-9a-fA-F]{2}|u[0-9a-
 def _parse(source: str) -> Tree[Any]:
     """The front end's tree of ``source`` (``syntax.parse``), its depth bounded for this engine's evaluator."""
     tree = parse(source)
-    deepest = depth_beyond(tree, MAX_TREE_DEPTH)
+    deepest = depth_beyond(tree, MAX_TREE_DEPTH, chains=False)
     if deepest is not None:
         raise CelCompileError(
             "expression is nested too deeply for the cel-python engine "
@@ -101,16 +93,19 @@ class _Checker:
     """
 
     def __init__(self, source: str, env: Mapping[str, Any] | None = None, limits: bool = False,
-                 unbounded: frozenset[str] = frozenset(), variables: Collection[str] = VARIABLES) -> None:
+                 unbounded: frozenset[str] = frozenset(), variables: Collection[str] = VARIABLES,
+                 every_engine: bool = False) -> None:
         self.source = source
         self.variables = variables  # the declared names (a policy's, or an identity mapping's)
+        # the front end's check (``analyse``) types what either engine runs; cel-python's (``check``) its own
+        self.signatures = {**SIGNATURES, **CPP_ONLY} if every_engine else SIGNATURES
+        self.every_engine = every_engine
         self.env = env
         self.limits = limits
         self.unbounded = unbounded  # file variables computed from inputs of unbounded size
         self.references: set[str] = set()
         self.variable_uses: list[tuple[str, int, int]] = []  # variables.NAME: name, start, end
         self.variables_idents = 0
-        self.has_variables = False
         self.warnings: list[CelTypeError] = []
         self.guards: frozenset[str] = frozenset()
         self.in_has = False
@@ -142,11 +137,14 @@ class _Checker:
             types = [self.type_of(kids[0], scope), self.guarded(kids[1], scope, has_paths(kids[0], True)),
                      self.guarded(kids[2], scope, has_paths(kids[0], False))]
             return self.call("_?_:_", types, self.after(kids[0]))
-        if tree.data in ("conditionalor", "conditionaland"):
-            left, right = kids[0], kids[1]
-            proven = has_paths(left, tree.data == "conditionaland")
-            types = [self.type_of(left, scope), self.guarded(right, scope, proven)]
-            return self.call(OPERATORS[tree.data], types, self.after(left))
+        if tree.data in ("conditionalor", "conditionaland"):  # a chain, left to right, without recursing on it
+            parts = chain(tree)
+            result, proven = self.type_of(parts[0], scope), frozenset[str]()
+            for before, part in itertools.pairwise(parts):
+                proven |= has_paths(before, tree.data == "conditionaland")
+                result = self.call(OPERATORS[tree.data], [result, self.guarded(part, scope, proven)],
+                                   self.after(before))
+            return result
         if tree.data in ("relation", "addition", "multiplication"):
             left, right, name = kids[0].children[0], kids[1], OPERATORS[kids[0].data]
         elif tree.data == "unary":
@@ -157,7 +155,7 @@ class _Checker:
         return self.call(name, [self.type_of(left, scope), self.type_of(right, scope)], self.after(left))
 
     def call(self, name: str, types: list[Any], pos: int, member: bool = False) -> Any:
-        overloads = [o for o in SIGNATURES.get(name, ())
+        overloads = [o for o in self.signatures.get(name, ())
                      if (o.member if member else o.plain) and len(o.params) == len(types)]
         if not overloads:
             raise self.error(f"undeclared reference to '{name}'", pos, "cel-undeclared")
@@ -192,6 +190,8 @@ class _Checker:
         return self.ident(tree, {})
 
     def dot_ident_arg(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
+        if self.every_engine:  # .f(x): f in the root namespace, which is the only one
+            return self.ident_arg(tree, scope)
         raise self.error("a function call with a leading '.' is not supported", tree.meta.start_pos)
 
     def member_object(self, tree: Tree[Any], scope: dict[str, Any]) -> Any:
@@ -236,7 +236,6 @@ class _Checker:
         root = unwrap(operand)
         if root.data == "ident" and str(root.children[0]) == "variables" and "variables" not in scope:
             self.variable_uses.append((str(field), root.meta.start_pos, field.end_pos or 0))
-            self.has_variables = self.has_variables or self.in_has
         if isinstance(target, ObjectType):
             return self.field(target, field, dot, dotted)
         if isinstance(target, tuple) and target[0] == "map":
@@ -301,6 +300,10 @@ class _Checker:
         paren = self.after(name.end_pos)
         if name in MACROS and (len(args) == 2 or (name == "map" and len(args) == 3)):
             return self.macro(str(name), receiver, args, scope, paren)
+        namespace = dotted_path(receiver)
+        if namespace is not None and f"{namespace}.{name}" in self.signatures and \
+                self.declared(namespace.split(".")[0], scope) is None:  # strings.quote(x): a namespaced function
+            return self.call(f"{namespace}.{name}", [self.type_of(arg, scope) for arg in args], paren)
         types = [self.type_of(receiver, scope), *(self.type_of(arg, scope) for arg in args)]
         return self.call(str(name), types, paren, member=True)
 
@@ -334,7 +337,6 @@ class _Checker:
             return ("list", bodies[-1] if name == "map" else element)
         return BOOL
 
-
     def proven(self, dotted: str) -> bool:
         """Whether a has() or ``in`` around this point proves ``dotted`` (or a field below it) present."""
         return any(g == dotted or g.startswith(dotted + ".") for g in self.guards)
@@ -363,7 +365,6 @@ class Analysis:
     references: frozenset[str]
     variable_uses: list[tuple[str, int, int]] = field(default_factory=list)
     reads_all_variables: bool = False  # ``variables`` used other than as variables.NAME
-    has_variables: bool = False  # has(variables.NAME): the expression cannot be inlined
     warnings: list[CelTypeError] = field(default_factory=list)
     proves: frozenset[str] = frozenset()  # fields present whenever it is true (a rule's other parts run then)
 
@@ -376,14 +377,13 @@ def analyse(source: str, expected: ExprType, env: Mapping[str, Any] | None, limi
     ``unbounded`` names the file variables computed from inputs of unbounded size (see ``INPUTS``);
     ``proven`` the fields known present where it runs (what the rule's ``when`` proves).
     """
-    tree = _parse(source)
-    checker = _Checker(source, env, limits, unbounded, variables)
+    tree = parse(source)  # the front end's depth bound, not the cel-python engine's (``check`` adds that)
+    checker = _Checker(source, env, limits, unbounded, variables, every_engine=True)
     checker.guards = proven
     result = checker.type_of(tree, {})
     _check_result(result, expected)
     return Analysis(result, frozenset(checker.references), checker.variable_uses,
-                    checker.variables_idents != len(checker.variable_uses), checker.has_variables,
-                    checker.warnings, has_paths(tree, True))
+                    checker.variables_idents != len(checker.variable_uses), checker.warnings, has_paths(tree, True))
 
 
 def _check_result(result: Any, expected: ExprType) -> None:

@@ -1,8 +1,9 @@
-"""The signature table of the cel-python engine: every operator and function, declared once.
+"""The cel-python engine's run-time overloads: an implementation for each one it can run.
 
-The checker types calls with ``SIGNATURES`` at compile time and ``runtime_functions()`` dispatches
-the same overloads at run time, with cel-cpp's semantics: arithmetic needs both operands of one
-type, ints overflow, conversions and the strings extension fail as evaluation errors.
+The static table is the front end's (``signatures.SIGNATURES``); this module gives the overloads of
+that table their implementations, keyed by name and parameter types, with cel-cpp's semantics:
+arithmetic needs both operands of one type, ints overflow, conversions and the strings extension
+fail as evaluation errors. ``runtime_functions()`` dispatches them for celpy.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import math
 import operator
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple, cast
+from typing import Any
 
 from celpy.celtypes import DoubleType, DurationType, IntType, TimestampType, UintType
 from celpy.evaluation import CELEvalError, Result
@@ -28,50 +29,26 @@ from gateway.policy.cel.pure_values import (
     to_plain,
 )
 from gateway.policy.cel.regex import matches
+from gateway.policy.cel.signatures import DURATION_PARTS, DYN, GATEWAY_KINDS, SIGNATURES, TIME_PARTS, TYPE_NAMES
 from gateway.policy.cel.strings import INT64_MAX, INT64_MIN, UINT64_MAX
 from gateway.policy.cel.types import TYPE_VARIABLES
 
-__all__ = [
-    "BOOL",
-    "DYN",
-    "SIGNATURES",
-    "TYPE_NAMES",
-    "TYPE_VALUES",
-    "TYPE_VARIABLES",
-    "Overload",
-    "runtime_functions",
-]
+__all__ = ["TYPE_VALUES", "runtime_functions"]
 
-# --- static types: a name ("int", "dyn", type variables "A"/"B") or ("list", T), ("map", K, V),
-# ("type", T). The same table types calls at compile time and dispatches them at run time.
-
-DYN, BOOL = "dyn", "bool"
 _LIST, _MAP = ("list", "A"), ("map", "A", "B")
-TYPE_NAMES: dict[str, Any] = {
-    **{n: n for n in ("int", "uint", "double", "string", "bytes", "bool", "null_type")},
-    "list": ("list", DYN), "map": ("map", DYN, DYN), "type": ("type", DYN),
-}
 # The value of type(x) or of the identifier ``int``, by kind.
 TYPE_VALUES = {kind: CelType(kind) for kind in TYPE_NAMES}
 TYPE_VALUES["timestamp"] = CelType("google.protobuf.Timestamp")
 TYPE_VALUES["duration"] = CelType("google.protobuf.Duration")
 
-
-class Overload(NamedTuple):
-    """One overload of an operator or function: its static types and its run-time implementation."""
-
-    params: tuple[Any, ...]
-    result: Any
-    impl: Callable[..., Any] | None  # None: a dedicated operator (pure_values), or no run-time overload
-    member: bool  # callable as receiver.name(...)
-    plain: bool  # callable as name(...)
+# name -> [(parameter types, implementation)], in the order dispatch tries them
+_IMPLEMENTATIONS: dict[str, list[tuple[tuple[Any, ...], Callable[..., Any]]]] = {}
 
 
-SIGNATURES: dict[str, list[Overload]] = {}
-
-
-def _declare(name: str, style: str, params: tuple[Any, ...], result: Any, impl: Any = None) -> None:
-    SIGNATURES.setdefault(name, []).append(Overload(params, result, impl, "m" in style, "g" in style))
+def _declare(name: str, params: tuple[Any, ...], impl: Callable[..., Any]) -> None:
+    if not any(o.params == params for o in SIGNATURES.get(name, ())):
+        raise AssertionError(f"{name}{params} is not in the signature table")  # a typo here would go unseen
+    _IMPLEMENTATIONS.setdefault(name, []).append((params, impl))
 
 
 def _int64(value: int) -> IntType:
@@ -151,52 +128,52 @@ def _duration_part(micros_per_unit: int, modulo: int = 0) -> Callable[[Any], int
     return part
 
 
-def _declare_all() -> None:
+def _implement_operators() -> None:
     for op, fn in (("_+_", operator.add), ("_-_", operator.sub), ("_*_", operator.mul), ("_/_", _divide)):
-        _declare(op, "g", ("int", "int"), "int", lambda a, b, fn=fn: _int64(fn(int(a), int(b))))
-        _declare(op, "g", ("uint", "uint"), "uint", lambda a, b, fn=fn: _uint64(fn(int(a), int(b))))
+        _declare(op, ("int", "int"), lambda a, b, fn=fn: _int64(fn(int(a), int(b))))
+        _declare(op, ("uint", "uint"), lambda a, b, fn=fn: _uint64(fn(int(a), int(b))))
     for op, fn in (("_+_", operator.add), ("_-_", operator.sub), ("_*_", operator.mul), ("_/_", _fdivide)):
-        _declare(op, "g", ("double", "double"), "double", lambda a, b, fn=fn: DoubleType(fn(float(a), float(b))))
-    _declare("_%_", "g", ("int", "int"), "int", lambda a, b: IntType(_modulo(int(a), int(b))))
-    _declare("_%_", "g", ("uint", "uint"), "uint", lambda a, b: UintType(_modulo(int(a), int(b))))
+        _declare(op, ("double", "double"), lambda a, b, fn=fn: DoubleType(fn(float(a), float(b))))
+    _declare("_%_", ("int", "int"), lambda a, b: IntType(_modulo(int(a), int(b))))
+    _declare("_%_", ("uint", "uint"), lambda a, b: UintType(_modulo(int(a), int(b))))
     for kind in ("string", "bytes", _LIST):
-        _declare("_+_", "g", (kind, kind), kind, operator.add)
-    _declare("_+_", "g", ("timestamp", "duration"), "timestamp", _time(operator.add))
-    _declare("_+_", "g", ("duration", "timestamp"), "timestamp", _time(operator.add))
-    _declare("_+_", "g", ("duration", "duration"), "duration", _time(operator.add))
-    _declare("_-_", "g", ("timestamp", "timestamp"), "duration", _time(operator.sub))
-    _declare("_-_", "g", ("timestamp", "duration"), "timestamp", _time(operator.sub))
-    _declare("_-_", "g", ("duration", "duration"), "duration", _time(operator.sub))
-    _declare("-_", "g", ("int",), "int", lambda a: _int64(-int(a)))
-    _declare("-_", "g", ("double",), "double", lambda a: DoubleType(-float(a)))
-    _declare("!_", "g", ("bool",), "bool", operator.not_)
-    for op in ("_&&_", "_||_"):
-        _declare(op, "g", ("bool", "bool"), "bool")
-    for op in ("_<_", "_<=_", "_>_", "_>=_"):
-        for kind in ("bool", "int", "uint", "double", "string", "bytes", "timestamp", "duration"):
-            _declare(op, "g", (kind, kind), "bool")
-    for op in ("_==_", "_!=_"):
-        _declare(op, "g", ("A", "A"), "bool")
-    _declare("@in", "g", ("A", _LIST), "bool")
-    _declare("@in", "g", ("A", _MAP), "bool")
-    _declare("_[_]", "g", (_LIST, "int"), "A")
-    _declare("_[_]", "g", (_MAP, "A"), "B")
-    _declare("_?_:_", "g", ("bool", "A", "A"), "A")
-    _declare("dyn", "g", ("A",), DYN)
-    # cel-cpp declares these two but has no run-time overload: they type-check, then fail.
-    _declare("int", "g", ("duration",), "int")
-    _declare("duration", "g", ("int",), "duration")
-    _declare("type", "g", ("A",), ("type", "A"), lambda v: TYPE_VALUES[kind_of(v)])
+        _declare("_+_", (kind, kind), operator.add)
+    _declare("_+_", ("timestamp", "duration"), _time(operator.add))
+    _declare("_+_", ("duration", "timestamp"), _time(operator.add))
+    _declare("_+_", ("duration", "duration"), _time(operator.add))
+    _declare("_-_", ("timestamp", "timestamp"), _time(operator.sub))
+    _declare("_-_", ("timestamp", "duration"), _time(operator.sub))
+    _declare("_-_", ("duration", "duration"), _time(operator.sub))
+    _declare("-_", ("int",), lambda a: _int64(-int(a)))
+    _declare("-_", ("double",), lambda a: DoubleType(-float(a)))
+    _declare("!_", ("bool",), operator.not_)
+    # comparisons, equality, in, indexing, ?: and the logical operators: dedicated dispatch (pure_values)
+
+
+def _implement_functions() -> None:
+    _declare("type", ("A",), lambda v: TYPE_VALUES[kind_of(v)])
     for sized in ("string", "bytes", _LIST, _MAP):
-        _declare("size", "gm", (sized,), "int", len)
+        _declare("size", (sized,), len)
     for name, test in (("contains", operator.contains), ("startsWith", str.startswith), ("endsWith", str.endswith)):
-        _declare(name, "m", ("string", "string"), "bool", test)
-    _declare("matches", "gm", ("string", "string"), "bool", lambda s, p: matches(s, str(p)))
-    _declare_conversions()
-    _declare_gateway_functions()
+        _declare(name, ("string", "string"), test)
+    _declare("matches", ("string", "string"), lambda s, p: matches(s, str(p)))
+    _implement_conversions()
+    for name in TIME_PARTS:
+        _declare(name, ("timestamp",), lambda t, n=name: getattr(t, n)())
+        _declare(name, ("timestamp", "string"), lambda t, z, n=name: getattr(t, n)(z))
+    parts = {"getHours": _duration_part(3_600_000_000), "getMinutes": _duration_part(60_000_000),
+             "getSeconds": _duration_part(1_000_000), "getMilliseconds": _duration_part(1000, 1000)}
+    for name in DURATION_PARTS:
+        _declare(name, ("duration",), parts[name])
+    for name, (impl, params, _) in FUNCTIONS.items():
+        plain_impl = lambda *a, f=impl: f(*map(str, a))  # noqa: E731
+        _declare(name, tuple(GATEWAY_KINDS[p] for p in params), plain_impl)
+    for name, overloads in strings.STRING_EXTENSION.items():
+        for params, _, impl in overloads:
+            _declare(name, params, lambda *a, f=impl: f(*map(to_plain, a)))
 
 
-def _declare_conversions() -> None:
+def _implement_conversions() -> None:
     conversions: dict[str, dict[str, Callable[[Any], Any]]] = {
         "int": {"int": int, "uint": _int64, "double": _to_int, "string": strings.parse_int,
                 "timestamp": strings.timestamp_seconds},
@@ -213,24 +190,7 @@ def _declare_conversions() -> None:
     }
     for target, sources in conversions.items():  # each conversion receives a plain Python value
         for source, convert in sources.items():
-            _declare(target, "g", (source,), target, lambda v, c=convert, t=target: _cast(t, c(to_plain(v))))
-    for name in ("getFullYear", "getMonth", "getDate", "getDayOfMonth", "getDayOfWeek", "getDayOfYear",
-                 "getHours", "getMinutes", "getSeconds", "getMilliseconds"):
-        _declare(name, "m", ("timestamp",), "int", lambda t, n=name: getattr(t, n)())
-        _declare(name, "m", ("timestamp", "string"), "int", lambda t, z, n=name: getattr(t, n)(z))
-    for name, part in (("getHours", _duration_part(3_600_000_000)), ("getMinutes", _duration_part(60_000_000)),
-                       ("getSeconds", _duration_part(1_000_000)), ("getMilliseconds", _duration_part(1000, 1000))):
-        _declare(name, "m", ("duration",), "int", part)
-
-
-def _declare_gateway_functions() -> None:
-    kinds = {"string": "string", "bool": "bool", "map": ("map", "string", DYN)}
-    for name, (impl, params, result) in FUNCTIONS.items():
-        plain_impl = lambda *a, f=impl: f(*map(str, a))  # noqa: E731
-        _declare(name, "g", tuple(kinds[p] for p in params), kinds[result], plain_impl)
-    for name, overloads in strings.STRING_EXTENSION.items():
-        for params, result, impl in overloads:
-            _declare(name, "m", params, result, lambda *a, f=impl: f(*map(to_plain, a)))
+            _declare(target, (source,), lambda v, c=convert, t=target: _cast(t, c(to_plain(v))))
 
 
 def _same(value: Any) -> Any:
@@ -248,16 +208,16 @@ def _accepts(param: Any, kind: str) -> bool:
     return param == kind or param in TYPE_VARIABLES or param == DYN
 
 
-def _dispatcher(name: str, overloads: list[Overload]) -> Callable[..., Result]:
+def _dispatcher(name: str, overloads: list[tuple[tuple[Any, ...], Callable[..., Any]]]) -> Callable[..., Result]:
     def call(*args: Any) -> Any:
         error = first_error(*args)
         if error is not None:
             return error
         kinds = [kind_of(arg) for arg in args]
-        for overload in overloads:
-            if len(overload.params) == len(kinds) and all(map(_accepts, overload.params, kinds)):
+        for params, impl in overloads:
+            if len(params) == len(kinds) and all(map(_accepts, params, kinds)):
                 try:
-                    return to_cel(cast(Callable[..., Any], overload.impl)(*args))
+                    return to_cel(impl(*args))
                 except Exception as exc:  # a failing function is an evaluation error, never a crash
                     return CELEvalError(str(exc) or type(exc).__name__)
         return no_overload(name, *args)
@@ -267,13 +227,10 @@ def _dispatcher(name: str, overloads: list[Overload]) -> Callable[..., Result]:
 
 def runtime_functions() -> dict[str, Callable[..., Result]]:
     """Every run-time overload as a celpy function, plus the operators with their own dispatch."""
-    functions = {
-        name: _dispatcher(name, [o for o in overloads if o.impl is not None])
-        for name, overloads in SIGNATURES.items()
-        if any(o.impl is not None for o in overloads)
-    }
+    functions = {name: _dispatcher(name, overloads) for name, overloads in _IMPLEMENTATIONS.items()}
     functions.update(operator_functions())
     return functions
 
 
-_declare_all()
+_implement_operators()
+_implement_functions()

@@ -9,13 +9,13 @@ Lark tree with a position on every token; nothing may change it (it is shared).
 from __future__ import annotations
 
 import functools
+import importlib.util
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import celpy.celparser  # only for the grammar file beside it; the engine's interpreter is not imported
 from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
 
@@ -23,9 +23,9 @@ from gateway.core.errors import CelCompileError
 from gateway.core.limits import MAX_CACHED_PARSE_TREES
 from gateway.policy.cel.base import VARIABLES
 
-__all__ = ["MACROS", "MAX_SYNTAX_DEPTH", "PASS_THROUGH", "Reference", "comprehends", "dotted", "flatten",
-           "free_variables", "guarded", "has_paths", "line_column", "parse", "parser", "references",
-           "string_literal", "unwrap", "walk"]
+__all__ = ["MACROS", "MAX_SYNTAX_DEPTH", "PASS_THROUGH", "Reference", "chain", "comprehends", "conditional_tree",
+           "dotted", "flatten", "free_variables", "guarded", "has_paths", "inline_tree", "line_column", "parse",
+           "parser", "references", "string_literal", "unwrap", "walk"]
 
 # Receiver-style calls that are comprehensions, not functions.
 MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
@@ -48,7 +48,11 @@ def parser() -> Lark:
             return Token.new_borrow_pos("BOOL_LIT", token.value, token)
         return token
 
-    grammar = Path(celpy.celparser.__file__).with_name("cel.lark").read_text()
+    # celpy's grammar file, found without importing celpy: its interpreter stays off the default engine's path
+    spec = importlib.util.find_spec("celpy")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("cel-python (celpy) is not installed; its CEL grammar is the front end's")
+    grammar = Path(spec.origin).with_name("cel.lark").read_text()
     return Lark(grammar, parser="lalr", start="expr", g_regex_flags=re.M, propagate_positions=True,
                 maybe_placeholders=False, priority="invert", lexer_callbacks={"IDENT": keep_position})
 
@@ -83,15 +87,34 @@ def parse(source: str) -> Tree[Any]:
     return tree
 
 
-def depth_beyond(tree: Tree[Any], limit: int) -> int | None:
-    """The offset of the first node deeper than ``limit`` levels, or None."""
+def depth_beyond(tree: Tree[Any], limit: int, chains: bool = True) -> int | None:
+    """The offset of the first node deeper than ``limit`` levels, or None.
+
+    With ``chains``, a chain of one operator (``a && b && c ...``) counts as one level: the front
+    end's walks read it as a list (``chain``) and the C++ engine balances it, so a long chain is
+    not deep for either (the cel-python engine's interpreter recurses on it: it counts every level).
+    """
     stack = [(tree, 1)]
     while stack:
         node, depth = stack.pop()
         if depth > limit:
             return int(getattr(node.meta, "start_pos", 0))
-        stack.extend((kid, depth + 1) for kid in node.children if isinstance(kid, Tree))
+        stack.extend((kid, depth + (not chains or kid.data != node.data or node.data not in _CHAINS))
+                     for kid in node.children if isinstance(kid, Tree))
     return None
+
+
+_CHAINS = frozenset({"conditionaland", "conditionalor"})
+
+
+def chain(node: Tree[Any]) -> list[Tree[Any]]:
+    """The operands of a chain of ``node``'s operator, left to right (``[node]``'s only child when alone)."""
+    out: list[Tree[Any]] = []
+    while node.data in _CHAINS and len(node.children) == 2:
+        out.append(node.children[1])
+        node = node.children[0]
+    out.append(node.children[0] if node.data in _CHAINS and len(node.children) == 1 else node)
+    return out[::-1]
 
 
 def unwrap(tree: Tree[Any]) -> Tree[Any]:
@@ -132,7 +155,7 @@ def has_paths(tree: Tree[Any], positive: bool) -> frozenset[str]:
     if node.data == "unary" and kids[0].data == "unary_not":
         return has_paths(kids[1], not positive)
     if node.data == ("conditionaland" if positive else "conditionalor") and len(kids) == 2:
-        return has_paths(kids[0], positive) | has_paths(kids[1], positive)
+        return frozenset().union(*(has_paths(part, positive) for part in chain(node)))
     if not positive:
         return frozenset()
     if node.data == "ident_arg" and str(kids[0]) == "has" and len(kids) == 2 and len(kids[1].children) == 1:
@@ -242,3 +265,55 @@ def guarded(tree: Tree[Any]) -> set[tuple[str, str]]:
             for ref in references(cast(Tree[Any], node.children[1]), scope):
                 found.add((ref.root, ref.name))
     return found
+
+
+# --- trees built from trees (the cel-python engine's inlining and joining; nothing is changed in place) ---
+
+def _parenthesised(tree: Tree[Any]) -> Tree[Any]:
+    return Tree("primary", [Tree("paren_expr", [tree])])
+
+
+def inline_tree(tree: Tree[Any], root: str, values: Mapping[str, Tree[Any]]) -> Tree[Any] | None:
+    """A new tree with each ``root.NAME`` replaced by ``values[NAME]``; None when ``root`` is read any
+    other way (``has(root.x)``, ``root["x"]``, as a whole), a value is missing, or a comprehension
+    binds ``root`` or a name a value reads."""
+    sites: dict[int, str] = {}
+    reads = 0
+    binds: set[str] = set()
+    for node, _ in walk(tree):
+        if node.data == "member_dot" and _ident(node.children[0]) == root:
+            sites[id(node)] = str(node.children[1])
+        elif node.data in ("ident", "dot_ident") and str(node.children[0]) == root:
+            reads += 1
+        elif node.data == "member_dot_arg" and str(node.children[1]) in MACROS and len(node.children) == 3:
+            first = next((a for a in node.children[2].children if isinstance(a, Tree)), None)
+            binds.update([name] if first is not None and (name := _ident(first)) else [])
+    if reads != len(sites) or root in binds or any(name not in values for name in sites.values()):
+        return None
+    if any(binds & set(free_names(values[name])) for name in set(sites.values())):
+        return None
+    tested = {id(sub) for node in tree.iter_subtrees() if node.data == "ident_arg" and str(node.children[0]) == "has"
+              for sub in node.iter_subtrees()}
+    if tested & sites.keys():  # has(root.x) asks whether it is bound, which a written-in value cannot answer
+        return None
+    return _replaced(tree, sites, values)
+
+
+def free_names(tree: Tree[Any]) -> Iterator[str]:
+    """Every identifier the tree reads (comprehension variables included)."""
+    for node in tree.iter_subtrees():
+        if node.data in ("ident", "dot_ident"):
+            yield str(node.children[0])
+
+
+def _replaced(tree: Tree[Any], sites: Mapping[int, str], values: Mapping[str, Tree[Any]]) -> Tree[Any]:
+    if id(tree) in sites:
+        return _parenthesised(values[sites[id(tree)]])
+    kids = [_replaced(kid, sites, values) if isinstance(kid, Tree) else kid for kid in tree.children]
+    return Tree(tree.data, kids, tree.meta)
+
+
+def conditional_tree(when: Tree[Any], message: Tree[Any]) -> Tree[Any]:
+    """``when ? [message] : []`` as a new tree over the two."""
+    listed = Tree("primary", [Tree("list_lit", [Tree("exprlist", [message])])])
+    return Tree("expr", [_parenthesised(when), listed, Tree("primary", [Tree("list_lit", [])])])
