@@ -1,5 +1,6 @@
 """Two issuers' ``sub: alice`` through the model proxy (gateway/models/proxy.py): the same run id names two runs,
-so one alice cannot continue (or find ended) the other's run, nor get back what the gateway resolved in it.
+so one alice cannot continue (or find ended) the other's run, nor get back what the gateway resolved in it, and
+the same conversation without a run id is in each alice's own implicit run.
 
 Issuer A is the real OpenID Provider (``idp``), issuer B a loopback JWKS of our own (tests/two_issuers_support.py).
 The gateway is served from its config over real HTTP, its model a small scripted OpenAI-compatible model served
@@ -96,10 +97,12 @@ async def two_alices(idp, second_issuer, start_gateway, configs, http_api, scrip
     return gateway, model, token_a, token_b
 
 
-async def _ask(gateway: Any, token: str, run: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """One chat completion through the gateway as the token's principal, in run ``run``: the assistant message."""
+async def _ask(gateway: Any, token: str, run: str | None, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """One chat completion through the gateway as the token's principal, in run ``run`` (else the implicit one):
+    the assistant message."""
+    headers = {"X-Gateway-Session": run} if run else {}
     async with AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=token, max_retries=0,
-                           default_headers={"X-Gateway-Session": run}) as client:
+                           default_headers=headers) as client:
         done = await client.chat.completions.create(model="m", messages=messages, tools=[DEPLOY])  # type: ignore[arg-type,list-item]
     message: dict[str, Any] = done.choices[0].message.model_dump(exclude_none=True)
     return message
@@ -135,3 +138,14 @@ async def test_one_issuers_alice_does_not_get_what_the_gateway_resolved_in_the_o
     assert len(own) == 2 and "a-secret-item" in own[0]  # A's conversation: the gateway's call put back
     assert any(c["function"]["name"] == "api_get_item" for m in seen_by_a for c in m.get("tool_calls") or [])
     assert other == ["deployed after-read"]  # B's, the same ids in the same run id: nothing of A's put in
+
+
+async def test_the_same_conversation_without_a_run_id_is_each_alices_own_implicit_run(two_alices):
+    gateway, _, token_a, token_b = two_alices
+    service = uuid.uuid4().hex
+    opening = [{"role": "user", "content": f"deploy:{service}"}]  # the same opening, from the same client
+    for token in (token_a, token_b):
+        assert (await _ask(gateway, token, None, opening))["tool_calls"]
+    runs = {e["principal"]["issuer"]: e["session"] for e in gateway.audit_events()
+            if e.get("event") == "call.outcome" and e["final_args"] == {"service": service}}
+    assert len(runs) == 2 and len(set(runs.values())) == 2, runs  # two issuers, two runs
