@@ -40,7 +40,7 @@ from gateway.store.sqlite import SqliteStore
 
 # The running-gateway harness (shared servers, start_gateway, mcp_alice, ...) and the real OpenID Provider
 # (the ``idp`` fixture of idp_support.py) for tests in every folder.
-pytest_plugins = ["gateway_harness", "idp_support"]
+pytest_plugins = ["gateway_harness", "idp_support", "two_issuers_support"]
 
 # Both CEL engines behind gateway.policy.cel. An engine-dependent test (one taking ``engine``) runs on
 # the engine ``--engine`` names (default: the gateway's default engine, or $GATEWAY_TEST_ENGINE);

@@ -2,40 +2,31 @@
 a decision log that names each by issuer, subject and token id hash, never by the token.
 
 Issuer A is the real OpenID Provider of the tests (``idp``: a real authorization code + PKCE flow through its
-dev login). Issuer B is this module's own: RSA keys made here, served as a JWKS with discovery on loopback,
-signing access tokens the way an IdP does (``typ: at+jwt``, ``aud`` the gateway's resource). The gateway is
-served from its config (``auth.jwt`` lists both, API keys stay beside them) and called over real HTTP.
+dev login). Issuer B is tests/two_issuers_support.py's: RSA keys made there, served as a JWKS with discovery
+on loopback, signing access tokens the way an IdP does (``typ: at+jwt``, ``aud`` the gateway's resource). The
+gateway is served from its config (``auth.jwt`` lists both, API keys stay beside them) and called over real HTTP.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import logging
-import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 import pytest_asyncio
-from joserfc import jwt
-from joserfc.jwk import RSAKey
-from loopback import serve_app
 from raw_mcp import MCP_HEADERS, RawMcp, message_of
-from starlette.applications import Starlette
-from starlette.responses import JSONResponse
-from starlette.routing import Route
+from two_issuers_support import alices, claims_of, two_issuers_auth
 
 from gateway.policy.load import load_policy_set
 from gateway.testing.replay import read_events, replay
 
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
-AUDIENCE = "https://gateway.test/mcp"
 POLICY = """
 policy: budget
 rules:
@@ -50,62 +41,15 @@ rules:
 """
 
 
-class SecondIssuer:
-    """An issuer of our own on loopback: discovery, a JWKS, and access tokens signed with its key."""
-
-    def __init__(self) -> None:
-        self.key = RSAKey.generate_key(2048, parameters={"kid": "b-1", "alg": "RS256", "use": "sig"})
-        self.issuer = ""
-
-    def app(self) -> Starlette:
-        async def discovery(_: Any) -> JSONResponse:
-            return JSONResponse({"issuer": self.issuer, "jwks_uri": f"{self.issuer}/jwks"})
-
-        async def jwks(_: Any) -> JSONResponse:
-            return JSONResponse({"keys": [self.key.as_dict(private=False)]})
-
-        return Starlette(routes=[Route("/.well-known/openid-configuration", discovery), Route("/jwks", jwks)])
-
-    def token(self, sub: str, **claims: Any) -> str:
-        now = int(time.time())
-        payload = {"iss": self.issuer, "sub": sub, "aud": AUDIENCE, "iat": now, "nbf": now, "exp": now + 600,
-                   "jti": uuid.uuid4().hex, "groups": ["eng"], "scope": "mcp", **claims}
-        return jwt.encode({"alg": "RS256", "typ": "at+jwt", "kid": "b-1"}, payload, self.key)
-
-
-def _jwt(issuer: str, **extra: Any) -> dict[str, Any]:
-    return {"issuer": issuer, "audiences": [AUDIENCE], "algorithms": ["RS256"],
-            "principal": {"id": "claims.sub", "groups": "has(claims.groups) ? claims.groups : []"}, **extra}
-
-
-def _claims(token: str) -> dict[str, Any]:
-    """A token's payload, unverified (the test reads what it was given)."""
-    part = token.split(".")[1]
-    claims: dict[str, Any] = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
-    return claims
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def second_issuer() -> AsyncIterator[SecondIssuer]:
-    """Issuer B, served in the session loop (where the gateway runs) for the module."""
-    second = SecondIssuer()
-    async with serve_app(second.app(), lifespan="off") as url:
-        second.issuer = url
-        yield second
-
-
 @pytest_asyncio.fixture(loop_scope="session")
 async def two_issuers(idp, second_issuer, start_gateway, configs, http_api):
     """(gateway, alice's token from A, alice's token from B, issuer B)."""
     second = second_issuer
-    auth = {"api_keys": configs.api_keys("alice", "bob"),
-            "jwt": [_jwt(idp.issuer), _jwt(second.issuer, jwks_uri=f"{second.issuer}/jwks")]}
+    auth = two_issuers_auth(idp, second, configs.api_keys("alice", "bob"))
     config = configs.base(configs.http_upstream("api", http_api.url), auth=auth,
                           env={"stage": "test", "issuer_a": idp.issuer})
     gateway = await start_gateway(config, {"p.yaml": POLICY})
-    token_a = await idp.user_token("alice", resource=AUDIENCE, scope="openid mcp")
-    token_b = second.token("alice")
-    assert _claims(token_a)["sub"] == _claims(token_b)["sub"] == "alice"
+    token_a, token_b = await alices(idp, second)
     return gateway, token_a, token_b, second
 
 
@@ -150,7 +94,7 @@ async def test_two_issuers_alices_keep_their_runs_and_see_their_issuer(two_issue
     for issuer, token in ((gateway.config.spec.env["issuer_a"], token_a), (second.issuer, token_b)):
         assert by_issuer[issuer] == {
             "id": "alice", "groups": by_issuer[issuer]["groups"], "kind": "jwt", "issuer": issuer,
-            "subject": "alice", "token_id_hash": hashlib.sha256(_claims(token)["jti"].encode()).hexdigest()}
+            "subject": "alice", "token_id_hash": hashlib.sha256(claims_of(token)["jti"].encode()).hexdigest()}
 
 
 async def test_no_token_reaches_the_decision_log_the_logs_or_the_store(two_issuers, caplog, capfd):
