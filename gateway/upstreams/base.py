@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["HealthChecked", "ToolProgress", "ToolResult", "Upstream", "UpstreamTool", "listening", "resolve_command",
-           "text_result"]
+__all__ = ["ActsForCaller", "HealthChecked", "ToolProgress", "ToolResult", "Upstream", "UpstreamTool", "listening",
+           "needs_caller_token", "resolve_command", "text_result"]
 
 # Where an upstream's progress notifications for one call go: (progress, total, message), as MCP sends them.
 ToolProgress = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -89,6 +89,21 @@ class Upstream(Protocol):
     def on_tools_changed(self, callback: Callable[[], None]) -> None:
         """Ask to be told when the tool list changes."""
         ...
+
+
+@runtime_checkable
+class ActsForCaller(Protocol):
+    """An upstream whose credentials may be made from its caller's own token (``auth: token_exchange``)."""
+
+    @property
+    def needs_caller_token(self) -> bool:
+        """Whether a call reaches it only for a caller with a verified token (not an API key, not anonymous)."""
+        ...
+
+
+def needs_caller_token(upstream: Upstream) -> bool:
+    """Whether ``upstream`` can run a call only for a caller with a verified token."""
+    return isinstance(upstream, ActsForCaller) and upstream.needs_caller_token
 
 
 @runtime_checkable
