@@ -238,7 +238,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     interval = parse_duration(config.spec.reload_interval)
     supervisor = build_supervisor(config, gateway.registry)
     models = build_model_proxy(config, gateway)
-    sso = build_sso(config, auth.jwt)
+    sso = build_sso(config, auth.jwt, refused=gateway.observer.sso_refused)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gateway.auth.sso import IdTokenChecker, OidcClient, OidcFlow, SignIns
 from gateway.auth.sso_sessions import Sessions
 from gateway.config.load import LoadedConfig, resolve_secret
@@ -12,8 +14,10 @@ from gateway.frontends.sso import SsoPages
 __all__ = ["build_sso"]
 
 
-def build_sso(config: LoadedConfig, checker: IdTokenChecker | None) -> SsoPages | None:
-    """The sign-in pages for the config's ``approvals.sso`` (None when it is not set); its secret is read now."""
+def build_sso(config: LoadedConfig, checker: IdTokenChecker | None,
+              refused: Callable[[str], None] | None = None) -> SsoPages | None:
+    """The sign-in pages for the config's ``approvals.sso`` (None when it is not set); its secret is read now.
+    ``refused`` is told the reason of each refused sign-in (for /metrics)."""
     sso = config.spec.approvals.sso
     if sso is None:
         return None
@@ -26,4 +30,4 @@ def build_sso(config: LoadedConfig, checker: IdTokenChecker | None) -> SsoPages 
                                       str(config.file))]) from None
     client = OidcClient(sso.issuer.rstrip("/"), sso.client_id, secret, tuple(sso.scopes), sso.token_auth_method)
     return SsoPages(OidcFlow(client, checker), SignIns(), Sessions(sso.lifetime_seconds()), sso.display_name(),
-                    config.spec.approvals.public_url)
+                    config.spec.approvals.public_url, refused=refused)

@@ -43,8 +43,14 @@ from gateway.core.limits import (
     SSO_LOGIN_SECONDS,
 )
 
-__all__ = ["Endpoints", "IdTokenChecker", "OidcClient", "OidcFlow", "PendingLogin", "SignIns", "SsoRefused",
-           "error_word", "pkce_challenge"]
+__all__ = ["SSO_REFUSAL_REASONS", "Endpoints", "IdTokenChecker", "OidcClient", "OidcFlow", "PendingLogin", "SignIns",
+           "SsoRefused", "error_word", "pkce_challenge"]
+
+
+# Every ``SsoRefused.reason`` (and ``not-approver``: signed in, but with neither role): what /metrics counts
+# sign-ins refused by, so the label stays bounded whatever is raised later (anything else counts as ``other``).
+SSO_REFUSAL_REASONS = frozenset({"bad-code", "bad-id-token", "bad-nonce", "bad-state", "idp-refused",
+                                 "idp-unavailable", "not-allowed", "other-browser", "token-refused", "not-approver"})
 
 
 class SsoRefused(CredentialError):

@@ -7,9 +7,11 @@ it: every gateway serves the same document, so it holds no secret, no tool name 
 it is served without a key so clients and fuzzers (schemathesis in tests/fuzz) can read it before
 they have one. Tool names and their input schemas stay behind authentication at ``GET /v1/tools``.
 
-Not described here: ``/mcp`` (JSON-RPC over streamable HTTP, specified by MCP itself) and the
-approvals page (HTML). tests/frontends/test_openapi_doc.py compares this document with the app's
-routes, so a REST route added without a description here fails the suite.
+Not described here (``UNDESCRIBED_PATHS``, each with its reason): ``/mcp`` (JSON-RPC over streamable HTTP,
+specified by MCP itself), the approvals page (HTML) and its single sign-on (browser redirects and the page's
+cookie session), and the RFC 9728 protected resource metadata (its shape is that RFC's).
+tests/frontends/test_openapi_doc.py compares this document with the routes of an app with every part
+configured, so a REST route added without a description here fails the suite.
 """
 
 from __future__ import annotations
@@ -28,11 +30,22 @@ __all__ = ["OPENAPI_PATH", "UNDESCRIBED_PATHS", "openapi_document", "openapi_rou
 
 OPENAPI_PATH = "/openapi.json"
 
-# Routes of the app that are not REST and so not in this document, with the reason.
+# Routes of the app that are not REST and so not in this document, with the reason (some are served only when
+# their part is configured: tests/frontends/test_openapi_doc.py builds an app with every part).
 UNDESCRIBED_PATHS = {
     "/mcp": "MCP's JSON-RPC over streamable HTTP, described by the MCP specification",
     "/approvals": "the approvals page (HTML for people)",
     "/approvals/{approval_id}": "the approvals page (HTML for people)",
+    # Single sign-on (`approvals.sso`): the browser's side of the authorization code flow and the page's
+    # cookie session, for people at the approvals page; scripts decide approvals with a key on /v1/approvals.
+    "/approvals/sso/login": "the approvals page's sign-in: a browser redirect to the identity provider",
+    "/approvals/sso/callback": "the approvals page's sign-in: the identity provider's redirect back to it",
+    "/approvals/sso/session": "the approvals page's own view of its cookie session (not an API for clients)",
+    "/approvals/sso/logout": "the approvals page's sign-out of its cookie session (not an API for clients)",
+    # `auth.resource_metadata`: a document whose shape RFC 9728 defines, for OAuth clients to discover.
+    "/.well-known/oauth-protected-resource": "RFC 9728 protected resource metadata, described by that RFC",
+    "/.well-known/oauth-protected-resource/mcp": "RFC 9728 protected resource metadata for /mcp, described by that"
+                                                 " RFC",
     OPENAPI_PATH: "this document itself",
 }
 

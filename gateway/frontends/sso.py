@@ -25,6 +25,7 @@ from __future__ import annotations
 import html
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.requests import Request
@@ -32,7 +33,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.auth.sso import OidcFlow, SignIns, SsoRefused, error_word
+from gateway.auth.sso import SSO_REFUSAL_REASONS, OidcFlow, SignIns, SsoRefused, error_word
 from gateway.auth.sso_sessions import Session, Sessions
 from gateway.core.clock import rfc3339
 from gateway.core.limits import SSO_LOGIN_SECONDS
@@ -93,12 +94,18 @@ class SsoPages:
     """The sign-in routes over one IdP flow, its sign-ins under way and the sessions."""
 
     def __init__(self, flow: OidcFlow, signins: SignIns, sessions: Sessions, name: str,
-                 public_url: str | None = None) -> None:
+                 public_url: str | None = None, *, refused: Callable[[str], None] | None = None) -> None:
         self.flow = flow
         self.signins = signins
         self.sessions = sessions
         self.name = name
         self.public_url = public_url.rstrip("/") if public_url else None
+        self._refused = refused  # told each refused sign-in's reason (``gateway_sso_refusals_total``)
+
+    def _count(self, reason: str) -> None:
+        """Count a refused sign-in by its reason, one of ``SSO_REFUSAL_REASONS`` (anything else as ``other``)."""
+        if self._refused is not None:
+            self._refused(reason if reason in SSO_REFUSAL_REASONS else "other")
 
     def site(self, scope: Scope) -> _Site:
         """The page's base URL: ``approvals.public_url``, else this request's own (its Host passed the edge)."""
@@ -141,6 +148,7 @@ class SsoPages:
         try:
             url = await self.flow.authorization_url(pending)
         except SsoRefused as exc:
+            self._count(exc.reason)
             return _page(site, exc.status, "Cannot sign in now", str(exc))
         response = RedirectResponse(url, 303, headers=_NO_STORE)
         response.set_cookie(site.name(_LOGIN), browser, max_age=int(SSO_LOGIN_SECONDS), path="/",
@@ -159,11 +167,13 @@ class SsoPages:
             identity, id_token = await self.flow.finish(pending, query.get("code"))
         except SsoRefused as exc:
             log.warning("approvals page: a sign-in was refused (%s)", exc.reason)  # the reason only: no token, no code
+            self._count(exc.reason)
             response = _page(site, exc.status, "Sign-in failed", str(exc))
         else:
             log.info("approvals page: %r signed in with %s (approver %s, admin %s)", identity.principal.id,
                      self.flow.client.issuer, identity.approver, identity.admin)
             if not (identity.approver or identity.admin):
+                self._count("not-approver")
                 response = _page(site, 403, "Not an approver", (
                     f"You signed in as {identity.principal.id}, who may not decide approval requests here."
                     " Ask for the approver role, or sign in with another account."))

@@ -104,6 +104,9 @@ class Metrics:
                                       " share (held)", ["share"], registry=r)
         self.auth_refusals = Counter("gateway_auth_refusals", "Bearer tokens refused, by reason (a bounded set:"
                                      " expired, bad-audience, unknown-key, ...)", ["reason"], registry=r)
+        self.sso_refusals = Counter("gateway_sso_refusals", "Sign-ins at the approvals page refused, by reason (a"
+                                    " bounded set: bad-state, not-approver, idp-unavailable, ...)", ["reason"],
+                                    registry=r)
         self.active_runs = Gauge("gateway_active_runs", "Runs (sessions) with a call in progress",
                                  registry=r, multiprocess_mode="livesum")
         self.in_flight = Gauge("gateway_calls_in_flight", "Calls in progress", registry=r,
@@ -184,6 +187,10 @@ class Metrics:
     def auth_refused(self, reason: str) -> None:
         """A bearer token refused (gateway/auth/jwt.py): ``reason`` is one of ``core.errors.TOKEN_REFUSALS``."""
         self.auth_refusals.labels(reason).inc()
+
+    def sso_refused(self, reason: str) -> None:
+        """One sign-in at the approvals page refused (``reason`` is one of a fixed set of words)."""
+        self.sso_refusals.labels(reason).inc()
 
     def reloaded(self, result: str) -> None:
         """A policy reload: applied, refused (invalid files) or unrecorded (the audit log failed)."""

@@ -84,6 +84,12 @@ class CallObserver:
         if self.metrics is not None:
             self.metrics.auth_refused(reason)
 
+    def sso_refused(self, reason: str) -> None:
+        """A sign-in at the approvals page refused, by its bounded reason (gateway/frontends/sso.py): counted when
+        metrics are on."""
+        if self.metrics is not None:
+            self.metrics.sso_refused(reason)
+
     async def call(self, request: _Request, run: Awaitable[Out], registry: _Registry) -> Out:
         """Run one call (``run``) inside its span, counting it in flight and its outcome when done."""
         if self._quiet and request.traceparent is None:

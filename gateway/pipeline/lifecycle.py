@@ -1,7 +1,8 @@
 """The life of one call, in order. Each step is a method of ``Gateway`` or a call into a module of its own.
 
     per-principal limits → admit the values (policies must see exactly what the tool gets) → the run's
-    session (a terminated run ends here) → resolve tool → check the values sent (size; what the client
+    session (a terminated run ends here) → resolve tool → admit the caller (an upstream that acts on its
+    caller's behalf needs a caller with a verified token) → check the values sent (size; what the client
     must answer; the input schema's types and ranges: what policies read) → request-stage policies
     (mutate, validate) → check the final args against the tool's input schema (what a rewrite may mend:
     missing or extra arguments) → approval (the gate; held on a connection only within the principal's
@@ -30,7 +31,7 @@ from gateway.core.errors import AuditWriteError, StoreUnavailable, UnknownToolEr
 from gateway.core.values import Profile, printable, problem, shown_id
 from gateway.observe.observer import CallObserver
 from gateway.observe.tracing import current_trace_id
-from gateway.pipeline.admission import input_problem, withheld
+from gateway.pipeline.admission import input_problem, no_token_refusal, withheld
 from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
 from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.call_events import outcome_event
@@ -156,6 +157,7 @@ class Gateway(Questions):
             self._admit_values(trace)
             session = await self._open_session(trace)
             tool = await self._resolve_tool(trace, policy_set)
+            self._admit_caller(trace, tool)
             self._check_values_sent(trace, tool)
             call, decision = await self._request_stage(trace, tool, session, policy_set)
             self._check_final_args(trace, tool, decision)
@@ -204,6 +206,13 @@ class Gateway(Questions):
             raise _Ended(_outcome(orphan), counted=False)
         self._finish(trace, refusal(request.call_id, "unknown_tool", "unknown tool"), policy_set, count=False)
         raise UnknownToolError(request.tool)
+
+    def _admit_caller(self, trace: CallTrace, tool: ExposedTool) -> None:
+        """A caller without a verified token (an API key, anonymous) to an upstream that acts on its caller's behalf is
+        refused here, before the policies: no approver is asked about a call that could never run."""
+        request = trace.request
+        if request.caller_token is None and self.acts_for_caller(tool):
+            raise _Ended(no_token_refusal(request.call_id, tool.upstream.name), counted=False)
 
     def _check_values_sent(self, trace: CallTrace, tool: ExposedTool) -> None:
         """The arguments' size, what the tool asks the client, and the input schema's types (what policies read)."""

@@ -20,6 +20,7 @@ from gateway.pipeline.settings import CallSettings
 from gateway.policy.call import Principal, ToolCall
 from gateway.reload.holder import PolicyHolder
 from gateway.store.base import SessionStore
+from gateway.upstreams.base import needs_caller_token
 from gateway.upstreams.client_requests import Declares, undeclared
 from gateway.upstreams.items import ItemCatalog
 from gateway.upstreams.registry import ExposedTool, ToolRegistry
@@ -62,6 +63,11 @@ class Questions:
                 ToolCall(tool.info, principal=principal, env=self.settings.env)):
             return None
         return tool
+
+    def acts_for_caller(self, tool: ExposedTool) -> bool:
+        """Whether the tool's upstream runs a call only on behalf of a caller with a verified token (its credential
+        is exchanged from the caller's token): a caller with an API key, or anonymous, cannot use it."""
+        return needs_caller_token(tool.upstream)
 
     def item_catalog(self) -> ItemCatalog:
         """The resources and prompts of the upstreams, for the pipeline's item gate (gateway/pipeline/items.py)."""

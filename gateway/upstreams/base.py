@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["HealthChecked", "ToolProgress", "ToolResult", "Upstream", "UpstreamTool", "listening", "resolve_command",
-           "text_result"]
+__all__ = ["HealthChecked", "ToolProgress", "ToolResult", "Upstream", "UpstreamTool", "listening",
+           "needs_caller_token", "resolve_command", "text_result"]
 
 # Where an upstream's progress notifications for one call go: (progress, total, message), as MCP sends them.
 ToolProgress = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -89,6 +89,15 @@ class Upstream(Protocol):
     def on_tools_changed(self, callback: Callable[[], None]) -> None:
         """Ask to be told when the tool list changes."""
         ...
+
+
+def needs_caller_token(upstream: Upstream) -> bool:
+    """Whether ``upstream`` can run a call only for a caller with a verified token (not an API key, not anonymous).
+
+    An upstream whose credentials are made from its caller's own token (``auth: token_exchange``: HttpUpstream,
+    McpUpstream) says so with a ``needs_caller_token`` property; any other has none. Asked on every call, so it is
+    an attribute read, not an ``isinstance`` of a runtime-checkable protocol (tens of microseconds)."""
+    return getattr(upstream, "needs_caller_token", False) is True
 
 
 @runtime_checkable

@@ -35,7 +35,7 @@ from gateway.core.scrub import REDACTED
 from gateway.upstreams.token_client import IssuedToken, TokenClient
 
 __all__ = ["ACCESS_TOKEN_TYPE", "TOKEN_EXCHANGE_GRANT", "BearerAuth", "ClientCredentials", "TokenCache",
-           "TokenExchange", "UpstreamCredentials", "acting_for", "scrubbed"]
+           "TokenExchange", "UpstreamCredentials", "acting_for", "no_caller_token", "scrubbed"]
 
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
@@ -62,8 +62,18 @@ def acting_for(token: str | None) -> Iterator[None]:
         _caller.reset(reset)
 
 
+def no_caller_token(upstream: str) -> str:
+    """Why a caller without a verified token (an API key, or none) cannot use an upstream that acts for its caller."""
+    return (f"Upstream {upstream!r} acts on behalf of the caller, so it needs a caller signed in with the identity"
+            " provider (a token); a caller with an API key, or none, cannot use it.")
+
+
 class UpstreamCredentials(Protocol):
     """The credential an upstream's request carries; raises ``UpstreamCredentialsError`` when there is none."""
+
+    # Whether the credential is made from the caller's own token (token exchange): a caller without one
+    # cannot use the upstream, and the pipeline refuses its calls before the policies (and any approver) see them.
+    needs_caller_token: bool
 
     async def authorization(self) -> str:
         """The ``Authorization`` header value for a request sent now (``Bearer …``)."""
@@ -163,6 +173,8 @@ class _Bearer:
 class ClientCredentials(_Bearer):
     """The gateway's own token for the upstream (RFC 6749 section 4.4), one for every caller."""
 
+    needs_caller_token = False
+
     def __init__(self, client: TokenClient, *, audience: str | None = None, resource: str | None = None,
                  scopes: Sequence[str] = (), cache: TokenCache | None = None) -> None:
         super().__init__(client, TokenCache(max_entries=1) if cache is None else cache)
@@ -176,6 +188,8 @@ class ClientCredentials(_Bearer):
 class TokenExchange(_Bearer):
     """The caller's token exchanged at the IdP for one whose audience is the upstream (RFC 8693)."""
 
+    needs_caller_token = True
+
     def __init__(self, client: TokenClient, upstream: str, *, audience: str | None = None,
                  resource: str | None = None, scopes: Sequence[str] = (),
                  requested_token_type: str = ACCESS_TOKEN_TYPE, cache: TokenCache | None = None) -> None:
@@ -188,9 +202,7 @@ class TokenExchange(_Bearer):
         """``Bearer`` and a token for this upstream on behalf of the current caller."""
         caller = _caller.get()
         if caller is None:
-            raise UpstreamCredentialsError(
-                f"Upstream {self._upstream!r} acts on behalf of the caller, so it needs a caller signed in with"
-                " the identity provider (a token); a caller with an API key, or none, cannot use it.")
+            raise UpstreamCredentialsError(no_caller_token(self._upstream))
         key = hashlib.sha256(caller.token.encode()).hexdigest()
         grant = {**self._grant, "subject_token": caller.token}
         return "Bearer " + await self.cache.get(key, lambda: self.client.request(grant))

@@ -83,6 +83,11 @@ class HttpUpstream:
         self.transport: LeanTransport | None = None  # set by start() when the lean transport carries requests
 
     @property
+    def needs_caller_token(self) -> bool:
+        """Whether its credential is made from the caller's token (token exchange): no use to a caller without one."""
+        return self.credentials is not None and self.credentials.needs_caller_token
+
+    @property
     def base_url(self) -> str:
         """Where every request of this upstream goes."""
         return self._base

@@ -143,16 +143,45 @@ async def test_token_exchange_over_mcp(idp, start_gateway, configs, connect_mcp,
                    gateway.audit_path.read_text(), everything_logged(caplog))
 
 
+NO_TOKEN = ("Upstream 'who' acts on behalf of the caller, so it needs a caller signed in with the identity provider"
+            " (a token); a caller with an API key, or none, cannot use it. The tool did not run.")
+
+
 async def test_an_api_key_caller_is_refused_by_a_token_exchange_upstream(idp, start_gateway, configs, rest,
-                                                                        rest_call):
+                                                                        rest_call, call_id):
     async with parts(idp) as (upstream, proxy, api, token_url):
         gateway = await start_gateway(signed_in(configs, idp, configs.http_upstream(
             "who", api, WHOAMI, {"auth": token_exchange(idp, token_url)})), POLICIES)
-        body = await rest_call(rest(gateway, "alice"), "who_whoami", {})
-    assert body["is_error"] is True
-    assert body["content"][0]["text"] == (
-        "Upstream 'who' acts on behalf of the caller, so it needs a caller signed in with the identity provider"
-        " (a token); a caller with an API key, or none, cannot use it. The tool did not run.")
+        cid = call_id()
+        body = await rest_call(rest(gateway, "alice"), "who_whoami", {}, call_id=cid)
+    assert body["is_error"] is True and body["decision"] == "caller_token_required"
+    assert body["content"][0]["text"] == NO_TOKEN
+    assert proxy.grants == [] and upstream.tokens == []
+    event = gateway.audit_event(cid)  # refused at admission, on the record like any refused call
+    assert event["verdict"] == "caller_token_required" and event["message"] == NO_TOKEN
+    assert event["principal"]["id"] == "alice"
+    assert event["rules"] == [] and event["upstream_outcome"] == {"status": "not_called"}  # before the policies
+
+
+async def test_an_api_key_callers_call_that_needs_approval_is_refused_before_an_approver_is_asked(
+        idp, start_gateway, configs, rest, rest_call, call_id):
+    """A call that could never run (no caller token for a token-exchange upstream) is not put to an approver."""
+    held = ("policy: p\nrules:\n  - id: ask\n    tools: [who_whoami]\n    action: approve\n"
+            "    approval: {approvers: [\"group:staff\"], timeout: 5m}\n")
+    async with parts(idp) as (upstream, proxy, api, token_url):
+        config = signed_in(configs, idp, configs.http_upstream("who", api, WHOAMI,
+                                                               {"auth": token_exchange(idp, token_url)}))
+        config["auth"]["api_keys"][1]["approver"] = True  # bob decides approvals
+        gateway = await start_gateway(config, {"p.yaml": held})
+        cid = call_id()
+        body = await rest_call(rest(gateway, "alice"), "who_whoami", {}, call_id=cid)
+        listed = await rest(gateway, "bob").get("/v1/approvals", params={"state": "pending"})
+    assert body["is_error"] is True and body["decision"] == "caller_token_required", body  # at once, not pending
+    assert body["content"][0]["text"] == NO_TOKEN
+    assert listed.status_code == 200 and listed.json()["approvals"] == []  # nobody is asked
+    assert not [e for e in gateway.audit_events() if str(e.get("event", "")).startswith("approval")]
+    event = gateway.audit_event(cid)
+    assert event["verdict"] == "caller_token_required" and event["rules"] == [] and event["approval"] is None
     assert proxy.grants == [] and upstream.tokens == []
 
 

@@ -27,16 +27,28 @@ TOOL = "secretive_lookup"  # a tool name that must not leak into the public docu
 OPEN_PATHS = {"/healthz", "/readyz"}  # the only operations served without a key
 
 
-def make_app(root: Path) -> Starlette:
-    """The real app from a real gateway.yaml (one key, one HTTP tool on a port nobody needs)."""
+# An issuer nobody answers for: building the app reads no discovery document (keys are fetched once it serves).
+ISSUER = "https://idp.example.test"
+
+
+def make_app(root: Path, *, every_part: bool = False) -> Starlette:
+    """The real app from a real gateway.yaml (one key, one HTTP tool on a port nobody needs); ``every_part``
+    adds what serves routes of its own only when configured: ``auth.jwt`` with ``auth.resource_metadata``
+    (RFC 9728 metadata) and ``approvals.sso`` (the approvers' sign-in)."""
     (root / "policies").mkdir()
     (root / "policies" / "p.yaml").write_text("policy: p\nrules: []\n", encoding="utf-8")
-    config = {
+    config: dict[str, Any] = {
         "policies": ["policies"], "store": {"sqlite": "data/gateway.sqlite3"}, "audit": {"file": "data/audit.jsonl"},
         "auth": {"api_keys": [{"principal": {"id": "alice"}, "sha256": KEY_HASH}]},
         "upstreams": [{"name": "secretive", "http": {"base_url": "http://127.0.0.1:9", "tools": [
             {"name": "lookup", "method": "GET", "path": "/lookup"}]}}],
     }
+    if every_part:
+        config["auth"]["jwt"] = [{"issuer": ISSUER, "audiences": ["https://gateway.example.test/mcp"]}]
+        config["auth"]["resource_metadata"] = {"resource": "https://gateway.example.test/mcp",
+                                               "authorization_servers": [ISSUER]}
+        config["approvals"] = {"public_url": "https://gateway.example.test",
+                               "sso": {"issuer": ISSUER, "client_id": "approvals-page"}}
     (root / "gateway.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     return build_app(load_config(root / "gateway.yaml"))
 
@@ -44,6 +56,14 @@ def make_app(root: Path) -> Starlette:
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[Starlette]:
     built = make_app(tmp_path)
+    yield built
+    built.state.gateway.store.close()
+
+
+@pytest.fixture
+def full_app(tmp_path: Path) -> Iterator[Starlette]:
+    """The app with every part that has routes of its own configured (so every route there can be is checked)."""
+    built = make_app(tmp_path, every_part=True)
     yield built
     built.state.gateway.store.close()
 
@@ -82,9 +102,11 @@ def test_every_reference_resolves() -> None:
             node = node[key]
 
 
-def test_the_document_describes_exactly_the_rest_routes(app: Starlette) -> None:
-    """A route added to the app without a description here (or described but gone) fails this test."""
-    served = served_operations(list(app.routes))
+def test_the_document_describes_exactly_the_rest_routes(full_app: Starlette) -> None:
+    """A route added to the app without a description here (or described but gone) fails this test; the app has
+    single sign-on and the protected resource metadata configured, so their routes are checked too."""
+    served = served_operations(list(full_app.routes))
+    assert {"/approvals/sso/login", "/.well-known/oauth-protected-resource"} <= {path for path, _ in served}
     described = {(path, method) for path, item in openapi_document()["paths"].items() for method in item}
     undescribed = {(path, method) for path, method in served if path in UNDESCRIBED_PATHS}
     assert described == served - undescribed

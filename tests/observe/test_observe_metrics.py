@@ -8,12 +8,15 @@ import json
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx2
 import pytest
 import pytest_asyncio
+from sso_support import HttpApprover, jwt_auth, register_client
 
 from gateway.auth.keys import hash_key
+from gateway.auth.sso import SSO_REFUSAL_REASONS
 from gateway.observe.metrics import families
 
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
@@ -249,3 +252,34 @@ async def test_audit_write_failures_are_counted(start_gateway, configs, rest, re
     series = await scrape(gw)
     assert value(series, "gateway_audit_write_failures_total") >= 1
     assert value(series, "gateway_calls_total", upstream="up", outcome="audit_failed") == 1
+
+
+async def test_refused_sign_ins_at_the_approvals_page_count_once_each_by_a_bounded_reason(
+        idp, start_gateway, configs, monkeypatch):
+    """A forged state and a signed-in non-approver each count once; a good sign-in counts nothing; a hostile
+    state or IdP error text never becomes a label."""
+    client = await register_client(idp)
+    monkeypatch.setenv("TEST_SSO_SECRET", str(client.client_secret))
+    config = configs.base(auth={"api_keys": _keys(configs), "jwt": [jwt_auth(idp)]},
+                          approvals={"sso": {"issuer": idp.issuer, "client_id": client.client_id,
+                                             "client_secret": {"env": "TEST_SSO_SECRET"}}})
+    gw = await start_gateway(config, {"obs.yaml": "policy: empty\nrules: []\n"})
+    await idp.set_user("alice")  # the table's groups (another test may have changed them)
+    before = await scrape(gw)
+    browsers = [HttpApprover(gw.url, idp) for _ in range(3)]
+    try:
+        forger, bob, alice = browsers
+        callback = urlsplit(await forger.at_idp(await forger.start(), "alice"))
+        query = {**dict(parse_qsl(callback.query)), "state": "forged-<script>-" + "x" * 40}
+        forged = await forger.back(urlunsplit(callback._replace(query=urlencode(query))))
+        assert forged.status_code == 400
+        assert (await bob.sign_in("bob")).status_code == 403  # signed in at the IdP, but no approver here
+        assert (await alice.sign_in("alice")).status_code == 303  # a lead: signed in, nothing refused
+    finally:
+        for browser in browsers:
+            await browser.aclose()
+    after = await scrape(gw)
+    moved = {dict(labels)["reason"]: count - before.get((name, labels), 0.0)
+             for (name, labels), count in after.items() if name == "gateway_sso_refusals_total"}
+    assert {reason: n for reason, n in moved.items() if n} == {"bad-state": 1, "not-approver": 1}
+    assert set(moved) <= SSO_REFUSAL_REASONS | {"other"}  # the label's values are a fixed set

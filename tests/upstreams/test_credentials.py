@@ -14,6 +14,7 @@ from token_endpoint import CLIENT_ID, CLIENT_SECRET, TokenEndpointApp
 from upstream_identity_support import AUDIENCE, parts
 
 from gateway.core.errors import UpstreamCredentialsError
+from gateway.upstreams.base import needs_caller_token
 from gateway.upstreams.credentials import (
     ACCESS_TOKEN_TYPE,
     TOKEN_EXCHANGE_GRANT,
@@ -22,6 +23,8 @@ from gateway.upstreams.credentials import (
     TokenExchange,
     acting_for,
 )
+from gateway.upstreams.http import HttpUpstream
+from gateway.upstreams.mcp.upstream import McpUpstream
 from gateway.upstreams.token_client import IssuedToken, TokenClient, TokenEndpoint
 
 Serve = Callable[[ASGIApp], Awaitable[str]]
@@ -151,6 +154,22 @@ async def test_a_caller_without_a_token_is_refused_and_the_idp_is_not_asked(serv
         await credentials.authorization()
     assert idp.requests == []
     await credentials.aclose()
+
+
+async def test_the_upstream_says_whether_it_needs_the_callers_token(serve):
+    """What the pipeline asks before the policies (gateway.upstreams.base.needs_caller_token): only an upstream
+    whose credential is exchanged from the caller's token needs one; its own token, a static one or none do not."""
+    idp = TokenEndpointApp()
+    exchange = TokenExchange(await idp_client(serve, idp), "billing", audience="billing")
+    own = ClientCredentials(await idp_client(serve, idp))
+    made = {name: HttpUpstream(name, "http://127.0.0.1:9", [], credentials=credentials)
+            for name, credentials in (("exchange", exchange), ("own", own), ("static", None))}
+    assert {name: needs_caller_token(u) for name, u in made.items()} == {"exchange": True, "own": False,
+                                                                         "static": False}
+    assert needs_caller_token(McpUpstream("mcp", url="http://127.0.0.1:9/mcp", credentials=own)) is False
+    assert idp.requests == []  # asking sends nothing
+    for credentials in (exchange, own):
+        await credentials.aclose()
 
 
 async def test_the_cache_is_bounded_least_recently_used_first():

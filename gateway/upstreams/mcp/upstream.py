@@ -92,6 +92,11 @@ class McpUpstream:
     def on_tools_changed(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)
 
+    @property
+    def needs_caller_token(self) -> bool:
+        """Whether its credential is made from the caller's token (token exchange): no use to a caller without one."""
+        return self.credentials is not None and self.credentials.needs_caller_token
+
     async def start(self) -> None:
         async with self._connect_lock:
             if self._client is not None:
