@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.auth.keys import Identity
+from gateway.auth.identity import Identity
 from gateway.core.errors import CelEvaluationError, TokenRefused
 from gateway.policy.call import Principal
 from gateway.policy.cel import Program, get_engine

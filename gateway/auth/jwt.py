@@ -33,8 +33,8 @@ import jwt as pyjwt
 from jwt import exceptions as jwt_errors
 
 from gateway.auth.claims import ClaimMapping
+from gateway.auth.identity import Identity
 from gateway.auth.jwks import IssuerKeys, IssuerStatus, JwksClient
-from gateway.auth.keys import Identity
 from gateway.core.errors import TOKEN_REFUSALS, TokenRefused
 from gateway.core.limits import MAX_BEARER_TOKEN_BYTES, MAX_JWT_HEADER_BYTES, MAX_VERIFIED_TOKENS
 

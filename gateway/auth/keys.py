@@ -12,34 +12,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from gateway.auth.identity import Identity
+from gateway.auth.jwt import JwtAuthenticators
 from gateway.core.errors import AmbiguousCredentials, CredentialError
-from gateway.policy.call import Principal
 
-if TYPE_CHECKING:
-    from gateway.auth.jwt import JwtAuthenticators
-
-__all__ = ["Authenticator", "Identity", "hash_key", "presented_key"]
+__all__ = ["Authenticator", "Identity", "hash_key", "presented_key"]  # Identity is gateway.auth.identity's
 
 
 def hash_key(key: str) -> str:
     """The SHA-256 hex digest the config stores for a key."""
     return hashlib.sha256(key.encode()).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class Identity:
-    """An authenticated caller."""
-
-    principal: Principal
-    approver: bool = False
-    admin: bool = False  # sees every approval request (still decides only what qualifies them)
-    metrics: bool = False  # scrape-only: /metrics and nothing else (admins may scrape too)
-    # The caller's verified bearer token (kind "jwt" only), kept for token exchange with upstreams; never
-    # logged, never printed, never passed through to an upstream as it is.
-    token: str | None = field(default=None, repr=False, compare=False)
 
 
 class Authenticator:

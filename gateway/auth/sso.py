@@ -33,7 +33,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import httpx2
 
-from gateway.auth.keys import Identity
+from gateway.auth.identity import Identity
 from gateway.core.errors import CredentialError
 from gateway.core.limits import (
     MAX_SSO_PENDING_LOGINS,

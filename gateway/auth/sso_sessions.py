@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.auth.keys import Identity
+from gateway.auth.identity import Identity
 from gateway.core.limits import MAX_SSO_SESSIONS
 
 __all__ = ["Session", "Sessions"]

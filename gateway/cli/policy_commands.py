@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gateway.cli.diagnostics_output import print_diagnostics
 from gateway.cli.tools_command import catalog_for_check
 from gateway.core.diagnostics import Diagnostic, Severity, SourceLines, render
 from gateway.core.validation import validate_document
@@ -37,22 +38,6 @@ def _schema_models() -> dict[str, Callable[[], type[BaseModel]]]:
 
 
 SCHEMAS = ("policy", "config")
-
-
-def print_diagnostics(diagnostics: list[Diagnostic], as_json: bool, extra: dict[str, Any]) -> None:
-    """Diagnostics as JSON (each with its source line as ``snippet`` when known), or as text with a
-    caret under the offending column: errors to stderr, warnings to stdout."""
-    sources = SourceLines()
-    if as_json:
-        print(json.dumps({**extra, "diagnostics": [_with_snippet(d, sources) for d in diagnostics]}, indent=2))
-        return
-    for d in diagnostics:
-        print(render(d, sources), file=sys.stderr if d.severity is Severity.ERROR else sys.stdout)
-
-
-def _with_snippet(d: Diagnostic, sources: SourceLines) -> dict[str, Any]:
-    line = sources.line(d.file, d.line)
-    return d.to_dict() if line is None else {**d.to_dict(), "snippet": line}
 
 
 _print_diagnostics = print_diagnostics

@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sqlite3
 import sys
 from pathlib import Path
 
-from gateway.core.diagnostics import SourceLines, render
-from gateway.core.errors import ConfigError, PolicyLoadError, StoreSchemaError, StoreUnavailable
+from gateway.cli.start_errors import START_ERRORS, report_start_error
 from gateway.observe.logs import configure_logs, uvicorn_log_config
 
-__all__ = ["START_ERRORS", "report_start_error", "serve"]
+__all__ = ["serve"]
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -65,22 +63,6 @@ def serve(args: argparse.Namespace) -> int:
     uvicorn.run(app, host=host, port=port, log_level=args.log_level, lifespan="on", log_config=log_config,
                 **server_options(config))
     return 0
-
-
-# What stops the gateway from starting, said without a traceback (by `gateway serve` and by each worker).
-START_ERRORS = (ConfigError, PolicyLoadError, OSError, sqlite3.Error, StoreSchemaError, StoreUnavailable)
-
-
-def report_start_error(exc: BaseException) -> None:
-    """Print why the gateway cannot start on stderr: diagnostics with file:line, or one line."""
-    if isinstance(exc, (ConfigError, PolicyLoadError)):
-        sources = SourceLines()
-        for d in exc.diagnostics:
-            print(render(d, sources), file=sys.stderr)
-    elif isinstance(exc, (OSError, sqlite3.Error)):  # a data file that looked fine but cannot be opened after all
-        print(f"gateway: cannot open the gateway's data files: {exc}", file=sys.stderr)
-    else:  # a newer schema, or PostgreSQL out of reach
-        print(f"gateway: {exc}", file=sys.stderr)
 
 
 def unwritable(paths: list[Path]) -> str | None:

@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
 
 def tools(args: argparse.Namespace) -> int:
     """Print the live catalog; exit 1 (printing no catalog) when it cannot be read whole."""
-    from gateway.cli.policy_commands import print_diagnostics
+    from gateway.cli.diagnostics_output import print_diagnostics
     from gateway.config.load import check_config
 
     config, problems = check_config(args.config)

@@ -160,7 +160,7 @@ def _worker(config_file: str, host: str, port: int, log_level: str, listener: so
     import uvicorn
 
     from gateway.app import build_app, server_options
-    from gateway.cli.serve_command import START_ERRORS, report_start_error
+    from gateway.cli.start_errors import START_ERRORS, report_start_error
     from gateway.config.load import load_config
     from gateway.observe.logs import configure_logs, uvicorn_log_config
 

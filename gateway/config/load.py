@@ -12,10 +12,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway.config.identity import jwt_problems
+from gateway.config.identity_checks import auth_problems, sso_problems
 from gateway.config.model import GatewayConfig, SecretRef
 from gateway.config.protected_resource import resource_metadata_problems
-from gateway.config.sso import sso_problems
-from gateway.config.upstream_auth import auth_problems
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.durations import parse_duration
 from gateway.core.errors import ConfigError

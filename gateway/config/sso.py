@@ -15,7 +15,7 @@ https unless it is this machine) are ``sso_problems``, reported at their ``file:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
@@ -24,14 +24,8 @@ from gateway.config.fields import SecretRef, check_duration
 from gateway.core.durations import parse_duration
 from gateway.core.limits import MAX_SSO_SESSION_SECONDS
 from gateway.core.strict import StrictModel
-from gateway.frontends.http.edge import is_loopback  # one definition of "this machine"
 
-if TYPE_CHECKING:
-    from gateway.config.model import GatewayConfig
-
-__all__ = ["SsoSpec", "sso_problems"]
-
-Problem = tuple[tuple[str | int, ...], str, str, str]  # (where in the config, code, message, hint)
+__all__ = ["SsoSpec"]
 
 
 class SsoSpec(StrictModel):
@@ -72,33 +66,3 @@ class SsoSpec(StrictModel):
     def display_name(self) -> str:
         """What the page's button names: ``name``, or the issuer's host."""
         return self.name or (urlsplit(self.issuer).hostname or self.issuer)
-
-
-def _loopback(host: str | None) -> bool:
-    return host is not None and is_loopback(host)
-
-
-def sso_problems(spec: GatewayConfig) -> list[Problem]:
-    """What is wrong with ``approvals.sso`` given the rest of the config (empty when it is unset or right)."""
-    sso = spec.approvals.sso
-    if sso is None:
-        return []
-    out: list[Problem] = []
-    issuers = [j.issuer.rstrip("/") for j in spec.auth.jwt]
-    if sso.issuer.rstrip("/") not in issuers:
-        out.append((("approvals", "sso", "issuer"), "sso-unknown-issuer",
-                    f"approvals.sso.issuer {sso.issuer!r} is not one of auth.jwt's issuers",
-                    "add it to auth.jwt (its principal mapping and roles decide who may approve), or use one"
-                    f" listed there: {', '.join(issuers) or 'none is configured'}"))
-    public = spec.approvals.public_url
-    page = urlsplit(public) if public else None
-    if page is not None and page.scheme != "https" and not _loopback(page.hostname):
-        out.append((("approvals", "public_url"), "sso-needs-https",
-                    f"approvals.sso needs an https approvals.public_url, not {public!r}: the session cookie and"
-                    " the IdP's code would cross the network in the clear", "serve the page over https (e.g."
-                    " behind a TLS proxy) and set approvals.public_url to its https address"))
-    if page is None and not _loopback(spec.listen.host):
-        out.append((("approvals", "sso"), "sso-needs-public-url",
-                    "approvals.sso needs approvals.public_url when listen.host is not a loopback address: the"
-                    " IdP sends approvers back to it", "set approvals.public_url to the page's https address"))
-    return out

@@ -23,8 +23,7 @@ tokens could be exchanged, token exchange for an MCP upstream, ``auth`` for a st
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -32,14 +31,9 @@ from gateway.config.fields import SecretRef
 from gateway.core.loopback import secure_url_problem
 from gateway.core.strict import StrictModel
 
-if TYPE_CHECKING:
-    from gateway.config.upstreams import UpstreamSpec
-
-__all__ = ["ClientCredentialsSpec", "TokenExchangeSpec", "UpstreamAuthSpec", "auth_problems"]
+__all__ = ["ClientCredentialsSpec", "TokenExchangeSpec", "UpstreamAuthSpec"]
 
 _ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"
-
-Report = Callable[[tuple[str | int, ...], str, str, str], None]  # (path, code, message, hint)
 
 
 def _secure(url: str | None) -> str | None:
@@ -106,41 +100,3 @@ class UpstreamAuthSpec(StrictModel):
         found = self.client_credentials or self.token_exchange
         assert found is not None
         return found
-
-
-def auth_problems(upstreams: Sequence[UpstreamSpec], jwt_issuers: int, report: Report) -> None:
-    """Report what is wrong with the upstreams' ``auth:`` in the context of the whole config.
-
-    ``upstreams`` are the config's ``UpstreamSpec``s; ``jwt_issuers`` how many ``auth.jwt`` entries there are."""
-    for i, up in enumerate(upstreams):
-        kind = up.kind
-        block = getattr(up, kind)
-        auth = block.auth
-        if auth is None:
-            continue
-        where = ("upstreams", i, kind, "auth")
-        for name in block.headers:
-            if name.lower() == "authorization":
-                report(("upstreams", i, kind, "headers", name), "auth-conflict",
-                       f"upstream {up.name!r} has both an Authorization header and 'auth'",
-                       "remove the header: 'auth' sets Authorization on every request")
-        if kind == "mcp" and block.url is None:
-            report(where, "auth-unsupported", f"upstream {up.name!r}: 'auth' needs an MCP server over HTTP (url)",
-                   "a stdio server gets its credentials from env")
-        url_field = "url" if kind == "mcp" else "base_url"
-        url = getattr(block, url_field)
-        if url is not None and (problem := secure_url_problem(url)) is not None:
-            report(("upstreams", i, kind, url_field), "auth-insecure-upstream",
-                   f"upstream {up.name!r}: {url_field} {problem}, or its token would travel in clear text",
-                   "serve the upstream over https, or give it no 'auth'")
-        if auth.token_exchange is None:
-            continue
-        if kind == "mcp":
-            report((*where, "token_exchange"), "auth-unsupported",
-                   f"upstream {up.name!r}: token exchange is not available for MCP upstreams",
-                   "an MCP upstream is one session shared by every caller, and servers bind a session to the user"
-                   " who opened it; use client_credentials, or an http/openapi upstream")
-        if jwt_issuers == 0:
-            report((*where, "token_exchange"), "token-exchange-without-jwt",
-                   f"upstream {up.name!r} exchanges the caller's token, but no caller can present one",
-                   "configure auth.jwt (callers signed in with the identity provider), or use client_credentials")

@@ -13,14 +13,18 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gateway.core.errors import AuditWriteError
 
-if TYPE_CHECKING:
-    from gateway.pipeline.audit import AuditLog
+__all__ = ["BatchWriter", "GroupCommit"]
 
-__all__ = ["GroupCommit"]
+
+class BatchWriter(Protocol):
+    """What the group commit writes through (``AuditLog``): a batch of lines made durable together."""
+
+    def append_batch(self, lines: list[bytes]) -> list[AuditWriteError | None]:
+        """For each line None, or why it is not in the file."""
 
 _Waiter = tuple[bytes, asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 
@@ -28,7 +32,7 @@ _Waiter = tuple[bytes, asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 class GroupCommit:
     """Queues encoded lines for one writer thread and wakes each caller when its line is durable."""
 
-    def __init__(self, log: AuditLog) -> None:
+    def __init__(self, log: BatchWriter) -> None:
         self._log = log
         self._lock = threading.Lock()
         self._queue: list[_Waiter] = []

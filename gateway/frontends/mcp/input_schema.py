@@ -20,7 +20,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.auth.keys import Identity
+from gateway.auth.identity import Identity
 from gateway.frontends.identity import IDENTITY_KEY
 from gateway.pipeline import Gateway
 
