@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import os
 import signal
 import socket
@@ -316,7 +317,9 @@ async def test_a_crash_loop_is_relaunched_and_logged_once(tmp_path, caplog):
     assert errors == ["upstream svc is down: svc: the launched process exited with 1 (retrying in the background)"]
     # the first recovery is told; the later flaps are not (neither their "down" nor their "back")
     warnings = [m for level, m in mine if level == logging.WARNING]
-    assert warnings == ["upstream svc is back after 1 failed attempts: 1 tools"]
+    # how many relaunches fail before one answers depends on the machine's speed (the process lives 0.4 s)
+    assert len(warnings) == 1 and re.fullmatch(r"upstream svc is back after \d+ failed attempts: 1 tools",
+                                               warnings[0]), warnings
 
 
 DEAF = ("import os, socket, sys, time\n"
