@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import os
+import re
 import signal
 import socket
 import sys
