@@ -93,15 +93,15 @@ class Principal:
     subject: str = ""  # the token's verified ``sub``; empty unless kind is "jwt"
     token_id_hash: str = ""  # SHA-256 hex of the token's ``jti`` (never the token); empty without one
 
-    @property
-    def key(self) -> str:
-        """What the gateway binds this caller's runs, sessions, usage, tasks and approvals to.
+    # What the gateway binds this caller's runs, sessions, usage, tasks and approvals to, computed once (it is
+    # read several times per call): an API key's or the anonymous principal's id, exactly as before tokens
+    # (stored rows stay theirs); for a token, its issuer and subject (``jwt_key``), so two issuers' ``sub:
+    # alice`` share nothing and no token can take an API key principal's place (config ids may not start
+    # with ``jwt:``).
+    key: str = field(init=False, repr=False, compare=False, default="")
 
-        An API key's or the anonymous principal's id, exactly as before tokens (stored rows stay theirs);
-        for a token, its issuer and subject (``jwt_key``), so two issuers' ``sub: alice`` share nothing and
-        no token can take an API key principal's place (config ids may not start with ``jwt:``).
-        """
-        return jwt_key(self.issuer, self.subject) if self.kind == "jwt" else self.id
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", jwt_key(self.issuer, self.subject) if self.kind == "jwt" else self.id)
 
     def to_cel(self) -> dict[str, Any]:
         """The ``principal`` map."""
