@@ -29,6 +29,7 @@ import httpx2
 from jwt import PyJWK
 from jwt.exceptions import PyJWTError
 
+from gateway.core.capped import TooLarge, read_capped
 from gateway.core.errors import TokenRefused
 from gateway.core.limits import (
     JWKS_FETCH_TIMEOUT_SECONDS,
@@ -85,20 +86,15 @@ class JwksClient:
                     raise KeysUnavailable(f"{what}: redirects are not followed (HTTP {response.status_code})")
                 if response.status_code != 200:
                     raise KeysUnavailable(f"{what}: HTTP {response.status_code}")
-                declared = response.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > MAX_JWKS_BYTES:
-                    raise KeysUnavailable(f"{what}: larger than {MAX_JWKS_BYTES} bytes")
-                body = bytearray()
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) > MAX_JWKS_BYTES:
-                        raise KeysUnavailable(f"{what}: larger than {MAX_JWKS_BYTES} bytes")
+                body = await read_capped(response, MAX_JWKS_BYTES)
+        except TooLarge:
+            raise KeysUnavailable(f"{what}: larger than {MAX_JWKS_BYTES} bytes") from None
         except httpx2.TimeoutException:
             raise KeysUnavailable(f"{what}: no answer within {JWKS_FETCH_TIMEOUT_SECONDS:g}s") from None
         except httpx2.HTTPError as exc:
             raise KeysUnavailable(f"{what}: {type(exc).__name__}") from None
         try:
-            doc = json.loads(bytes(body))
+            doc = json.loads(body)
         except (ValueError, RecursionError):
             raise KeysUnavailable(f"{what}: not JSON") from None
         if not isinstance(doc, dict):

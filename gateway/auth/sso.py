@@ -34,6 +34,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import httpx2
 
 from gateway.auth.identity import Identity
+from gateway.core.capped import TooLarge, read_capped
 from gateway.core.errors import CredentialError
 from gateway.core.limits import (
     MAX_SSO_PENDING_LOGINS,
@@ -286,12 +287,10 @@ class OidcFlow:
         """A JSON object from the IdP: no redirects, at most ``MAX_SSO_RESPONSE_BYTES``, all within the timeout."""
         try:
             async with asyncio.timeout(SSO_HTTP_TIMEOUT_SECONDS), self._http.stream(method, url, **kwargs) as response:
-                body = bytearray()
-                async for chunk in response.aiter_bytes():
-                    body.extend(chunk)
-                    if len(body) > MAX_SSO_RESPONSE_BYTES:
-                        raise SsoRefused(reason, "The identity provider's answer is too large.", 502)
+                body = await read_capped(response, MAX_SSO_RESPONSE_BYTES)
                 status = response.status_code
+        except TooLarge:
+            raise SsoRefused(reason, "The identity provider's answer is too large.", 502) from None
         except (httpx2.HTTPError, TimeoutError) as exc:  # the whole answer within the time, however it trickles
             raise SsoRefused(reason, "The identity provider cannot be reached. Try again shortly.", 502) from exc
         try:

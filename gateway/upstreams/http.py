@@ -16,6 +16,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx2
 
+from gateway.core.capped import TooLarge, read_capped
 from gateway.core.errors import (
     InvalidArgumentsError,
     UpstreamCredentialsError,
@@ -152,15 +153,15 @@ class HttpUpstream:
             async with asyncio.timeout(timeout), self._client.stream(
                 method, url, params=query or None, headers=headers, timeout=timeout, **payload
             ) as response:
-                content = await _read_capped(response, self.max_response_bytes)
+                content = await read_capped(response, self.max_response_bytes)
         except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:  # no connection, so nothing was sent
             raise UpstreamNotReached(f"{self.name}: {method} {url} not reached: {type(exc).__name__}: {exc}") from exc
         except (httpx2.TimeoutException, TimeoutError) as exc:  # one read's timeout, or the whole deadline
             raise UpstreamError(f"{self.name}: {method} {url} timed out after {timeout}s") from exc
         except httpx2.HTTPError as exc:
             raise UpstreamError(f"{self.name}: {method} {url} failed: {type(exc).__name__}: {exc}") from exc
-        except _ResponseTooLarge as exc:
-            raise UpstreamError(f"{self.name}: {method} {url}: {exc}") from exc
+        except TooLarge as exc:
+            raise UpstreamError(f"{self.name}: {method} {url}: response too large: {exc}") from exc
         if self.credentials is not None:
             content = self._credential_out(headers["authorization"], response.status_code, content)
         return _result(response, content)
@@ -208,23 +209,6 @@ def _query_value(value: Any) -> Any:
     if isinstance(value, list) and all(isinstance(v, (str, int, float, bool)) for v in value):
         return [text(v) for v in value]
     return text(value)
-
-
-class _ResponseTooLarge(Exception):
-    """An upstream response went past ``max_response_bytes``; reading stopped there."""
-
-
-async def _read_capped(response: httpx2.Response, limit: int) -> bytes:
-    """The (decoded) body, read only up to ``limit`` bytes; leaving the stream unread cuts the connection."""
-    declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _ResponseTooLarge(f"response too large: {declared} bytes declared, the limit is {limit}")
-    body = bytearray()
-    async for chunk in response.aiter_bytes():
-        if len(body) + len(chunk) > limit:
-            raise _ResponseTooLarge(f"response too large: more than {limit} bytes")
-        body += chunk
-    return bytes(body)
 
 
 def _result(response: httpx2.Response, content: bytes) -> ToolResult:

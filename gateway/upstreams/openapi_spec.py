@@ -29,6 +29,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx2
 
+from gateway.core.capped import TooLarge, read_capped
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.errors import ConfigError
 from gateway.core.limits import MAX_OPENAPI_DOCUMENT_BYTES, MAX_OPENAPI_DOCUMENTS, OPENAPI_FETCH_TIMEOUT_SECONDS
@@ -117,14 +118,10 @@ async def _fetch(client: httpx2.AsyncClient, url: str) -> YamlDocument:
             if response.status_code != 200:
                 where = response.headers.get("location")
                 raise unreachable(f"HTTP {response.status_code}" + (f" (redirect to {where})" if where else ""))
-            declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > MAX_OPENAPI_DOCUMENT_BYTES:
-                raise unreachable(f"{declared} bytes, the limit is {MAX_OPENAPI_DOCUMENT_BYTES}")
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > MAX_OPENAPI_DOCUMENT_BYTES:
-                    raise unreachable(f"more than {MAX_OPENAPI_DOCUMENT_BYTES} bytes")
+            try:
+                body = await read_capped(response, MAX_OPENAPI_DOCUMENT_BYTES)
+            except TooLarge as exc:
+                raise unreachable(str(exc)) from None
             kind = response.headers.get("content-type", "").lower()
     except (httpx2.TimeoutException, TimeoutError) as exc:
         raise unreachable(f"no answer within {OPENAPI_FETCH_TIMEOUT_SECONDS:g}s") from exc

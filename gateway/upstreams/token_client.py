@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import httpx2
 
+from gateway.core.capped import TooLarge, read_capped
 from gateway.core.errors import UpstreamCredentialsError
 from gateway.core.limits import TOKEN_FETCH_TIMEOUT_SECONDS, TOKEN_RESPONSE_MAX_BYTES
 from gateway.core.loopback import secure_url_problem
@@ -147,14 +148,10 @@ class TokenClient:
         if self._client is None:
             self._client = httpx2.AsyncClient(follow_redirects=False, timeout=self._timeout)
         async with self._client.stream(method, url, headers={"accept": "application/json"}, **send) as response:
-            declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > self._max_bytes:
-                raise self._failed("the identity provider's answer is too large")
-            content = bytearray()
-            async for chunk in response.aiter_bytes():
-                content += chunk
-                if len(content) > self._max_bytes:
-                    raise self._failed("the identity provider's answer is too large")
+            try:
+                content = await read_capped(response, self._max_bytes)
+            except TooLarge:
+                raise self._failed("the identity provider's answer is too large") from None
         if 300 <= response.status_code < 400:
             raise self._failed("the identity provider answered with a redirect, which is not followed")
         try:
