@@ -197,8 +197,12 @@ async def test_a_worker_that_dies_at_once_again_and_again_stops_the_gateway_with
     assert f"of starting {WORKER_CRASH_LOOP_LIMIT} times in a row" in log and "stopping the gateway" in log, log
     assert "exited with status 1" in log
     assert "error[" in log and "Traceback" not in log, log  # each worker said why, as `gateway serve` would
-    # no restart after the limit (the killed worker counts too when it had lived less than the quick-death time)
-    assert 2 + WORKER_CRASH_LOOP_LIMIT - 1 <= len(_started(gateway)) <= 2 + WORKER_CRASH_LOOP_LIMIT
+    # at least the limit's restarts (the killed worker counts too when it had lived less than the quick-death
+    # time; on a loaded machine a restarted one may take longer than that to die, and then the count starts
+    # again), and none after the gateway decided to stop
+    assert len(_started(gateway)) >= 2 + WORKER_CRASH_LOOP_LIMIT - 1, log
+    after_stop = log[log.index("stopping the gateway"):]
+    assert not re.search(r"started it again \(pid \d+\)", after_stop), after_stop
 
 
 def test_a_database_from_a_newer_gateway_is_refused_at_start(tmp_path: Path) -> None:
