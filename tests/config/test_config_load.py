@@ -10,21 +10,6 @@ from cli_run import run_cli
 from gateway.config.load import check_config, load_config
 from gateway.core.errors import ConfigError
 
-POLICY = "policy: p\nrules: [{id: r, action: allow}]\n"
-
-
-@pytest.fixture
-def config(tmp_path: Path):
-    """``config(text)`` writes gateway.yaml (and a policy dir) and returns its path."""
-    (tmp_path / "policies").mkdir()
-    (tmp_path / "policies" / "p.yaml").write_text(POLICY)
-
-    def write(text: str) -> Path:
-        path = tmp_path / "gateway.yaml"
-        path.write_text(text)
-        return path
-    return write
-
 
 def codes(path: Path) -> list[tuple[str, int, int]]:
     loaded, diagnostics = check_config(path)

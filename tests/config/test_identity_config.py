@@ -9,21 +9,7 @@ import pytest
 from gateway.config.load import check_config, load_config
 from gateway.core.errors import ConfigError
 
-POLICY = "policy: p\nrules: [{id: r, action: allow}]\n"
 HEAD = "auth:\n  jwt:\n    - issuer: https://idp.example.com\n      audiences: [https://gw.example.com/mcp]\n"
-
-
-@pytest.fixture
-def config(tmp_path: Path):
-    """``config(text)`` writes gateway.yaml (and a policy dir) and returns its path."""
-    (tmp_path / "policies").mkdir()
-    (tmp_path / "policies" / "p.yaml").write_text(POLICY)
-
-    def write(text: str) -> Path:
-        path = tmp_path / "gateway.yaml"
-        path.write_text(text)
-        return path
-    return write
 
 
 def problems(path: Path) -> list[tuple[str, int, int, str]]:

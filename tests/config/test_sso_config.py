@@ -2,27 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from gateway.config.load import check_config
 
-POLICY = "policy: p\nrules: [{id: r, action: allow}]\n"
 ISSUER = "https://idp.example.com"
-
-
-@pytest.fixture
-def config(tmp_path: Path):
-    """``config(text)`` writes gateway.yaml (and a policy dir) and returns its path."""
-    (tmp_path / "policies").mkdir()
-    (tmp_path / "policies" / "p.yaml").write_text(POLICY)
-
-    def write(text: str) -> Path:
-        path = tmp_path / "gateway.yaml"
-        path.write_text(text)
-        return path
-    return write
 
 
 def sso(extra: str = "", issuer: str = ISSUER) -> str:
