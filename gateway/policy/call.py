@@ -8,7 +8,7 @@ strings; use ``timestamp(call.time)`` in CEL to compare them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -153,11 +153,16 @@ class SessionInfo:
     rejected: int = 0
     started_at: str = ""
     implicit: bool = False  # the gateway made the run up: the client named none (docs/runs.md)
+    labels: Sequence[str] = field(default_factory=list)  # every label added in the run so far (gateway/policy/flow.py)
+    tallies: Mapping[str, float | int] = field(default_factory=dict)  # tally id -> the run's value
+    seen: Mapping[str, Sequence[str]] = field(default_factory=dict)  # distinct tally id -> the values kept
+    history: Sequence[Mapping[str, Any]] = field(default_factory=list)  # last calls, oldest first (flow.py)
 
     def to_cel(self) -> dict[str, Any]:
         """The ``session`` map."""
         return {"id": self.id, "calls": self.calls, "calls_by_tool": self.calls_by_tool,
-                "rejected": self.rejected, "started_at": self.started_at, "implicit": self.implicit}
+                "rejected": self.rejected, "started_at": self.started_at, "implicit": self.implicit,
+                "labels": self.labels, "tallies": self.tallies, "seen": self.seen, "history": self.history}
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,10 +172,13 @@ class UsageInfo:
     calls: int = 0
     calls_by_tool: dict[str, int] = field(default_factory=dict)
     rejected: int = 0
+    tallies: Mapping[str, float | int] = field(default_factory=dict)  # tally id -> its value over the window
+    seen: Mapping[str, Sequence[str]] = field(default_factory=dict)  # distinct tally id -> values in the window
 
     def to_cel(self) -> dict[str, Any]:
         """One entry of the ``usage`` map."""
-        return {"calls": self.calls, "calls_by_tool": self.calls_by_tool, "rejected": self.rejected}
+        return {"calls": self.calls, "calls_by_tool": self.calls_by_tool, "rejected": self.rejected,
+                "tallies": self.tallies, "seen": self.seen}
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ class Action(StrEnum):
     REWRITE = "rewrite"
     SKIP = "skip"
     TERMINATE = "terminate"
+    LABEL = "label"  # adds labels to the run; contributes no verdict (gateway/policy/flow.py)
 
 
 class Verdict(StrEnum):
@@ -96,6 +97,7 @@ ACTION_VERDICT: dict[Action, Verdict | None] = {
     Action.SKIP: Verdict.SKIP,
     Action.TERMINATE: Verdict.TERMINATE,
     Action.REWRITE: None,
+    Action.LABEL: None,
 }
 
 
@@ -147,6 +149,7 @@ class RuleResult:
     error: str | None = None
     effect: Verdict | None = None  # what this rule contributed to the verdict, if anything
     rewritten: bool = False
+    labels: tuple[str, ...] = ()  # a label rule that fired (or would have, in audit mode): the labels it gives
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
@@ -165,6 +168,8 @@ class RuleResult:
             out["effect"] = str(self.effect)
         if self.rewritten:
             out["rewritten"] = True
+        if self.labels:
+            out["labels"] = list(self.labels)
         return out
 
 
@@ -183,6 +188,7 @@ class Decision:
     approvals: list[ApprovalRequirement] = field(default_factory=list)
     rules: list[RuleResult] = field(default_factory=list)
     elapsed_us: float = 0.0
+    labels: tuple[str, ...] = ()  # what the stage's enforced label rules add to the run, in rule order, once each
 
     @property
     def rewritten(self) -> bool:

@@ -124,7 +124,7 @@ def test_wrong_type_of_a_string_suggests_quoting(error):
 def test_invalid_enum_value_lists_the_choices(error):
     d = error("policy: a\nrules:\n  - id: r\n    action: permit\n")
     assert at(d) == ("invalid-value", 4, 13, "a/r")
-    assert d.hint == "use one of 'allow', 'reject', 'approve', 'rewrite', 'skip' or 'terminate'"
+    assert d.hint == "use one of 'allow', 'reject', 'approve', 'rewrite', 'skip', 'terminate' or 'label'"
 
 
 def test_invalid_duration(error):

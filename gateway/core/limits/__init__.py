@@ -7,6 +7,7 @@ One module per part of the gateway that the limits bound; every name is read fro
 from gateway.core.limits.approvals import *  # noqa: F403
 from gateway.core.limits.auth import *  # noqa: F403
 from gateway.core.limits.edge import *  # noqa: F403
+from gateway.core.limits.flow import *  # noqa: F403
 from gateway.core.limits.models import *  # noqa: F403
 from gateway.core.limits.policy import *  # noqa: F403
 from gateway.core.limits.sso import *  # noqa: F403
