@@ -41,12 +41,19 @@ def rule_digest(rule: CompiledRule, policy: CompiledPolicy) -> str:
     for key, targets in (("resources", rule.resources), ("prompts", rule.prompts)):
         if targets is not None:  # only when set: the digests of rules that name neither stay as they were
             content[key] = list(targets)
+    if rule.labels or rule.labels_expression is not None:  # a label rule: what it adds is what it does
+        content["labels"], content["labels_expression"] = list(rule.labels), _source(rule.labels_expression)
     text = json.dumps(content, sort_keys=True, default=str, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _rules(policy_set: PolicySet) -> dict[str, str]:
     return {r.id: rule_digest(r, p) for p in policy_set.policies for r in p.rules}
+
+
+def _tallies(policy_set: PolicySet) -> dict[str, str]:
+    """Each tally's id and what it counts (kind, tools, expression), as one comparable text."""
+    return {t.id: json.dumps([t.kind, list(t.tools), t.expression.source]) for t in policy_set.tallies}
 
 
 def diff_sets(old: PolicySet, new: PolicySet, shown: Callable[[str], str] = str) -> dict[str, Any]:
@@ -65,4 +72,9 @@ def diff_sets(old: PolicySet, new: PolicySet, shown: Callable[[str], str] = str)
     }
     if old.default != new.default:
         out["default"] = {"old": str(old.default), "new": str(new.default)}
+    was, now = _tallies(old), _tallies(new)
+    if was != now:  # only when they differ: a reload of sets without tallies reads as before
+        out["tallies_added"] = sorted(now.keys() - was.keys())
+        out["tallies_removed"] = sorted(was.keys() - now.keys())
+        out["tallies_changed"] = sorted(k for k in was.keys() & now.keys() if was[k] != now[k])
     return out

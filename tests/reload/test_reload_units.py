@@ -202,6 +202,21 @@ def test_a_changed_variable_changes_the_rules_that_read_it(tmp_path):
     assert (diff["rules_changed"], diff["rules_added"], diff["rules_removed"]) == (["one/big"], [], [])
 
 
+
+def test_a_reload_that_changes_only_labels_or_tallies_names_them(tmp_path):
+    text = ("policy: flows\ntallies:\n  - {{id: spent, tools: [pay], sum: '{amount}'}}\n"
+            "rules:\n  - id: taint\n    stage: response\n    action: label\n    labels: [{label}]\n")
+    versions = (("a", "double(args.amount)", "untrusted"), ("b", "double(args.amount) * 2.0", "secret"))
+    for name, amount, label in versions:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "flows.yaml").write_text(text.format(amount=amount, label=label))
+    diff = diff_sets(load_policy_set([tmp_path / "a"]), load_policy_set([tmp_path / "b"]))
+    assert diff["rules_changed"] == ["flows/taint"]
+    assert (diff["tallies_changed"], diff["tallies_added"], diff["tallies_removed"]) == (["spent"], [], [])
+    same = diff_sets(load_policy_set([tmp_path / "a"]), load_policy_set([tmp_path / "a"]))
+    assert same["rules_changed"] == [] and "tallies_changed" not in same
+
+
 # --- the holder ------------------------------------------------------------------------------------
 
 
