@@ -4,6 +4,7 @@ its audit log decided again under changed policies."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import shutil
 import socket
@@ -58,22 +59,22 @@ def _free_port() -> int:
         return port
 
 
-async def _drive(config_file: Path) -> None:
+async def _drive(config_file: Path, calls: list[tuple[str, str, dict[str, Any]]], session: str = SESSION) -> None:
     config = load_config(config_file)
     async with serve_app(build_app(config), options=server_options(config), startup=60) as url, \
-            httpx2.AsyncClient(base_url=url, timeout=30, headers={"X-Gateway-Session": SESSION}) as client:
-        for call_id, tool, arguments in CALLS:
-            response = await client.post(f"/v1/tools/{tool}/invoke", json={"arguments": arguments, "call_id": call_id})
+            httpx2.AsyncClient(base_url=url, timeout=30) as client:
+        for call_id, tool, arguments in calls:
+            run = session if "@" not in call_id else call_id.split("@", 1)[1]
+            response = await client.post(f"/v1/tools/{tool}/invoke", json={"arguments": arguments, "call_id": call_id},
+                                         headers={"X-Gateway-Session": run})
             assert response.status_code in (200, 202), response.text
         health = await client.get("/healthz")
         (config_file.parent / "healthz.json").write_text(health.text)
 
 
-@pytest.fixture(scope="module")
-def quickstart(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the quick start (its payments API on a free port, "password" redacted from the log, claims
-    on its principal), after the calls above; returns its folder."""
-    root = tmp_path_factory.mktemp("quickstart")
+def _copy_quickstart(root: Path) -> None:
+    """The quick start in ``root``: its payments API on a free port, "password" redacted from the log, claims
+    on its principal."""
     shutil.copytree(QUICKSTART, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".data"))
     config = yaml.safe_load((root / "gateway.yaml").read_text())
     port = str(_free_port())
@@ -85,7 +86,14 @@ def quickstart(tmp_path_factory: pytest.TempPathFactory) -> Path:
     config["audit"]["redact_patterns"] = ["(?i)password"]
     config["auth"]["anonymous"]["claims"] = {"team": "payments", "token": "claim-secret-1"}
     (root / "gateway.yaml").write_text(yaml.safe_dump(config))
-    asyncio.run(_drive(root / "gateway.yaml"))
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the quick start after the calls above; returns its folder."""
+    root = tmp_path_factory.mktemp("quickstart")
+    _copy_quickstart(root)
+    asyncio.run(_drive(root / "gateway.yaml", CALLS))
     return root
 
 
@@ -295,3 +303,105 @@ def test_a_rule_reading_redacted_claims_is_put_down_to_redaction(quickstart: Pat
     assert kinds[("input_redacted", "claims/token-holders-only")] == 1
     assert kinds[("decision", "claims/payments-team-no-transfers")] == 1
     assert report["changed"] == 1
+
+
+# --- runs: labels and tallies rebuilt under the new set ---------------------------------------------------------
+
+# Recorded under: search results labelled untrusted, transfers tallied, no cap.
+FLOWS = """
+policy: flows
+tallies:
+  - id: transferred
+    tools: [payments_transfer]
+    sum: double(args.amount)
+rules:
+  - id: notes-are-untrusted
+    tools: [notes_search]
+    stage: response
+    action: label
+    labels: [untrusted]
+"""
+
+# Replayed under: a cap of 25 per run, and a note written after untrusted content needs a person.
+CAPS = """
+policy: caps
+rules:
+  - id: spend-cap
+    tools: [payments_transfer]
+    when: session.tallies.transferred + double(args.amount) > 25.0
+    action: reject
+    message: This run may move at most 25 USD.
+  - id: notes-after-untrusted
+    tools: [notes_add_note]
+    when: '"untrusted" in session.labels'
+    action: approve
+    approval: {approvers: [bob]}
+"""
+
+TRANSFER = {"from_account": "acc-1", "to_account": "acc-2", "amount": 10, "currency": "USD"}
+RUN_CALLS = [
+    ("r-search", "notes_search", {"query": "milk"}),
+    ("r-t1", "payments_transfer", TRANSFER),
+    ("r-other@other-run", "payments_transfer", TRANSFER),  # another run of the same principal
+    ("r-t2", "payments_transfer", TRANSFER),
+    ("r-t3", "payments_transfer", TRANSFER),
+    ("r-note", "notes_add_note", {"text": "buy milk"}),
+]
+
+
+# The pipeline that records what a run carries (labels added, context.session's labels and tallies) is helper A2's
+# part of issue 21: these run once it is in the tree.
+needs_flow = pytest.mark.skipif(importlib.util.find_spec("gateway.pipeline.flow_step") is None,
+                                reason="the pipeline does not record a run's flow yet (gateway/pipeline/flow_step.py)")
+
+
+@pytest.fixture(scope="module")
+def flowstart(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The quick start with FLOWS, after RUN_CALLS in one run (and one call in another); returns its folder."""
+    root = tmp_path_factory.mktemp("flowstart")
+    _copy_quickstart(root)
+    (root / "policies" / "flows.yaml").write_text(FLOWS)
+    asyncio.run(_drive(root / "gateway.yaml", RUN_CALLS, session="flow-run"))
+    (root / "caps").mkdir()
+    (root / "caps" / "caps.yaml").write_text(CAPS)
+    return root
+
+
+def _outcomes(root: Path) -> list[dict[str, Any]]:
+    lines = (root / ".data" / "audit.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["event"] == "call.outcome"]
+
+
+@needs_flow
+def test_the_log_records_what_a_run_carries(flowstart: Path) -> None:
+    events = {e["call_id"]: e for e in _outcomes(flowstart)}
+    assert events["r-search"]["flow"]["labels_added"] == {"request": [], "response": ["untrusted"]}
+    assert events["r-note"]["context"]["session"]["labels"] == ["untrusted"]
+    assert events["r-t3"]["context"]["session"]["tallies"]["transferred"] == 20.0
+
+
+@needs_flow
+def test_a_cap_and_a_label_rule_change_a_runs_later_calls(flowstart: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = _json(capsys, flowstart, policies=[flowstart / "policies", flowstart / "caps"])
+    assert code == 1
+    assert (report["replayed"], report["runs"], report["changed"]) == (6, 2, 2)
+    moved = {(c["was"], c["now"], c["now_decided_by"]): [e["call_id"] for e in c["examples"]]
+             for c in report["changes"]}
+    assert moved == {("allow", "reject", "caps/spend-cap"): ["r-t3"],
+                     ("allow", "approve", "caps/notes-after-untrusted"): ["r-note"]}
+
+
+@needs_flow
+def test_a_log_that_starts_mid_run_starts_from_its_first_event(flowstart: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # Without the search and the first transfer, the run's label and its 10 USD come from r-t2's context.
+    lines = (flowstart / ".data" / "audit.jsonl").read_text().splitlines()
+    kept = [x for x in lines if '"r-search"' not in x and '"r-t1"' not in x]
+    log = tmp_path / "audit.jsonl"
+    log.write_text("\n".join(kept) + "\n")
+    code = main(["replay", "--audit", str(log), "--policies", str(flowstart / "policies"), str(flowstart / "caps"),
+                 "--config", str(flowstart / "gateway.yaml"), "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1
+    moved = {(c["was"], c["now"]): [e["call_id"] for e in c["examples"]] for c in report["changes"]}
+    assert moved == {("allow", "reject"): ["r-t3"], ("allow", "approve"): ["r-note"]}
