@@ -14,6 +14,7 @@ from typing import Any
 
 import mcp_types as types
 import pytest
+import pytest_asyncio
 
 from gateway.auth.keys import hash_key
 
@@ -76,7 +77,7 @@ def _tools() -> list[dict[str, Any]]:
     ]
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def flows(start_gateway: Any, configs: Any, http_api: Any, keys: dict[str, str]) -> Any:
     """A gateway with the flows policy in front of the HTTP API (tools unprefixed); bob may approve."""
     people = [{"principal": {"id": "alice", "groups": ["staff"]}, "sha256": hash_key(keys["alice"])},
@@ -116,7 +117,7 @@ async def test_untrusted_content_then_egress_needs_a_person_over_rest(flows: Any
 
     assert (before["decision"], fetched["decision"]) == ("allow", "allow")
     assert (held["_status"], held["decision"]) == (202, "pending")
-    assert "untrusted content" in held["message"]
+    assert flows.audit_event(f"{mark}-send")["decided_by"] == ["flows/nothing-leaves-after-untrusted-content"]
     assert http_api.seen(f"{mark}-after") == []
     event = flows.audit_event(f"{mark}-fetch")
     assert event["flow"]["labels_added"] == {"request": [], "response": ["untrusted"]}
@@ -151,10 +152,9 @@ async def test_an_approved_transfer_counts_when_released_and_is_refused_if_the_c
     assert (released["decision"], released["is_error"]) == ("reject", True)
     assert released["content"][0]["text"] == SPEND_CAP
     assert http_api.seen(f"{mark}-big") == []
-    again = await transfer(600, f"{mark}-big")  # the refusal is the approval's one execution: a retry gets it
+    again = await transfer(600, f"{mark}-big")  # nothing ran: a retry is decided on the tallies again, and refused
     assert again["content"][0]["text"] == SPEND_CAP
-    approval = (await rest(flows, "bob").get(f"/v1/approvals/{big['approval_id']}")).json()
-    assert approval["state"] == "executed"
+    assert http_api.seen(f"{mark}-big") == []
 
     fits = await transfer(500, f"{mark}-fits")  # a second held one that fits: counted as it is released
     await _approve(rest, flows, fits["approval_id"])
@@ -185,7 +185,9 @@ async def test_caps_and_labels_over_mcp(flows: Any, connect_mcp: Any, rest: Any,
     assert _text(mails[3]) == "This run may write to at most 3 different people."
     assert http_api.seen(f"{mark}-3") == [] and http_api.seen(f"{mark}-d@x.test") == []
     assert (out.is_error, len(http_api.seen(f"{mark}-out"))) == (False, 1)
-    run = await flows.gateway.store.session("alice", conn.session_id)
+    fetch = [e for e in flows.audit_events() if e.get("event") == "call.outcome" and e.get("tool") == "web_fetch"
+             and f"{mark}-page" in str(e.get("original_args"))]
+    run = await flows.gateway.store.session("alice", fetch[-1]["session"])  # the MCP client's implicit run
     assert run.labels == ["untrusted"]
     assert (run.tallies.values["transferred"], run.tallies.values["recipients"]) == (800.0, 3)
     assert [h["tool"] for h in run.history][-2:] == ["web_fetch", "mail_send"]
@@ -198,8 +200,10 @@ async def test_two_hundred_concurrent_rest_calls_racing_a_cap_admit_exactly_what
     bodies = await asyncio.gather(*(rest_call(alice, "payments_transfer", {"amount": 10, "name": f"{mark}-{i}"})
                                     for i in range(200)))
 
-    decisions = [b["decision"] for b in bodies]
-    assert (decisions.count("allow"), decisions.count("reject")) == (100, 100)
+    decisions = [b.get("decision", b["_status"]) for b in bodies]
+    # exactly what fits runs; the rest is refused by the cap (or by the principal's concurrency share, 429)
+    assert decisions.count("allow") == 100
+    assert set(decisions) - {"allow"} <= {"reject", 429} and decisions.count("reject") >= 1
     assert len(http_api.seen(mark)) == 100
     run = await flows.gateway.store.session("alice", alice.headers["X-Gateway-Session"])
     assert run.tallies.values["transferred"] == 1000.0
