@@ -1,13 +1,13 @@
 """The model proxy's loop: ask the model, decide every tool call it makes, resolve what the agent must not see.
 
     agent request → put back earlier resolved exchanges (splices.py) → (run terminated? answer so, no model
-    call) → the results of the agent's own tools through the response stage (tool_results.py: the model reads
-    them as the rules leave them; a terminate ends the run, answered so) → ask the model → per tool call: the
-    pipeline decides it (agent-run tools, client_tools.py, through ``Gateway.decide``, which runs nothing;
-    gateway tools through ``Gateway.call``, which runs them) → admitted agent-run calls go back to the agent with the admitted arguments;
-    refused, skipped, unknown and gateway-run calls are answered here and the model is asked again
-    (at most ``max_turns`` times); terminate, a pending approval and an approved call already handed out
-    (never given twice: it is the execution) end the response with a message.
+    call) → the results of the agent's own tools through the response stage (tool_results.py: the model
+    reads them as the rules leave them; a terminate ends the run, answered so) → ask the model → per tool
+    call: the pipeline decides it (agent-run tools, client_tools.py, through ``Gateway.decide``, which runs
+    nothing; gateway tools through ``Gateway.call``, which runs them) → admitted agent-run calls go back to
+    the agent with the admitted arguments; refused, skipped, unknown and gateway-run calls are answered here
+    and the model is asked again (at most ``max_turns`` times); terminate, a pending approval and an approved
+    call already handed out (never given twice: it is the execution) end the response with a message.
 
 Both the whole response (``complete``) and the streamed one (``stream``) run the same ``_turn``.
 """

@@ -40,7 +40,7 @@ from gateway.pipeline.run_end import terminated_text
 from gateway.pipeline.runs import Run
 from gateway.policy.call import Principal
 from gateway.policy.decision import Decision, Stage, Verdict
-from gateway.policy.flow import LabelOverflow, merged_labels
+from gateway.policy.flow import LabelOverflow
 from gateway.policy.policyset import PolicySet
 from gateway.store.model import SessionState
 from gateway.upstreams.base import ToolResult
@@ -160,13 +160,12 @@ class AgentResults:
             tool_result(call_id, "allow", final, rewritten=True)
 
     def _labelled(self, session: SessionState, decision: Decision, outcome: CallOutcome) -> CallOutcome:
-        """The decision's labels added to the run; a run that would carry too many withholds the result."""
+        """The decision's labels added to the run (those it has change nothing); a run that would carry too many
+        withholds the result (fail closed: a flood of labels must not push out the one a rule looks for)."""
         try:
-            merged_labels(session.labels, decision.labels)
+            self.gateway.store.add_labels(session, decision.labels)
         except LabelOverflow:
             return refusal(outcome.call_id, "reject", LABELS_FULL)
-        if any(label not in session.labels for label in decision.labels):
-            self.gateway.store.add_labels(session, decision.labels)
         return outcome
 
     def _record(self, policy_set: PolicySet, trace: CallTrace, session: SessionState, outcome: CallOutcome,
