@@ -199,7 +199,7 @@ def _event(policy_set: PolicySet, trace: CallTrace, session: SessionState, outco
     the result added to the run. The result's text is not in it (as no tool result is in the decision log)."""
     event = outcome_event(trace, trace.tool, session, outcome, policy_set.revision, redactor)
     event["event"] = RESULT_EVENT
-    if getattr(policy_set, "uses_flow", False):  # TEMP
+    if policy_set.uses_flow:
         added = [label for label in session.labels if label not in labels_before]
         event["flow"] = {"labels_added": {"request": [], "response": added}, "labels": list(session.labels),
                          "tallies": {}}

@@ -197,12 +197,12 @@ async def test_a_label_from_a_result_makes_the_next_egress_call_need_a_person(st
         first = await client.chat.completions.create(model="m", messages=fetched[:1], tools=FLOW_TOOLS)
         assert [c.function.name for c in first.choices[0].message.tool_calls or []] == ["fetch"]  # no label yet
         held = await client.chat.completions.create(model="m", messages=fetched, tools=FLOW_TOOLS)
+    [event] = results_recorded(stage)
+    assert event["flow"]["labels_added"]["response"] == ["untrusted"] and event["flow"]["labels"] == ["untrusted"]
     [call] = (held.model_extra or {})["gateway"]["calls"]
     assert (call["tool"], call["status"]) == ("send_mail", "pending")
     assert not held.choices[0].message.tool_calls
     assert "This run read untrusted content" in (held.choices[0].message.content or "")
-    [event] = results_recorded(stage)
-    assert event["flow"]["labels_added"]["response"] == ["untrusted"] and event["flow"]["labels"] == ["untrusted"]
     async with gateway_model_client(stage.url, PEOPLE["alice"][0], f"run-{uuid.uuid4().hex}") as client:
         clean = await client.chat.completions.create(model="m", messages=[
             {"role": "user", "content": script(("send_mail", {"to": "x@example.test"}))}], tools=FLOW_TOOLS)
