@@ -157,11 +157,13 @@ async def test_tool_messages_the_rules_cannot_place_go_to_the_model_as_sent(stag
     assert results_recorded(stage) == []
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-async def test_an_agent_frameworks_own_tool_result_is_redacted_for_its_model(stage: Stage, framework: str) -> None:
+async def test_an_agent_frameworks_own_tool_result_is_redacted_for_its_model(stage: Stage, framework: str,
+                                                                            stream: bool) -> None:
     await stage.start(POLICY, models=models(stage))
     result = await run(stage, framework, script(("deploy", {"service": SECRET}), ("deploy", {"service": "api"})),
-                       run_id=f"run-{uuid.uuid4().hex}")
+                       run_id=f"run-{uuid.uuid4().hex}", stream=stream)
     assert result.ran == [SECRET, "api"]  # the agent's tool ran with what it was given
     assert tool_results_of(result.output) == ["deployed [REDACTED]", "deployed api"]
     assert all(SECRET not in m.get("content") for m in stage.model.requests[-1]["messages"] if m["role"] == "tool")
