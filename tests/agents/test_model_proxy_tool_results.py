@@ -204,7 +204,8 @@ async def test_a_label_from_a_result_makes_the_next_egress_call_need_a_person(st
     [call] = (held.model_extra or {})["gateway"]["calls"]
     assert (call["tool"], call["status"]) == ("send_mail", "pending")
     assert not held.choices[0].message.tool_calls
-    assert "This run read untrusted content" in (held.choices[0].message.content or "")
+    assert "Approval pending" in (held.choices[0].message.content or "")
+    assert [a["tool"] for a in await stage.approvals("pending")] == ["send_mail"]
     async with gateway_model_client(stage.url, PEOPLE["alice"][0], f"run-{uuid.uuid4().hex}") as client:
         clean = await client.chat.completions.create(model="m", messages=[
             {"role": "user", "content": script(("send_mail", {"to": "x@example.test"}))}], tools=FLOW_TOOLS)
