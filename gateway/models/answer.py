@@ -17,8 +17,9 @@ import uuid
 from typing import Any
 
 from gateway.core.errors import ModelUpstreamError
+from gateway.core.values import loads
 
-__all__ = ["StreamedMessage", "as_object", "assistant_message"]
+__all__ = ["StreamedMessage", "as_object", "assistant_message", "call_arguments"]
 
 Json = dict[str, Any]
 
@@ -46,6 +47,21 @@ def assistant_message(message: Json) -> Json:
         raise ModelUpstreamError(f"the model upstream's answer holds both 'tool_calls' and a legacy '{_LEGACY}'")
     read = {k: v for k, v in message.items() if k != _LEGACY}
     return {**read, "tool_calls": [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": legacy}]}
+
+
+def call_arguments(raw: Any) -> tuple[Json, str | None]:
+    """A tool call's parsed arguments, or {} and why they cannot be read (the pipeline then refuses the call)."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, None  # some models send no arguments for a tool that takes none
+    if not isinstance(raw, str):
+        return {}, "the arguments are not a JSON text"
+    try:
+        value = loads(raw)
+    except ValueError as exc:
+        return {}, f"the arguments are not valid JSON ({exc})"
+    if not isinstance(value, dict):
+        return {}, "the arguments are not a JSON object"
+    return value, None
 
 
 class _Pieces:

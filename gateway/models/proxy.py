@@ -1,12 +1,13 @@
 """The model proxy's loop: ask the model, decide every tool call it makes, resolve what the agent must not see.
 
-    agent request → (run terminated? answer so, no model call) → put back earlier resolved exchanges
-    (splices.py) → ask the model → per tool call: the pipeline decides it (agent-run tools,
-    client_tools.py, through ``Gateway.decide``, which runs nothing; gateway tools through ``Gateway.call``,
-    which runs them) → admitted agent-run calls go back to the agent with the admitted arguments;
-    refused, skipped, unknown and gateway-run calls are answered here and the model is asked again
-    (at most ``max_turns`` times); terminate, a pending approval and an approved call already handed out
-    (never given twice: it is the execution) end the response with a message.
+    agent request → put back earlier resolved exchanges (splices.py) → (run terminated? answer so, no model
+    call) → the results of the agent's own tools through the response stage (tool_results.py: the model
+    reads them as the rules leave them; a terminate ends the run, answered so) → ask the model → per tool
+    call: the pipeline decides it (agent-run tools, client_tools.py, through ``Gateway.decide``, which runs
+    nothing; gateway tools through ``Gateway.call``, which runs them) → admitted agent-run calls go back to
+    the agent with the admitted arguments; refused, skipped, unknown and gateway-run calls are answered here
+    and the model is asked again (at most ``max_turns`` times); terminate, a pending approval and an approved
+    call already handed out (never given twice: it is the execution) end the response with a message.
 
 Both the whole response (``complete``) and the streamed one (``stream``) run the same ``_turn``.
 """
@@ -24,13 +25,14 @@ from typing import Any
 from gateway.core.errors import UnknownToolError
 from gateway.core.globs import glob_match
 from gateway.core.limits import MODEL_SPLICES_KEPT
-from gateway.core.values import loads
-from gateway.models.answer import StreamedMessage, as_object, assistant_message
+from gateway.models.answer import StreamedMessage, as_object, assistant_message, call_arguments
 from gateway.models.client_tools import client_tools, function_tool, undeclared_tools
 from gateway.models.completion import add_usage, closing, completion, sse_event, text_message
 from gateway.models.splices import Splices
+from gateway.models.tool_results import sent_results, with_screened
 from gateway.models.upstream import ModelUpstream
 from gateway.pipeline import CallRequest, Gateway
+from gateway.pipeline.agent_results import AgentResults
 from gateway.pipeline.request import CallOutcome
 from gateway.pipeline.results import HANDED_OUT
 from gateway.pipeline.runs import Run
@@ -118,13 +120,16 @@ class _Conversation:
     client: dict[str, ExposedTool]
     gateway: dict[str, ExposedTool]
     requested_model: str
+    sent: list[Json] = field(default_factory=list)  # the agent's own messages (``messages`` adds splices)
     report: list[Json] = field(default_factory=list)
+    results: list[Json] = field(default_factory=list)  # what became of the agent's results the rules read
     resolved: list[Json] = field(default_factory=list)  # this request's exchanges the agent does not see
     model_requests: int = 0
 
     def extension(self) -> Json:
         """The response's extension field."""
-        return {"run": self.caller.run.id, "model_requests": self.model_requests, "calls": self.report}
+        return {"run": self.caller.run.id, "model_requests": self.model_requests, "calls": self.report,
+                **({"results": self.results} if self.results else {})}
 
     def completion(self, message: Json, finish: str, usage: Json | None, answer: Json | None = None) -> Json:
         """The agent's whole chat completion."""
@@ -138,6 +143,7 @@ class ModelProxy:
         self.gateway = gateway
         self.routes = list(routes)
         self.splices = Splices(MODEL_SPLICES_KEPT)
+        self.results = AgentResults(gateway)
 
     async def close(self) -> None:
         """Close every model upstream's connections."""
@@ -172,17 +178,25 @@ class ModelProxy:
         if gateway:
             upstream_body["tools"] = [*(body.get("tools") or []), *(function_tool(t) for t in gateway.values())]
         expanded = self.splices.expand(caller.principal.key, caller.run.id, messages)
-        return _Conversation(caller, route, upstream_body, expanded, client, gateway, model)
+        return _Conversation(caller, route, upstream_body, expanded, client, gateway, model, messages)
 
-    async def _terminated(self, conversation: _Conversation) -> str | None:
-        """The run's terminate message, when the run was terminated (then the model is not asked)."""
+    async def _opening(self, conversation: _Conversation) -> str | None:
+        """What the agent reads instead of an answer when the run was terminated, or a result it sent back ends the
+        run (then the model is not asked); else None, with the agent's results screened (tool_results.py)."""
         caller = conversation.caller
-        return await self.gateway.run_ended(caller.principal.key, caller.run, "This run was terminated.")
+        ended = await self.gateway.run_ended(caller.principal.key, caller.run, "This run was terminated.")
+        found = sent_results(conversation.messages, conversation.sent, conversation.client) if ended is None else []
+        if not found:
+            return ended
+        screened = await self.results.screen(caller.principal, caller.run, [result for _, result in found])
+        conversation.messages = with_screened(conversation.messages, found, screened)
+        conversation.results = [entry.report() for entry in screened if entry.checked]
+        return next((entry.ended for entry in screened if entry.ended is not None), None)
 
     async def complete(self, body: Json, caller: Caller) -> Json:
         """A whole chat completion for the agent."""
         conversation = self._start(body, caller)
-        ended = await self._terminated(conversation)
+        ended = await self._opening(conversation)
         if ended is not None:
             return conversation.completion(text_message(ended), "stop", None)
         usage: Json | None = None
@@ -208,7 +222,7 @@ class ModelProxy:
             if isinstance(body.get("stream_options"), dict) else False
         head: Json = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
                       "created": int(time.time()), "model": conversation.requested_model}
-        ended = await self._terminated(conversation)
+        ended = await self._opening(conversation)
         if ended is not None:
             for event in closing(head, conversation.extension(), text_message(ended), "stop", None, include_usage):
                 yield event
@@ -293,7 +307,7 @@ class ModelProxy:
             call.status, call.answer = "answered", _unknown(call.name)
             return
         function = as_object(call.raw.get("function"))
-        args, refused = _arguments(function.get("arguments"))
+        args, refused = call_arguments(function.get("arguments"))
         caller = conversation.caller
         request = CallRequest(
             tool=call.name, arguments=args, principal=caller.principal, session_id=caller.run.id,
@@ -328,21 +342,6 @@ def _read_call(raw: Any) -> _Call:
     call_id = raw.get("id")
     return _Call(call_id if isinstance(call_id, str) and call_id else f"call_{uuid.uuid4().hex[:24]}",
                  name if isinstance(name, str) else "", raw)
-
-
-def _arguments(raw: Any) -> tuple[Json, str | None]:
-    """The parsed arguments, or {} and why they cannot be read (the pipeline then refuses the call, audited)."""
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}, None  # some models send no arguments for a tool that takes none
-    if not isinstance(raw, str):
-        return {}, "the arguments are not a JSON text"
-    try:
-        value = loads(raw)
-    except ValueError as exc:
-        return {}, f"the arguments are not valid JSON ({exc})"
-    if not isinstance(value, dict):
-        return {}, "the arguments are not a JSON object"
-    return value, None
 
 
 def _with_args(call: _Call) -> Json:

@@ -22,12 +22,11 @@ from gateway.pipeline.deciding import decide, response_stage_call
 from gateway.pipeline.flow_step import add_labels
 from gateway.pipeline.request import CallOutcome
 from gateway.pipeline.results import (
-    ADMITTED,
     AUDIT_FAILED,
     CANCELLED,
+    RESULT_WITHHELD,
     UNRECORDED,
     admitted,
-    admitted_result,
     from_response_stage,
     refusal,
     tool_result,
@@ -75,20 +74,14 @@ class Execution:
         """Decide-only's last step: the intent on record, then the admitted arguments for the caller to run.
 
         Handing the call to its runner (upstream ``client``) is that call's execution, and is recorded as the
-        upstream step is: ``upstream_outcome`` ok. Response-stage rules read the admitted arguments as the
-        result (docs/model-proxy.md), since the real result only exists later, with the caller."""
+        upstream step is: ``upstream_outcome`` ok. The response stage runs later, on the result the caller sends
+        back (gateway/pipeline/agent_results.py)."""
         refused = await self.write_intent(trace, tool, policy_set, decision) or self.going_on(trace, decision)
         if refused is not None:
             return refused
         trace.upstream, trace.upstream_ms = {"status": "ok", "is_error": False}, 0.0
-        if not policy_set.index.lookup(tool.name).response:
-            return admitted(trace.request.call_id, str(decision.verdict), decision.args,
-                            rewritten=decision.rewritten or None)
-        outcome = self.respond(trace, tool, policy_set, call, decision, admitted_result(decision.args))
-        args = outcome.structured.get(ADMITTED) if isinstance(outcome.structured, dict) else None
-        if not outcome.is_error and isinstance(args, dict):  # else the rules made it an answer the model reads
-            outcome.admitted = args
-        return outcome
+        return admitted(trace.request.call_id, str(decision.verdict), decision.args,
+                        rewritten=decision.rewritten or None)
 
     def respond(self, trace: CallTrace, tool: ExposedTool, policy_set: PolicySet, call: ToolCall,
                 decision: Decision, result: ToolResult) -> CallOutcome:
@@ -107,7 +100,7 @@ class Execution:
         if refused is not None:
             return refused
         if after.verdict is Verdict.REJECT:
-            return refusal(call_id, "reject", after.message or "The result was withheld by policy.")
+            return refusal(call_id, "reject", after.message or RESULT_WITHHELD)
         if after.verdict is Verdict.TERMINATE:
             assert trace.session is not None
             return refusal(call_id, "terminate", terminated_text(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,10 +11,10 @@ from gateway.policy.call import ResultInfo
 from gateway.upstreams.argument_errors import ArgumentProblem
 from gateway.upstreams.base import ToolResult, text_result
 
-__all__ = ["ADMITTED", "APPROVAL_KEPT", "AUDIT_FAILED", "AUDIT_FAILED_AFTER_RUN", "CANCELLED", "HANDED_OUT",
-           "INTERRUPTED", "META", "NOT_REACHED", "POLICY_FAILED", "STORE_UNAVAILABLE", "TOOL_FAILED", "UNHELD",
-           "UNRECORDED", "admitted", "admitted_result", "as_result_info", "from_response_stage", "handed_out",
-           "needs_client", "pending", "refusal", "schema_refusal", "skipped", "tool_result", "unavailable"]
+__all__ = ["APPROVAL_KEPT", "AUDIT_FAILED", "AUDIT_FAILED_AFTER_RUN", "CANCELLED", "HANDED_OUT", "INTERRUPTED",
+           "META", "NOT_REACHED", "POLICY_FAILED", "RESULT_WITHHELD", "STORE_UNAVAILABLE", "TOOL_FAILED", "UNHELD",
+           "UNRECORDED", "admitted", "as_result_info", "from_response_stage", "handed_out", "needs_client", "pending",
+           "refusal", "schema_refusal", "skipped", "tool_result", "unavailable"]
 
 # Keys of the `_meta` the gateway adds to every result (MCP reserves un-prefixed names).
 META = "gateway/"
@@ -128,21 +127,12 @@ STORE_UNAVAILABLE = ("The gateway's database could not be read, so this run's li
                      "call was not run. Try again shortly.")
 UNRECORDED = "The call was cancelled while its intent was being recorded; it did not run."
 AUDIT_FAILED_AFTER_RUN = "The tool ran, but the call could not be recorded, so its result is withheld."
+RESULT_WITHHELD = "The result was withheld by policy."  # a response-stage reject without a message
 
 
 def unavailable(tool: str) -> str:
     """An approved call whose tool went away before it ran."""
     return f"The tool {tool} is no longer available, so the approved call was not run."
-
-
-# The result response-stage rules read for a call handed out to its caller (the model proxy's agent-run
-# tools, docs/model-proxy.md): the admitted arguments, as text and under this structured key.
-ADMITTED = f"{META}admitted_arguments"
-
-
-def admitted_result(arguments: dict[str, Any]) -> ToolResult:
-    """The admitted arguments of a handed-out call as the result its response-stage rules read."""
-    return ToolResult([{"type": "text", "text": json.dumps(arguments, ensure_ascii=False)}], {ADMITTED: arguments})
 
 
 def admitted(call_id: str, decision: str, arguments: dict[str, Any], **extra: Any) -> CallOutcome:

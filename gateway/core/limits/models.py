@@ -17,6 +17,10 @@ MAX_MODEL_RESPONSE_BYTES = 16 * 1024 * 1024
 # Server-side resolved exchanges kept per gateway process, so that a later request of the same
 # conversation shows the model its own refused calls again (oldest dropped first).
 MODEL_SPLICES_KEPT = 10_000
+# Tool-call ids whose agent-run result was recorded (its audit event written), per gateway process: every request
+# repeats the conversation's results, and each is recorded once (oldest forgotten first: a forgotten one is
+# recorded again; it is still decided on every request).
+MODEL_RESULTS_KEPT = 10_000
 
 # The most one streamed model answer may send in all (the bytes of all its events), like
 # MAX_MODEL_RESPONSE_BYTES for a whole answer: past it the stream is cut and the agent gets an error. Its
