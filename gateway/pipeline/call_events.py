@@ -16,12 +16,13 @@ from gateway.core.clock import now_rfc3339
 from gateway.pipeline.audit import Redactor
 from gateway.pipeline.call_trace import CallTrace
 from gateway.pipeline.request import CallOutcome
+from gateway.policy.call import ToolCall
 from gateway.policy.decision import Decision
 from gateway.policy.policyset import env_revision
 from gateway.store.model import SessionState
 from gateway.upstreams.registry import ExposedTool
 
-__all__ = ["intent_event", "outcome_event"]
+__all__ = ["flow_record", "intent_event", "outcome_event"]
 
 
 def _call_head(kind: str, trace: CallTrace, tool: ExposedTool | None, session: SessionState | None) -> dict[str, Any]:
@@ -58,13 +59,15 @@ def intent_event(trace: CallTrace, tool: ExposedTool, decision: Decision, revisi
 
 
 def outcome_event(trace: CallTrace, tool: ExposedTool | None, session: SessionState | None, outcome: CallOutcome,
-                  revision: str, redactor: Redactor) -> dict[str, Any]:
-    """The record of what became of the call (exactly one per call)."""
+                  revision: str, redactor: Redactor, *, flow: bool = False) -> dict[str, Any]:
+    """The record of what became of the call (exactly one per call); with ``flow`` (the policies keep labels or
+    tallies) what it added to the run."""
     request = trace.request
     original, redacted_original = redactor.apply(request.arguments, "/original_args")
     final_args = trace.decisions[0].args if trace.decisions else request.arguments
     final, redacted_final = redactor.apply(final_args, "/final_args")
     context, redacted_context = _replay_context(trace, redactor)
+    flows, redacted_flow = redactor.apply(flow_record(trace, session), "/flow") if flow else (None, [])
     return {
         **_call_head("call.outcome", trace, tool, session),
         "original_args": original,
@@ -82,9 +85,19 @@ def outcome_event(trace: CallTrace, tool: ExposedTool | None, session: SessionSt
             "total_ms": round((time.perf_counter() - trace.started) * 1e3, 3),
         },
         "revision": revision,
-        "redacted": redacted_original + redacted_final + redacted_context,
+        "redacted": redacted_original + redacted_final + redacted_context + redacted_flow,
         **({"context": context} if context is not None else {}),
+        **({"flow": flows} if flow else {}),
     }
+
+
+def flow_record(trace: CallTrace, session: SessionState | None) -> dict[str, Any]:
+    """The ``flow`` object: the labels this call added by stage, the run's labels after it, and the tallies it
+    moved, before and after (gateway/pipeline/flow_step.py)."""
+    added = trace.labels_added
+    return {"labels_added": {"request": added.get("request", []), "response": added.get("response", [])},
+            "labels": list(session.labels) if session is not None else [],
+            "tallies": dict(trace.tallies)}
 
 
 def _replay_context(trace: CallTrace, redactor: Redactor) -> tuple[dict[str, Any] | None, list[str]]:
@@ -98,7 +111,7 @@ def _replay_context(trace: CallTrace, redactor: Redactor) -> tuple[dict[str, Any
         "tool": {"title": call.tool.title, "description": call.tool.description,
                  "annotations": call.tool.annotations},
         "principal_claims": call.principal.claims,
-        "session": call.session.to_cel(),
+        "session": _session_context(call),
         "call_time": call.call.time,
         "env_revision": env_revision(call.env),
         "stage": str(decision.stage),
@@ -106,3 +119,11 @@ def _replay_context(trace: CallTrace, redactor: Redactor) -> tuple[dict[str, Any
         "policy_decided_by": decision.decided_by,
         **extra,
     }, "/context")
+
+
+def _session_context(call: ToolCall) -> dict[str, Any]:
+    """The run as the call's rules read it, for a replay that starts mid-run: its counters, labels and tallies
+    before the call. Not its history: up to 64 entries on every event, and the log holds those calls itself."""
+    session = call.session.to_cel()
+    session.pop("history", None)
+    return session

@@ -35,3 +35,5 @@ class CallTrace:
     counted: bool = False  # the session already counts this call
     uncounted: bool = False  # a poll of a pending approval or a replay: not a new call
     decided: ToolCall | None = None  # the request-stage input, for the audit's replay context
+    labels_added: dict[str, list[str]] = field(default_factory=dict)  # stage -> the labels it added to the run
+    tallies: dict[str, dict[str, float | int]] = field(default_factory=dict)  # tally id -> {before, after}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from gateway.core.clock import now_rfc3339
@@ -12,12 +13,14 @@ from gateway.pipeline.request import CallRequest
 from gateway.pipeline.results import POLICY_FAILED, as_result_info
 from gateway.policy.call import CallInfo, SessionInfo, ToolCall, UsageInfo
 from gateway.policy.decision import Decision, Stage, Verdict
+from gateway.policy.flow import Tallies
 from gateway.policy.policyset import PolicySet
 from gateway.store.model import SessionState
+from gateway.store.usage import Totals
 from gateway.upstreams.base import ToolResult
 from gateway.upstreams.registry import ExposedTool
 
-__all__ = ["decide", "evaluate", "request_stage_call", "response_stage_call"]
+__all__ = ["decide", "evaluate", "noted", "request_stage_call", "response_stage_call", "usage_info"]
 
 log = logging.getLogger("gateway.pipeline")
 
@@ -34,24 +37,38 @@ def evaluate(policy_set: PolicySet, call: ToolCall) -> Decision:
 
 def decide(trace: CallTrace, policy_set: PolicySet, call: ToolCall, observer: CallObserver) -> Decision:
     """One stage's decision, timed into ``trace`` and told to the observer (metrics, a span)."""
-    decision = evaluate(policy_set, call)
+    return noted(trace, evaluate(policy_set, call), observer)
+
+
+def noted(trace: CallTrace, decision: Decision, observer: CallObserver) -> Decision:
+    """A decision made elsewhere (in the store's admission, off the event loop) timed into ``trace`` and told."""
     trace.policy_us += decision.elapsed_us
     observer.decided(decision)
     trace.decisions.append(decision)
     return decision
 
 
-def request_stage_call(request: CallRequest, tool: ExposedTool, session: SessionState, usage: dict[str, Any],
-                       env: dict[str, Any]) -> ToolCall:
-    """What the request-stage rules read: the tool, the arguments as sent, the run, the principal's usage."""
+def request_stage_call(request: CallRequest, tool: ExposedTool, session: SessionState, usage: Mapping[str, Totals],
+                       env: dict[str, Any], windows: Mapping[str, Tallies] | None = None) -> ToolCall:
+    """What the request-stage rules read: the tool, the arguments as sent, the run (its counters, labels, tallies
+    and history), the principal's usage (with each window's tallies, from ``windows``)."""
+    tallies, windows = session.tallies, windows or {}
     return ToolCall(
         tool=tool.info, args=request.arguments, principal=request.principal,
         session=SessionInfo(session.id, session.calls, dict(session.calls_by_tool), session.rejected,
-                            session.started_at, session.implicit),
+                            session.started_at, session.implicit, list(session.labels), dict(tallies.values),
+                            dict(tallies.seen), list(session.history)),
         call=CallInfo(request.call_id, session.calls if request.iteration is None else request.iteration,
                       now_rfc3339()), env=env,
-        usage={name: UsageInfo(t.calls, t.calls_by_tool, t.rejected) for name, t in usage.items()},
+        usage={name: usage_info(t, windows.get(name)) for name, t in usage.items()},
     )
+
+
+def usage_info(totals: Totals | UsageInfo, tallies: Tallies | None) -> UsageInfo:
+    """One usage window as rules read it: its counts, and its tallies if any."""
+    if tallies is None:
+        return UsageInfo(totals.calls, totals.calls_by_tool, totals.rejected)
+    return UsageInfo(totals.calls, totals.calls_by_tool, totals.rejected, dict(tallies.values), dict(tallies.seen))
 
 
 def response_stage_call(call: ToolCall, decision: Decision, result: ToolResult) -> ToolCall:

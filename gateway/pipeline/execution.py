@@ -1,5 +1,6 @@
-"""The last steps of a call that may act: its intent on record, then the upstream (or, decide-only, the
-hand-out to the caller), the result's values admitted, the response-stage policies and the result.
+"""The last steps of a call that may act: its intent on record, its request-stage labels added to the run,
+then the upstream (or, decide-only, the hand-out to the caller), the result's values admitted, the
+response-stage policies (and their labels) and the result.
 
 A call cancelled on the way (while its intent is flushed, while its tool runs) writes its outcome event
 here too, so an intent never stands alone for a call this process saw end.
@@ -18,6 +19,7 @@ from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.call_events import intent_event, outcome_event
 from gateway.pipeline.call_trace import CallTrace
 from gateway.pipeline.deciding import decide, response_stage_call
+from gateway.pipeline.flow_step import add_labels
 from gateway.pipeline.request import CallOutcome
 from gateway.pipeline.results import (
     ADMITTED,
@@ -33,7 +35,7 @@ from gateway.pipeline.results import (
 from gateway.pipeline.run_end import terminated_text
 from gateway.pipeline.upstream_step import call_upstream
 from gateway.policy.call import ToolCall
-from gateway.policy.decision import Decision, Verdict
+from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.policyset import PolicySet
 from gateway.store.base import SessionStore
 from gateway.upstreams.base import ToolResult
@@ -56,7 +58,7 @@ class Execution:
     async def run(self, trace: CallTrace, tool: ExposedTool, policy_set: PolicySet, call: ToolCall,
                   decision: Decision) -> CallOutcome:
         """The intent on record, the upstream, then the result through the response stage."""
-        refused = await self.write_intent(trace, tool, policy_set, decision)
+        refused = await self.write_intent(trace, tool, policy_set, decision) or self.going_on(trace, decision)
         if refused is not None:
             return refused
         try:
@@ -75,7 +77,7 @@ class Execution:
         Handing the call to its runner (upstream ``client``) is that call's execution, and is recorded as the
         upstream step is: ``upstream_outcome`` ok. Response-stage rules read the admitted arguments as the
         result (docs/model-proxy.md), since the real result only exists later, with the caller."""
-        refused = await self.write_intent(trace, tool, policy_set, decision)
+        refused = await self.write_intent(trace, tool, policy_set, decision) or self.going_on(trace, decision)
         if refused is not None:
             return refused
         trace.upstream, trace.upstream_ms = {"status": "ok", "is_error": False}, 0.0
@@ -101,6 +103,9 @@ class Execution:
         if not seen_by_policies:
             return tool_result(call_id, verdict, result, rewritten=decision.rewritten or None)
         after = decide(trace, policy_set, response_stage_call(call, decision, result), self.observer)
+        refused = add_labels(trace, self.store, Stage.RESPONSE, after.labels)  # what the run has now seen
+        if refused is not None:
+            return refused
         if after.verdict is Verdict.REJECT:
             return refusal(call_id, "reject", after.message or "The result was withheld by policy.")
         if after.verdict is Verdict.TERMINATE:
@@ -111,6 +116,13 @@ class Execution:
         if after.rewritten and (refused := withheld(call_id, final.content, final.structured, Profile.JSON)):
             return refused
         return tool_result(call_id, verdict, final, rewritten=(decision.rewritten or after.rewritten) or None)
+
+    def going_on(self, trace: CallTrace, decision: Decision) -> CallOutcome | None:
+        """The call goes on to run: its request-stage labels join the run (or, too many, refuse it)."""
+        refused = add_labels(trace, self.store, Stage.REQUEST, decision.labels)
+        if refused is not None:
+            trace.upstream = {"status": "not_called", "error": "the run would carry too many labels"}
+        return refused
 
     async def write_intent(self, trace: CallTrace, tool: ExposedTool, policy_set: PolicySet,
                            decision: Decision) -> CallOutcome | None:
@@ -132,6 +144,6 @@ class Execution:
         outcome = refusal(trace.request.call_id, "cancelled", message)
         try:
             self.audit.write(outcome_event(trace, tool, trace.session, outcome, policy_set.revision,
-                                           self.audit.redactor))
+                                           self.audit.redactor, flow=policy_set.uses_flow))
         except AuditWriteError:
             log.error("the outcome of cancelled call %s could not be recorded", trace.request.call_id)

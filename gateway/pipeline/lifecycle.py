@@ -4,11 +4,13 @@
     session (a terminated run ends here) → resolve tool → admit the caller (an upstream that acts on its
     caller's behalf needs a caller with a verified token) → check the values sent (size; what the client
     must answer; the input schema's types and ranges: what policies read) → request-stage policies
-    (mutate, validate) → check the final args against the tool's input schema (what a rewrite may mend:
-    missing or extra arguments) → approval (the gate; held on a connection only within the principal's
-    held-call share, else answered pending at once) → upstream with a timeout (its intent on record
-    first) → admit the result's values → response-stage policies → the frontend's result → audit event
-    → session counters
+    (mutate, validate; a call a tally counts is decided and counted inside the store's admission, on the
+    tallies read under its lock) → check the final args against the tool's input schema (what a rewrite
+    may mend: missing or extra arguments) → approval (the gate; held on a connection only within the
+    principal's held-call share, else answered pending at once; once released, admitted again on the
+    tallies then) → upstream with a timeout (its intent on record, then its request-stage labels added
+    to the run) → admit the result's values → response-stage policies (their labels added) → the
+    frontend's result → audit event (what the call added to the run) → session counters and history
 
 ``Gateway.call`` runs every step. ``Gateway.decide`` runs the same steps for a call its caller runs itself
 (the model proxy's agent-run tools): in place of the upstream step the call is handed out, its intent on
@@ -28,16 +30,17 @@ from typing import Any
 
 from gateway.core.clock import now_rfc3339
 from gateway.core.errors import AuditWriteError, StoreUnavailable, UnknownToolError
-from gateway.core.values import Profile, printable, problem, shown_id
+from gateway.core.values import printable, problem, shown_id
 from gateway.observe.observer import CallObserver
 from gateway.observe.tracing import current_trace_id
-from gateway.pipeline.admission import input_problem, no_token_refusal, withheld
+from gateway.pipeline.admission import input_problem, no_token_refusal
 from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
 from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.call_events import outcome_event
 from gateway.pipeline.call_trace import CallTrace
-from gateway.pipeline.deciding import decide, evaluate, request_stage_call
+from gateway.pipeline.deciding import evaluate, request_stage_call
 from gateway.pipeline.execution import Execution
+from gateway.pipeline.flow_step import admitted, readmitted, record_history
 from gateway.pipeline.principal_limits import PrincipalLimits
 from gateway.pipeline.questions import Questions
 from gateway.pipeline.request import CallOutcome, CallRequest
@@ -56,11 +59,11 @@ from gateway.pipeline.results import (
     pending,
     refusal,
     schema_refusal,
-    skipped,
     unavailable,
 )
 from gateway.pipeline.run_end import terminated_text
 from gateway.pipeline.settings import CallSettings
+from gateway.pipeline.verdicts import stopped
 from gateway.policy.call import ToolCall
 from gateway.policy.decision import Decision, Verdict
 from gateway.policy.policyset import PolicySet
@@ -233,29 +236,27 @@ class Gateway(Questions):
                              policy_set: PolicySet) -> tuple[ToolCall, Decision]:
         """The request-stage decision; a reject, terminate or skip ends the call here."""
         request = trace.request
-        # Read before the session's counters are taken: from here to counting the call there is no await.
+        key = request.principal.key
         try:
-            usage = await self.store.usage_now(request.principal.key)
+            windows = await self.store.window_tallies(key) if policy_set.tallies else {}
+            # Read before the session's counters are taken: from here to counting the call there is no await,
+            # but for a call a tally counts, decided and counted inside the store's admission (flow_step.py).
+            usage = await self.store.usage_now(key)
+            call = request_stage_call(request, tool, session, usage, self.settings.env, windows)
+            call, decision = await admitted(trace, self.store, session, policy_set, call, self.observer)
         except StoreUnavailable as exc:
             log.warning("call %s refused: %s", printable(request.call_id), exc)
             trace.uncounted = True  # not run, and not a use of the run's budget
             raise _Ended(refusal(request.call_id, "store_unavailable", STORE_UNAVAILABLE)) from None
-        call = trace.decided = request_stage_call(request, tool, session, usage, self.settings.env)
-        decision = decide(trace, policy_set, call, self.observer)
-        verdict, message = decision.verdict, decision.message or ""
-        if verdict is not Verdict.APPROVE:
+        trace.decided = call
+        if decision.verdict is not Verdict.APPROVE:
             # Count the call now, before any await: concurrent calls in one session must see it.
             # (A held call is counted once it is decided: polling a pending approval is not a call.)
             self.store.count_call(session, tool.name)
             trace.counted = True
-        if verdict is Verdict.REJECT:
-            raise _Ended(refusal(request.call_id, "reject", message))
-        if verdict is Verdict.TERMINATE:
-            raise _Ended(refusal(request.call_id, "terminate", terminated_text(
-                session, message, self.store.implicit_runs.idle_timeout), terminated=True))
-        if verdict is Verdict.SKIP:
-            outcome = skipped(request.call_id, decision.result)
-            raise _Ended(withheld(request.call_id, outcome.content, outcome.structured, Profile.JSON) or outcome)
+        outcome = stopped(request.call_id, session, decision, self.store.implicit_runs.idle_timeout)
+        if outcome is not None:
+            raise _Ended(outcome)
         return call, decision
 
     def _check_final_args(self, trace: CallTrace, tool: ExposedTool, decision: Decision) -> None:
@@ -319,7 +320,8 @@ class Gateway(Questions):
                 if current is None:
                     outcome = refusal(request.call_id, "tool_unavailable", unavailable(request.tool))
                 else:
-                    outcome = await run(trace, current, policy_set, call, decision)
+                    outcome = (await readmitted(trace, self.store, policy_set, current, decision, self.env,
+                                                self.observer) or await run(trace, current, policy_set, call, decision))
             except BaseException:
                 await self.approvals.executed(approval_id,
                                               refusal(request.call_id, "interrupted", INTERRUPTED).to_rest())
@@ -351,7 +353,8 @@ class Gateway(Questions):
         """Audit, then count; if the audit write fails the call fails closed."""
         tool, session = trace.tool, trace.session
         try:
-            self.audit.write(outcome_event(trace, tool, session, outcome, policy_set.revision, self.audit.redactor))
+            self.audit.write(outcome_event(trace, tool, session, outcome, policy_set.revision, self.audit.redactor,
+                                           flow=policy_set.uses_flow))
         except AuditWriteError:
             ran = trace.upstream.get("status") == "ok"
             outcome = refusal(outcome.call_id, "audit_failed", AUDIT_FAILED_AFTER_RUN if ran else AUDIT_FAILED)
@@ -361,6 +364,7 @@ class Gateway(Questions):
                 self.store.count_call(session, tool.name)
             self.store.record_outcome(session, rejected=outcome.decision in _REFUSED,
                                       terminate_message=outcome.text if terminated else None, tool=tool.name)
+            record_history(trace, self.store, session, tool.name, outcome)
         return outcome
 
 

@@ -1,0 +1,209 @@
+"""Issue 21's policy end to end: the gateway under uvicorn in front of a real HTTP API, driven through REST (httpx2)
+and MCP (the SDK's client), with a real approver deciding through the approvals API.
+
+Labels from a response-stage rule make the next egress call need a person; a spend cap per run counts admitted
+transfers (an approved one when it is released, decided again then); a distinct-recipient cap; and 200 REST calls
+racing one cap on one gateway admit exactly what fits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import mcp_types as types
+import pytest
+
+from gateway.auth.keys import hash_key
+
+pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
+
+FLOWS = """
+policy: flows
+tallies:
+  - id: transferred
+    tools: [payments_transfer]
+    sum: double(args.amount)
+  - id: recipients
+    tools: ["mail_*"]
+    distinct: args.to
+rules:
+  - id: web-content-is-untrusted
+    tools: ["web_*"]
+    stage: response
+    action: label
+    labels: [untrusted]
+  - id: nothing-leaves-after-untrusted-content
+    when: '"untrusted" in session.labels && tool.annotations.openWorldHint && !tool.annotations.readOnlyHint'
+    action: approve
+    message: This run read untrusted content; sending data out needs a person.
+    approval: {approvers: ["user:bob"], timeout: 60s}
+  - id: big-transfers-need-a-person
+    tools: [payments_transfer]
+    when: 'double(args.amount) >= 500.0'
+    action: approve
+    message: Transfers of 500 USD or more need a person.
+    approval: {approvers: ["user:bob"], timeout: 60s}
+  - id: spend-cap
+    tools: [payments_transfer]
+    when: 'session.tallies.transferred + double(args.amount) > 1000.0'
+    action: reject
+    message: This run may move at most 1000 USD.
+  - id: recipient-cap
+    tools: ["mail_*"]
+    when: 'session.tallies.recipients >= 3 && !(args.to in session.seen.recipients)'
+    action: reject
+    message: This run may write to at most 3 different people.
+"""
+
+SPEND_CAP = "This run may move at most 1000 USD."
+WORLD = {"openWorldHint": True}
+
+
+def _tools() -> list[dict[str, Any]]:
+    """The HTTP API's routes as an agent's tools: a read of the web, a mail out, a payment (all egress but the read)."""
+    def schema(**properties: str) -> dict[str, Any]:
+        return {"type": "object", "properties": {k: {"type": v} for k, v in properties.items()}}
+
+    return [
+        {"name": "web_fetch", "method": "GET", "path": "/search", "input_schema": schema(q="string"),
+         "annotations": {**WORLD, "readOnlyHint": True}},
+        {"name": "mail_send", "method": "POST", "path": "/items", "input_schema": schema(to="string", name="string"),
+         "annotations": {**WORLD, "readOnlyHint": False}},
+        {"name": "payments_transfer", "method": "POST", "path": "/items",
+         "input_schema": schema(amount="number", name="string"), "annotations": {**WORLD, "readOnlyHint": False}},
+    ]
+
+
+@pytest.fixture
+async def flows(start_gateway: Any, configs: Any, http_api: Any, keys: dict[str, str]) -> Any:
+    """A gateway with the flows policy in front of the HTTP API (tools unprefixed); bob may approve."""
+    people = [{"principal": {"id": "alice", "groups": ["staff"]}, "sha256": hash_key(keys["alice"])},
+              {"principal": {"id": "bob", "groups": ["staff"]}, "sha256": hash_key(keys["bob"]), "approver": True}]
+    config = configs.base(configs.http_upstream("api", http_api.url, _tools(), prefix=""),
+                          auth={"api_keys": people}, approvals={"public_url": "http://approvals.example.test"})
+    return await start_gateway(config, {"flows.yaml": FLOWS})
+
+
+def _marker() -> str:
+    return f"m-{uuid.uuid4().hex[:12]}"
+
+
+async def _approve(rest: Any, gateway: Any, approval_id: str) -> None:
+    answer = await rest(gateway, "bob").post(f"/v1/approvals/{approval_id}/decision", json={"approve": True})
+    assert answer.status_code == 200, answer.text
+
+
+async def _pending_of(rest: Any, gateway: Any, call_id: str) -> str:
+    """The id of the call's pending approval, once the held call has made it."""
+    deadline = time.monotonic() + 10
+    while True:
+        answer = await rest(gateway, "bob").get("/v1/approvals", params={"state": "pending"})
+        found = [a["id"] for a in answer.json()["approvals"] if a["call_id"] == call_id]
+        if found:
+            return str(found[0])
+        assert time.monotonic() < deadline, f"no pending approval for {call_id}"
+        await asyncio.sleep(0.02)
+
+
+async def test_untrusted_content_then_egress_needs_a_person_over_rest(flows: Any, rest: Any, rest_call: Any,
+                                                                      http_api: Any) -> None:
+    alice, mark = rest(flows, "alice"), _marker()
+    before = await rest_call(alice, "mail_send", {"to": "a@x.test", "name": f"{mark}-before"})
+    fetched = await rest_call(alice, "web_fetch", {"q": f"{mark}-page"}, call_id=f"{mark}-fetch")
+    held = await rest_call(alice, "mail_send", {"to": "a@x.test", "name": f"{mark}-after"}, call_id=f"{mark}-send")
+
+    assert (before["decision"], fetched["decision"]) == ("allow", "allow")
+    assert (held["_status"], held["decision"]) == (202, "pending")
+    assert "untrusted content" in held["message"]
+    assert http_api.seen(f"{mark}-after") == []
+    event = flows.audit_event(f"{mark}-fetch")
+    assert event["flow"]["labels_added"] == {"request": [], "response": ["untrusted"]}
+    assert event["flow"]["labels"] == ["untrusted"]
+
+    await _approve(rest, flows, held["approval_id"])
+    ran = await rest_call(alice, "mail_send", {"to": "a@x.test", "name": f"{mark}-after"}, call_id=f"{mark}-send")
+
+    assert (ran["decision"], ran["is_error"]) == ("approve", False)
+    assert len(http_api.seen(f"{mark}-after")) == 1
+    sent = [e for e in flows.audit_events() if e.get("call_id") == f"{mark}-send" and e["event"] == "call.outcome"]
+    assert sent[-1]["context"]["session"]["labels"] == ["untrusted"]
+
+
+async def test_an_approved_transfer_counts_when_released_and_is_refused_if_the_cap_filled_meanwhile(
+        flows: Any, rest: Any, rest_call: Any, http_api: Any) -> None:
+    alice, mark = rest(flows, "alice"), _marker()
+
+    async def transfer(amount: float, call_id: str) -> dict[str, Any]:
+        body: dict[str, Any] = await rest_call(alice, "payments_transfer", {"amount": amount, "name": call_id},
+                                               call_id=call_id)
+        return body
+
+    big = await transfer(600, f"{mark}-big")  # held: counts nothing yet
+    assert big["decision"] == "pending"
+    small = [await transfer(amount, f"{mark}-small-{i}") for i, amount in enumerate((300, 200))]
+    assert [s["decision"] for s in small] == ["allow", "allow"]  # 500 so far: the held 600 did not count
+
+    await _approve(rest, flows, big["approval_id"])
+    released = await transfer(600, f"{mark}-big")  # 500 + 600 > 1000: the cap refuses it now
+
+    assert (released["decision"], released["is_error"]) == ("reject", True)
+    assert released["content"][0]["text"] == SPEND_CAP
+    assert http_api.seen(f"{mark}-big") == []
+    again = await transfer(600, f"{mark}-big")  # the refusal is the approval's one execution: a retry gets it
+    assert again["content"][0]["text"] == SPEND_CAP
+    approval = (await rest(flows, "bob").get(f"/v1/approvals/{big['approval_id']}")).json()
+    assert approval["state"] == "executed"
+
+    fits = await transfer(500, f"{mark}-fits")  # a second held one that fits: counted as it is released
+    await _approve(rest, flows, fits["approval_id"])
+    counted = await transfer(500, f"{mark}-fits")
+    assert (counted["decision"], counted["is_error"]) == ("approve", False)
+    outcome = [e for e in flows.audit_events() if e.get("call_id") == f"{mark}-fits" and e["event"] == "call.outcome"]
+    assert outcome[-1]["flow"]["tallies"] == {"transferred": {"before": 500.0, "after": 1000.0}}
+    assert (await transfer(1, f"{mark}-one"))["content"][0]["text"] == SPEND_CAP  # full: 1 USD more is refused
+
+
+async def test_caps_and_labels_over_mcp(flows: Any, connect_mcp: Any, rest: Any, http_api: Any) -> None:
+    mark = _marker()
+    async with connect_mcp(flows, "alice") as conn:
+        first = await conn.call("payments_transfer", {"amount": 400, "name": f"{mark}-1"})
+        second = await conn.call("payments_transfer", {"amount": 400, "name": f"{mark}-2"})
+        third = await conn.call("payments_transfer", {"amount": 400, "name": f"{mark}-3"})
+        mails = [await conn.call("mail_send", {"to": to, "name": f"{mark}-{to}"})
+                 for to in ("a@x.test", "b@x.test", "c@x.test", "d@x.test", "a@x.test")]
+        await conn.call("web_fetch", {"q": f"{mark}-page"})
+        held = asyncio.create_task(conn.call("mail_send", {"to": "a@x.test", "name": f"{mark}-out"},
+                                             call_id=f"{mark}-out"))
+        await _approve(rest, flows, await _pending_of(rest, flows, f"{mark}-out"))
+        out = await asyncio.wait_for(held, 10)
+
+    assert [r.is_error for r in (first, second, third)] == [False, False, True]
+    assert _text(third) == SPEND_CAP
+    assert [m.is_error for m in mails] == [False, False, False, True, False]
+    assert _text(mails[3]) == "This run may write to at most 3 different people."
+    assert http_api.seen(f"{mark}-3") == [] and http_api.seen(f"{mark}-d@x.test") == []
+    assert (out.is_error, len(http_api.seen(f"{mark}-out"))) == (False, 1)
+    run = await flows.gateway.store.session("alice", conn.session_id)
+    assert run.labels == ["untrusted"]
+    assert (run.tallies.values["transferred"], run.tallies.values["recipients"]) == (800.0, 3)
+    assert [h["tool"] for h in run.history][-2:] == ["web_fetch", "mail_send"]
+
+
+async def test_two_hundred_concurrent_rest_calls_racing_a_cap_admit_exactly_what_fits(
+        flows: Any, rest: Any, rest_call: Any, http_api: Any) -> None:
+    alice, mark = rest(flows, "alice"), _marker()
+
+    bodies = await asyncio.gather(*(rest_call(alice, "payments_transfer", {"amount": 10, "name": f"{mark}-{i}"})
+                                    for i in range(200)))
+
+    decisions = [b["decision"] for b in bodies]
+    assert (decisions.count("allow"), decisions.count("reject")) == (100, 100)
+    assert len(http_api.seen(mark)) == 100
+    run = await flows.gateway.store.session("alice", alice.headers["X-Gateway-Session"])
+    assert run.tallies.values["transferred"] == 1000.0
+
+
+def _text(result: types.CallToolResult) -> str:
+    return "\n".join(b.text for b in result.content if isinstance(b, types.TextContent))
