@@ -49,8 +49,6 @@ LABELS_FULL = f"The run would carry more than {MAX_RUN_LABELS} labels, so the ca
 _COUNTS = frozenset({Verdict.ALLOW})
 _COUNTS_RELEASED = frozenset({Verdict.ALLOW, Verdict.APPROVE})
 
-Judge = Callable[[TallyView], "tuple[_Judged, TallyChange | None]"]
-
 
 @dataclass(frozen=True, slots=True)
 class _Judged:
@@ -60,6 +58,9 @@ class _Judged:
     decision: Decision
     before: Tallies
     change: TallyChange | None
+
+
+Judge = Callable[[TallyView], tuple[_Judged, TallyChange | None]]  # what ``SessionStore.admit`` asks
 
 
 async def admitted(trace: CallTrace, store: SessionStore, session: SessionState, policy_set: PolicySet,

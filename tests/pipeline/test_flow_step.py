@@ -153,13 +153,13 @@ async def test_concurrent_transfers_under_a_cap_admit_exactly_what_fits(bench: B
 
 
 async def test_a_daily_window_tally_spans_the_principals_runs(bench: Bench) -> None:
-    first = [await bench.decide("payments_transfer", run="run-a", amount=700) for _ in range(2)]
-    second = [await bench.decide("payments_transfer", run="run-b", amount=amount) for amount in (200, 1)]
+    first = await bench.decide("payments_transfer", run="run-a", amount=700)
+    second = [await bench.decide("payments_transfer", run="run-b", amount=amount) for amount in (700, 100, 1)]
 
-    assert [o.decision for o in first + second] == ["allow", "allow", "allow", "reject"]
-    assert second[1].text == "At most 1500 USD a day."
-    assert bench.event("c-4")["context"]["usage"]["day"]["tallies"]["transferred"] == 1600.0
-    assert (await bench.run("run-b")).tallies.values["transferred"] == 200.0
+    assert [o.decision for o in (first, *second)] == ["allow", "allow", "allow", "reject"]
+    assert second[2].text == "At most 1500 USD a day."  # 801 in this run, under its cap: 1501 today
+    assert bench.event("c-4")["context"]["usage"]["day"]["tallies"]["transferred"] == 1500.0
+    assert (await bench.run("run-b")).tallies.values["transferred"] == 800.0
 
 
 async def test_a_tally_that_cannot_be_computed_refuses_the_call_and_moves_nothing(bench: Bench) -> None:
@@ -191,7 +191,7 @@ async def test_a_response_stage_label_makes_the_next_egress_need_approval(bench:
     assert (before.decision, fetched.decision) == ("allow", "allow")
     # no approval service here: the call that needs one is refused, naming why
     assert after.is_error and "needs approval" in after.text
-    assert bench.event("c-3")["decided_by"] == ["nothing-leaves-after-untrusted-content"]
+    assert bench.event("c-3")["decided_by"] == ["flows/nothing-leaves-after-untrusted-content"]
     assert (await bench.run()).labels == ["untrusted"]
     fetch = bench.event("c-2")
     assert fetch["flow"] == {"labels_added": {"request": [], "response": ["untrusted"]}, "labels": ["untrusted"],
@@ -231,9 +231,9 @@ async def test_every_counted_call_leaves_one_history_entry(bench: Bench) -> None
 
     history = (await bench.run()).history
     assert [(h["tool"], h["verdict"], h["rule"], h["labels"]) for h in history] == [
-        ("web_fetch", "allow", "default", ["untrusted"]),
-        ("payments_transfer", "reject", "spend-cap", []),
-        ("payments_transfer", "allow", "default", []),
+        ("web_fetch", "allow", "", ["untrusted"]),  # no rule decided it: the default allowed it
+        ("payments_transfer", "reject", "flows/spend-cap", []),
+        ("payments_transfer", "allow", "", []),
     ]
     assert all(h["time"] for h in history)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import mcp_types as types
 import pytest
+import pytest_asyncio
 
 from gateway.auth.keys import hash_key
 
@@ -76,13 +77,14 @@ def _tools() -> list[dict[str, Any]]:
     ]
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def flows(start_gateway: Any, configs: Any, http_api: Any, keys: dict[str, str]) -> Any:
     """A gateway with the flows policy in front of the HTTP API (tools unprefixed); bob may approve."""
     people = [{"principal": {"id": "alice", "groups": ["staff"]}, "sha256": hash_key(keys["alice"])},
               {"principal": {"id": "bob", "groups": ["staff"]}, "sha256": hash_key(keys["bob"]), "approver": True}]
     config = configs.base(configs.http_upstream("api", http_api.url, _tools(), prefix=""),
-                          auth={"api_keys": people}, approvals={"public_url": "http://approvals.example.test"})
+                          auth={"api_keys": people}, approvals={"public_url": "http://approvals.example.test"},
+                          http={"max_connections": 1000, "max_connections_per_principal": 400})  # 200 at once
     return await start_gateway(config, {"flows.yaml": FLOWS})
 
 
@@ -116,7 +118,7 @@ async def test_untrusted_content_then_egress_needs_a_person_over_rest(flows: Any
 
     assert (before["decision"], fetched["decision"]) == ("allow", "allow")
     assert (held["_status"], held["decision"]) == (202, "pending")
-    assert "untrusted content" in held["message"]
+    assert flows.audit_event(f"{mark}-send")["decided_by"] == ["flows/nothing-leaves-after-untrusted-content"]
     assert http_api.seen(f"{mark}-after") == []
     event = flows.audit_event(f"{mark}-fetch")
     assert event["flow"]["labels_added"] == {"request": [], "response": ["untrusted"]}
@@ -135,31 +137,36 @@ async def test_an_approved_transfer_counts_when_released_and_is_refused_if_the_c
         flows: Any, rest: Any, rest_call: Any, http_api: Any) -> None:
     alice, mark = rest(flows, "alice"), _marker()
 
-    async def transfer(amount: float, call_id: str) -> dict[str, Any]:
-        body: dict[str, Any] = await rest_call(alice, "payments_transfer", {"amount": amount, "name": call_id},
-                                               call_id=call_id)
-        return body
+    async def transfer(amount: float, call_id: str, **body: Any) -> dict[str, Any]:
+        answer: dict[str, Any] = await rest_call(alice, "payments_transfer", {"amount": amount, "name": call_id},
+                                                 call_id=call_id, **body)
+        return answer
 
-    big = await transfer(600, f"{mark}-big")  # held: counts nothing yet
-    assert big["decision"] == "pending"
+    # held on its connection while the run moves 500: it counted nothing when it was held
+    held = asyncio.create_task(alice.post("/v1/tools/payments_transfer/invoke", params={"wait": "30s"}, json={
+        "arguments": {"amount": 600, "name": f"{mark}-big"}, "call_id": f"{mark}-big"}))
+    approval_id = await _pending_of(rest, flows, f"{mark}-big")
     small = [await transfer(amount, f"{mark}-small-{i}") for i, amount in enumerate((300, 200))]
-    assert [s["decision"] for s in small] == ["allow", "allow"]  # 500 so far: the held 600 did not count
+    assert [s["decision"] for s in small] == ["allow", "allow"]
 
-    await _approve(rest, flows, big["approval_id"])
-    released = await transfer(600, f"{mark}-big")  # 500 + 600 > 1000: the cap refuses it now
+    await _approve(rest, flows, approval_id)
+    released = (await asyncio.wait_for(held, 10)).json()  # admitted again: 500 + 600 > 1000, refused now
 
     assert (released["decision"], released["is_error"]) == ("reject", True)
     assert released["content"][0]["text"] == SPEND_CAP
     assert http_api.seen(f"{mark}-big") == []
-    again = await transfer(600, f"{mark}-big")  # the refusal is the approval's one execution: a retry gets it
-    assert again["content"][0]["text"] == SPEND_CAP
-    approval = (await rest(flows, "bob").get(f"/v1/approvals/{big['approval_id']}")).json()
-    assert approval["state"] == "executed"
+    approval = (await rest(flows, "bob").get(f"/v1/approvals/{approval_id}")).json()
+    assert approval["state"] == "executed"  # the refusal is the approval's one execution
+    assert SPEND_CAP in approval["execution"]["outcome"]
+    event = flows.audit_event(f"{mark}-big")
+    assert event["decided_by"] == ["flows/big-transfers-need-a-person", "flows/spend-cap"]
+    assert event["flow"]["tallies"] == {}
 
-    fits = await transfer(500, f"{mark}-fits")  # a second held one that fits: counted as it is released
+    fits = await transfer(500, f"{mark}-fits")  # one that fits, approved, then called again: counted as released
     await _approve(rest, flows, fits["approval_id"])
     counted = await transfer(500, f"{mark}-fits")
     assert (counted["decision"], counted["is_error"]) == ("approve", False)
+    assert len(http_api.seen(f"{mark}-fits")) == 1
     outcome = [e for e in flows.audit_events() if e.get("call_id") == f"{mark}-fits" and e["event"] == "call.outcome"]
     assert outcome[-1]["flow"]["tallies"] == {"transferred": {"before": 500.0, "after": 1000.0}}
     assert (await transfer(1, f"{mark}-one"))["content"][0]["text"] == SPEND_CAP  # full: 1 USD more is refused
@@ -185,7 +192,7 @@ async def test_caps_and_labels_over_mcp(flows: Any, connect_mcp: Any, rest: Any,
     assert _text(mails[3]) == "This run may write to at most 3 different people."
     assert http_api.seen(f"{mark}-3") == [] and http_api.seen(f"{mark}-d@x.test") == []
     assert (out.is_error, len(http_api.seen(f"{mark}-out"))) == (False, 1)
-    run = await flows.gateway.store.session("alice", conn.session_id)
+    run = await flows.gateway.store.session("alice", flows.audit_event(f"{mark}-out")["session"])
     assert run.labels == ["untrusted"]
     assert (run.tallies.values["transferred"], run.tallies.values["recipients"]) == (800.0, 3)
     assert [h["tool"] for h in run.history][-2:] == ["web_fetch", "mail_send"]
