@@ -86,6 +86,7 @@ def _gateways(root: Path, dsn: str, upstream: str) -> Iterator[list[str]]:
         "store": {"postgres": {"dsn": {"env": "GATEWAY_TEST_DSN"}}},
         "audit": {"file": "audit.jsonl"},
         "auth": {"api_keys": [{"principal": {"id": "alice"}, "sha256": hash_key(KEY)}]},
+        "http": {"max_connections": 1000, "max_connections_per_principal": 400},  # 100 at once on each
         "limits": {"call_timeout": 60, "per_principal": {"max_concurrent_calls": 1000, "calls_per_minute": 100000}},
         "upstreams": [{"name": "up", "http": {"base_url": upstream, "timeout": 60, "tools": [
             {"name": "transfer", "method": "POST", "path": "/transfer", "input_schema": schema}]}}],
