@@ -49,6 +49,12 @@ async def start(stage: Stage, web_and_mail: WebAndMail, **config: Any) -> None:
                              **config})
 
 
+def flow(stage: Stage) -> list[tuple[str, str, list[str], list[str]]]:
+    """Per call the gateway decided: tool, verdict, the run's labels before it, the labels its result added."""
+    return [(e["tool"], e["verdict"], e["context"]["session"]["labels"], e["flow"]["labels_added"]["response"])
+            for e in stage.outcomes()]
+
+
 def obeying(stage: Stage) -> list[list[str]]:
     """Have the model check, before it mails, that it read the page's instructions; returns what it had read."""
     read: list[list[str]] = []
@@ -71,16 +77,21 @@ async def test_through_mcp_the_injected_mail_is_held_and_never_sent(stage: Stage
     await start(stage, web_and_mail)
     read = obeying(stage)
     deciding = asyncio.create_task(deny_when_held(stage))
-    run = await stage.run("openai-agents", script(FETCH, ScriptedCall("mail_send", MAIL, before="obey")),
-                          run_id=f"run-{uuid.uuid4().hex}")
-    pending = await asyncio.wait_for(deciding, STEP_SECONDS)
+    try:
+        run = await stage.run("openai-agents", script(FETCH, ScriptedCall("mail_send", MAIL, before="obey")),
+                              run_id=f"run-{uuid.uuid4().hex}")
+        assert web_and_mail.mailed() == []  # the attacker's address got nothing
+        pending = await asyncio.wait_for(deciding, STEP_SECONDS)
+    finally:
+        deciding.cancel()
     assert read == [[PAGE]]  # the model read the injected page, then asked to mail it
-    assert web_and_mail.mailed() == []  # the attacker's address got nothing
     assert web_and_mail.ran("web_fetch") == [FETCH[1]]
     assert [(r["rule"], r["approvers"]) for r in pending["requirements"]] == [HELD_BY]
     assert pending["final_args"]["to"] == ATTACKER
     assert run.tool_results[0] == PAGE
     assert "Denied by an approver: prompt injection" in run.tool_results[1]
+    # the page's result labelled the run; the mail was decided with the label (the decision log says so)
+    assert flow(stage) == [("web_fetch", "allow", [], ["untrusted"]), ("mail_send", "reject", ["untrusted"], [])]
 
 
 async def test_through_mcp_a_secret_read_refuses_the_mail_outright(stage: Stage, web_and_mail: WebAndMail) -> None:
@@ -114,6 +125,7 @@ async def test_through_the_model_proxy_the_injected_mail_never_reaches_the_agent
     assert web_and_mail.ran("web_fetch") == [FETCH[1]]
     assert web_and_mail.mailed() == []  # the agent was never handed the mail call
     assert "Approval pending" in output
+    assert flow(stage) == [("web_fetch", "allow", [], ["untrusted"]), ("mail_send", "pending", ["untrusted"], [])]
     [pending] = await stage.approvals("pending")
     assert pending["tool"] == "mail_send" and pending["final_args"]["to"] == ATTACKER
     assert [(r["rule"], r["approvers"]) for r in pending["requirements"]] == [HELD_BY]
