@@ -7,11 +7,12 @@ Two backends implement it: ``SqliteStore`` (gateway/store/sqlite.py, the embedde
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
+from gateway.policy.flow import HistoryEntry, Tallies, TallyChange
 from gateway.store.implicit_runs import ImplicitRuns
-from gateway.store.model import SessionState
+from gateway.store.model import SessionState, TallyView
 from gateway.store.usage import Totals, UsageCounter
 
 __all__ = ["SessionStore"]
@@ -50,7 +51,26 @@ class SessionStore(Protocol):
         ...
 
     def reset(self, state: SessionState) -> None:
-        """Counters to zero, not terminated."""
+        """Counters to zero, not terminated; the run's labels, tallies and history cleared."""
+        ...
+
+    def add_labels(self, state: SessionState, labels: Sequence[str]) -> None:
+        """Add labels to the run (``merged_labels``: ``LabelOverflow`` past the cap), in memory at once, written
+        behind."""
+        ...
+
+    def add_history(self, state: SessionState, entry: HistoryEntry) -> None:
+        """Append an entry to the run's history (the newest kept), in memory at once, written behind."""
+        ...
+
+    async def window_tallies(self, principal: str) -> dict[str, Tallies]:
+        """The principal's tallies per usage window now, counting every process's admissions ({} with none)."""
+        ...
+
+    async def admit(self, state: SessionState, judge: Callable[[TallyView], tuple[T, TallyChange | None]]) -> T:
+        """In one transaction: read the run's and the principal's tallies fresh, ``judge`` them (the call's
+        decision and what it adds), count what it adds; ``judge``'s result. ``StoreUnavailable`` if the
+        database fails (a ``judge`` that raises rolls back and its error goes on)."""
         ...
 
     def end(self, state: SessionState, message: str) -> None:

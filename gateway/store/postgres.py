@@ -26,6 +26,7 @@ from gateway.core.errors import StoreUnavailable
 from gateway.core.limits import DEFAULT_RUN_IDLE_SECONDS, POSTGRES_CONNECT_TIMEOUT_SECONDS, STORE_LISTEN_RETRY_SECONDS
 from gateway.store.db import Cursor, Db, DbError, DbIntegrityError, Dialect
 from gateway.store.dsn import DsnScrubber, describe_dsn
+from gateway.store.flow_schema import FLOW_MIGRATION
 from gateway.store.migrations import Migration, migrate, statements
 from gateway.store.sql import SqlStore
 
@@ -62,7 +63,7 @@ SESSION_MIGRATIONS = (Migration(1, "sessions, usage buckets and implicit runs", 
     run_id TEXT NOT NULL,
     last_call DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (principal, client)
-)""")),)
+)""")), FLOW_MIGRATION)
 
 
 class PostgresStore(SqlStore):

@@ -6,6 +6,7 @@ Four connections, each with its own use, so the event loop never waits for the d
   terminations made by other processes are seen;
 - the *session writer* (a worker thread) writes counters behind, as increments (write_behind.py, delta.py);
 - the *approvals* connection (a worker thread, ``run``) does approval work and listings;
+- the *admission* connection (a worker thread) decides and counts tallied calls (admission.py);
 - the *loader* answers the in-memory caches' first look at a principal's usage buckets or a
   client's implicit run (once per key per process; on the loop, see docs/store.md).
 
@@ -19,11 +20,10 @@ implicit runs are read and written the same way (sql_usage.py).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -37,12 +37,14 @@ from gateway.core.limits import (
     STORE_READY_CACHE_SECONDS,
     STORE_READY_TIMEOUT_SECONDS,
 )
+from gateway.policy.flow import HistoryEntry, Tallies, TallyChange, appended_history, merged_labels
+from gateway.store.admission import Admission
 from gateway.store.db import DB_ERRORS, Db
-from gateway.store.delta import Delta, Row, apply
-from gateway.store.model import SessionState
+from gateway.store.delta import Delta, apply, parsed, with_labels
+from gateway.store.model import SessionState, TallyView
 from gateway.store.sql_usage import SqlUsage
 from gateway.store.usage import Totals
-from gateway.store.write_behind import COLUMNS, WriteBehind
+from gateway.store.write_behind import COLUMNS, WriteBehind, created
 
 __all__ = ["SqlStore"]
 
@@ -84,6 +86,8 @@ class SqlStore:
         self.sql_usage = SqlUsage(self.write_behind, self._reader, self._read_worker, self._loader, self._lock,
                                   usage_windows=usage_windows or {}, idle_timeout=idle_timeout)
         self.usage = self.sql_usage.usage
+        self.admission = Admission(connect(), self.write_behind, self._reader, self._read_worker,
+                                   windows=self.usage.windows, write_through=write_through)
         self.implicit_runs = self.sql_usage.implicit_runs
         self._probe: asyncio.Future[None] | None = None  # the readiness probe under way, if any
         self._probed: tuple[float, str | None] = (-STORE_READY_CACHE_SECONDS, None)  # when, and its answer
@@ -140,6 +144,7 @@ class SqlStore:
 
     def close(self) -> None:
         """Finish queued writes (one more try each), then close the database."""
+        self.admission.close()
         self.write_behind.close()
         self._read_worker.shutdown(wait=True)
         self._worker.shutdown(wait=True)
@@ -169,7 +174,7 @@ class SqlStore:
         try:
             return await loop.run_in_executor(self._read_worker, self._refresh, principal, session_id, client)
         except RuntimeError:  # the reader was shut down: the gateway is stopping
-            return self._refreshed(principal, session_id, client, None)
+            return self._refreshed(principal, session_id, client, None, self.admission.ended)
 
     def _refresh(self, principal: str, session_id: str, client: str | None) -> SessionState:
         """Read the row and combine it with this process's unwritten deltas (on the reader thread).
@@ -186,6 +191,7 @@ class SqlStore:
                 if key in self.write_behind.in_flight:
                     self.write_behind.written.wait(SESSION_WRITE_WAIT_SECONDS)
                 writes, settled = self.write_behind.writes, key not in self.write_behind.in_flight
+                admitted = self.admission.ended
             try:
                 row = self._read_row(self._reader, principal, session_id)
             except DB_ERRORS as exc:  # fail closed: a run whose counts cannot be read is not run
@@ -194,40 +200,44 @@ class SqlStore:
                 if not settled and key in self._sessions:
                     return self._sessions[key]
                 if not settled or self.write_behind.writes == writes:
-                    return self._refreshed_locked(principal, session_id, client, row)
+                    return self._refreshed_locked(principal, session_id, client, row, admitted)
         with self.write_behind.lock:
             if key in self._sessions and row is not None:
                 return self._sessions[key]  # writes kept overlapping the reads: this process's view stands
-            return self._refreshed_locked(principal, session_id, client, row)
+            return self._refreshed_locked(principal, session_id, client, row, admitted)
 
     def _refreshed(self, principal: str, session_id: str, client: str | None,
-                   row: tuple[Any, ...] | None) -> SessionState:
+                   row: tuple[Any, ...] | None, admitted: int) -> SessionState:
         with self.write_behind.lock:
-            return self._refreshed_locked(principal, session_id, client, row)
+            return self._refreshed_locked(principal, session_id, client, row, admitted)
 
     def _refreshed_locked(self, principal: str, session_id: str, client: str | None,
-                          row: tuple[Any, ...] | None) -> SessionState:
-        """The cached state made the stored row plus this process's unwritten deltas (hold the queue's ``lock``)."""
+                          row: tuple[Any, ...] | None, admitted: int) -> SessionState:
+        """The cached state made the stored row plus this process's unwritten deltas (hold the queue's ``lock``);
+        its tallies only if no admission ended since the row was read (``admitted``: the count then), else
+        the admission's, which are as new."""
         key = (principal, session_id)
         state = self._sessions.get(key)
         if row is None and state is not None:
             return state  # its row is not written yet (or could not be read): this process's view stands
         if row is None:  # first sight: a copy of an unowned row from before owners, else a fresh session
             row = self._unowned_row(session_id) or (now_rfc3339(), 0, "{}", 0, 0, None, int(client is not None),
-                                                    client)
-            created = Delta(tuple(row))
+                                                    client, "[]", "[]", "{}")
+            first = Delta(tuple(row))
             waiting = self.write_behind.pending.get(key)
-            self.write_behind.pending[key] = created.then(waiting) if waiting is not None else created
+            self.write_behind.pending[key] = first.then(waiting) if waiting is not None else first
             self.write_behind.schedule()
             in_flight = None
         else:
             in_flight = self.write_behind.in_flight.get(key)
-        base: Row = (int(row[1]), json.loads(row[2]), int(row[3]), bool(row[4]), row[5])
         if state is None:
             state = SessionState(session_id, row[0], principal=principal, implicit=bool(row[6]), client=row[7])
-        view = apply(apply(base, in_flight), self.write_behind.pending.get(key))
+        view = apply(apply(parsed((*row[1:6], *row[8:11])), in_flight), self.write_behind.pending.get(key))
         state.calls, state.calls_by_tool, state.rejected, state.terminated, state.terminate_message = \
-            view[0], dict(view[1]), view[2], view[3], view[4]
+            view.calls, dict(view.by_tool), view.rejected, view.terminated, view.message
+        state.labels, state.history = view.labels, view.history
+        if admitted == self.admission.ended:
+            state.tallies = view.tallies
         if key not in self._sessions and len(self._sessions) >= MAX_CACHED_SESSIONS:
             self._sessions.pop(next(iter(self._sessions)))
         self._sessions[key] = state
@@ -248,7 +258,7 @@ class SqlStore:
         key = (state.principal, state.id)
         found = self.write_behind.pending.get(key)
         if found is None:
-            found = self.write_behind.pending[key] = Delta(_created(state))
+            found = self.write_behind.pending[key] = Delta(created(state))
         self.write_behind.schedule()
         return found
 
@@ -277,12 +287,38 @@ class SqlStore:
                 self.usage.count_rejected(state.principal, tool)
 
     def reset(self, state: SessionState) -> None:
-        """Counters to zero, not terminated: the run goes on as if it had just started."""
+        """Counters to zero, not terminated, no labels, tallies nor history: the run goes on as if it had just
+        started (the principal's window tallies are kept)."""
         with self.write_behind.lock:
             state.calls, state.calls_by_tool, state.rejected = 0, {}, 0
+            state.labels, state.tallies, state.history = [], Tallies(), []
             state.terminated, state.terminate_message = False, None
             key = (state.principal, state.id)
-            self.write_behind.pending[key] = self._delta(state).then(Delta(_created(state), reset=True))
+            self.write_behind.pending[key] = self._delta(state).then(Delta(created(state), reset=True))
+
+    def add_labels(self, state: SessionState, labels: Sequence[str]) -> None:
+        """Add labels to the run, in memory at once, written behind; ``LabelOverflow`` (nothing added) past the cap."""
+        with self.write_behind.lock:
+            merged = merged_labels(state.labels, labels)
+            if len(merged) > len(state.labels):
+                delta = self._delta(state)
+                delta.labels = with_labels(delta.labels, merged[len(state.labels):])
+                state.labels = merged
+
+    def add_history(self, state: SessionState, entry: HistoryEntry) -> None:
+        """Append an entry to the run's history (the newest ``RUN_HISTORY_KEPT``): in memory at once, written behind."""
+        with self.write_behind.lock:
+            state.history = appended_history(state.history, entry)
+            delta = self._delta(state)
+            delta.history = appended_history(delta.history, entry)
+
+    async def admit(self, state: SessionState, judge: Callable[[TallyView], tuple[T, TallyChange | None]]) -> T:
+        """Decide a tallied call and count what it adds, in one transaction (see ``Admission.admit``)."""
+        return await self.admission.admit(state, judge)
+
+    async def window_tallies(self, principal: str) -> dict[str, Tallies]:
+        """The principal's tallies per usage window (see ``Admission.window_tallies``)."""
+        return await self.admission.window_tallies(principal)
 
     def end(self, state: SessionState, message: str) -> None:
         """Terminate the run with ``message`` (replacing an earlier one); an implicit run is also no longer
@@ -322,11 +358,12 @@ class SqlStore:
                 params.append(int(value) if isinstance(value, bool) else value)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         with self._writer_lock:
+            admitted = self.admission.ended
             total = self._writer.execute(f"SELECT count(*) FROM sessions{clause}", params).fetchone()[0]
             rows = self._writer.execute(
                 f"SELECT principal, id, {COLUMNS} FROM sessions{clause}"
                 " ORDER BY started_at DESC, principal, id LIMIT ? OFFSET ?", [*params, limit, offset]).fetchall()
-        return [self._refreshed(r[0], r[1], None, tuple(r[2:])) for r in rows], int(total)
+        return [self._refreshed(r[0], r[1], None, tuple(r[2:]), admitted) for r in rows], int(total)
 
     async def flushed(self) -> None:
         """Wait until every row queued so far is written (before reading the tables directly)."""
@@ -350,7 +387,3 @@ class SqlStore:
         """The current implicit run of (principal, client) (see ``SqlUsage.implicit_run``)."""
         return await self.sql_usage.implicit_run(principal, client, session)
 
-
-def _created(state: SessionState) -> tuple[Any, ...]:
-    """A fresh row's values for the session (counters at zero; the delta adds them)."""
-    return (state.started_at, 0, "{}", 0, 0, None, int(state.implicit), state.client)

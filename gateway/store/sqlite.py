@@ -30,6 +30,7 @@ from typing import Any
 
 from gateway.core.limits import DEFAULT_RUN_IDLE_SECONDS, SQLITE_BUSY_TIMEOUT_SECONDS
 from gateway.store.db import Db, SqliteDb
+from gateway.store.flow_schema import FLOW_MIGRATION
 from gateway.store.migrations import Migration, migrate
 from gateway.store.model import SessionState
 from gateway.store.sql import UNOWNED, SqlStore
@@ -90,7 +91,7 @@ def _adopt(db: Db) -> None:
         db.execute(table)
 
 
-SESSION_MIGRATIONS = (Migration(1, "sessions, usage buckets and implicit runs", _adopt),)
+SESSION_MIGRATIONS = (Migration(1, "sessions, usage buckets and implicit runs", _adopt), FLOW_MIGRATION)
 
 
 class SqliteStore(SqlStore):

@@ -11,7 +11,6 @@ and is tried again. Readers combine a stored row with what is queued or in fligh
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -20,14 +19,22 @@ from typing import Any
 
 from gateway.core.limits import STORE_WRITE_COALESCE_SECONDS, STORE_WRITE_RETRY_SECONDS
 from gateway.store.db import DB_ERRORS, Db
-from gateway.store.delta import Delta, apply
+from gateway.store.delta import STATE_COLUMNS, Delta, apply, encoded, parsed
+from gateway.store.model import SessionState
 
-__all__ = ["COLUMNS", "END_IMPLICIT", "PRUNE_USAGE", "UPSERT_IMPLICIT", "WriteBehind"]
+__all__ = ["COLUMNS", "CREATE_SESSION", "END_IMPLICIT", "PRUNE_USAGE", "UPSERT_IMPLICIT", "WriteBehind", "created"]
 
 log = logging.getLogger("gateway.store")
 
 # A session row's columns after its key (principal, id), in the order rows are read and created.
-COLUMNS = "started_at, calls, calls_by_tool, rejected, terminated, terminate_message, implicit, client"
+COLUMNS = ("started_at, calls, calls_by_tool, rejected, terminated, terminate_message, implicit, client, labels,"
+           " history, tallies")
+
+
+def created(state: SessionState) -> tuple[Any, ...]:
+    """A fresh row's values of ``COLUMNS`` for the session (counters at zero, nothing carried: deltas add them)."""
+    return (state.started_at, 0, "{}", 0, 0, None, int(state.implicit), state.client, "[]", "[]", "{}")
+
 
 SessionKey = tuple[str, str]  # (principal, session id)
 UsageKey = tuple[str, int, str]  # (principal, bucket, tool)
@@ -160,20 +167,19 @@ class WriteBehind:
 
 def _write_session(db: Db, key: SessionKey, delta: Delta) -> None:
     """Apply one session's delta to its row, under the row's lock: read, add, write."""
-    db.execute(_CREATE_SESSION, (*key, *delta.created))
+    db.execute(CREATE_SESSION, (*key, *delta.created))
     if delta.empty:
         return
-    row = db.execute(db.for_update("SELECT calls, calls_by_tool, rejected, terminated, terminate_message"
-                                   " FROM sessions WHERE principal = ? AND id = ?"), key).fetchone()
-    calls, by_tool, rejected, terminated, message = apply(
-        (int(row[0]), json.loads(row[1]), int(row[2]), bool(row[3]), row[4]), delta)
-    db.execute("UPDATE sessions SET calls = ?, calls_by_tool = ?, rejected = ?, terminated = ?, terminate_message = ?"
-               " WHERE principal = ? AND id = ?",
-               (calls, json.dumps(by_tool), rejected, int(terminated), message, *key))
+    row = db.execute(db.for_update(f"SELECT {STATE_COLUMNS} FROM sessions WHERE principal = ? AND id = ?"),
+                     key).fetchone()
+    db.execute(_UPDATE_SESSION, (*encoded(apply(parsed(row), delta)), *key))
 
 
-_CREATE_SESSION = (f"INSERT INTO sessions (principal, id, {COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                   " ON CONFLICT (principal, id) DO NOTHING")
+# A session's row made with its first values unless it exists (a delta's ``created``, ``SqlStore``'s ``created``).
+CREATE_SESSION = (f"INSERT INTO sessions (principal, id, {COLUMNS}) VALUES ({', '.join(['?'] * 13)})"
+                  " ON CONFLICT (principal, id) DO NOTHING")
+_UPDATE_SESSION = (f"UPDATE sessions SET {', '.join(f'{c} = ?' for c in STATE_COLUMNS.split(', '))}"
+                   " WHERE principal = ? AND id = ?")
 _ADD_USAGE = ("INSERT INTO usage (principal, bucket, tool, calls, rejected) VALUES (?, ?, ?, ?, ?)"
               " ON CONFLICT (principal, bucket, tool) DO UPDATE SET calls = usage.calls + excluded.calls,"
               " rejected = usage.rejected + excluded.rejected")

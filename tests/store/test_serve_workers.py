@@ -215,7 +215,7 @@ def test_a_database_from_a_newer_gateway_is_refused_at_start(tmp_path: Path) -> 
     db.close()
     done = run_cli(tmp_path, "serve", str(config), "--port", "0")  # refused before it serves, or it would hang
     assert done.returncode == 1
-    assert "the sessions schema in" in done.stderr and "version 7, newer than this gateway knows (1)" in done.stderr
+    assert "the sessions schema in" in done.stderr and "version 7, newer than this gateway knows (2)" in done.stderr
     assert "Traceback" not in done.stderr
 
 
