@@ -10,12 +10,11 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from store_support import Opener, raw
 
 from gateway.approvals.model import Approval, ApprovalState, Requirement, args_digest
 from gateway.approvals.store import ApprovalStore
@@ -23,33 +22,6 @@ from gateway.core.errors import StoreSchemaError, StoreUnavailable
 from gateway.policy.call import Principal
 from gateway.store.postgres import PostgresStore
 from gateway.store.sql import SqlStore
-from gateway.store.sqlite import SqliteStore
-
-Opener = Callable[..., SqlStore]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def open_store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Opener]:
-    """Opens stores on one database, as separate processes would; closes them after the test."""
-    opened: list[SqlStore] = []
-    dsn = request.getfixturevalue("postgres_dsn") if backend == "postgres" else None
-
-    def opener(**options: Any) -> SqlStore:
-        store: SqlStore = PostgresStore(dsn, **options) if dsn is not None \
-            else SqliteStore(tmp_path / "g.sqlite3", write_through=True, **options)
-        opened.append(store)
-        return store
-
-    opener.dsn = dsn  # type: ignore[attr-defined]
-    opener.path = tmp_path / "g.sqlite3"  # type: ignore[attr-defined]
-    yield opener
-    for store in opened:
-        store.close()
 
 
 def _approval(principal: str = "alice", call_id: str = "c1", args: dict[str, Any] | None = None) -> Approval:
@@ -187,25 +159,17 @@ async def test_implicit_runs_are_kept_for_their_client(open_store: Opener) -> No
 # --- migrations ------------------------------------------------------------------------------------------------
 
 
-def _raw(opener: Opener) -> Any:
-    dsn = opener.dsn  # type: ignore[attr-defined]
-    if dsn is not None:
-        return psycopg.connect(dsn, autocommit=True)
-    import sqlite3
-    return sqlite3.connect(opener.path, isolation_level=None)  # type: ignore[attr-defined]
-
-
 def test_opening_records_the_schema_versions_and_reopening_changes_nothing(open_store: Opener) -> None:
     ApprovalStore(open_store())
     ApprovalStore(open_store())
-    with contextlib_closing(_raw(open_store)) as db:
+    with contextlib_closing(raw(open_store)) as db:
         rows = db.execute("SELECT component, version FROM schema_versions ORDER BY component").fetchall()
     assert [tuple(r) for r in rows] == [("approvals", 3), ("sessions", 2)]
 
 
 def test_a_schema_newer_than_the_code_refuses_to_open(open_store: Opener) -> None:
     open_store()
-    with contextlib_closing(_raw(open_store)) as db:
+    with contextlib_closing(raw(open_store)) as db:
         db.execute("UPDATE schema_versions SET version = 99 WHERE component = 'sessions'")
     with pytest.raises(StoreSchemaError, match="version 99, newer than this gateway knows"):
         open_store()
