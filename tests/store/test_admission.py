@@ -153,9 +153,11 @@ async def test_a_cached_store_keeps_window_tallies_in_memory_and_writes_every_ad
         state = await store.session("alice", "run")
         await store.admit(state, transfer(250))
         await store.admit(state, mail("a@x"))
-        reads = store.row_reads
+        with sqlite3.connect(tmp_path / "s.db") as db:  # a change behind its back: not read, memory answers
+            db.execute("UPDATE tally_sums SET amount = 999")
         assert (await store.window_tallies("alice"))["day"].values == {"sent": 250.0, "to": 1}
-        assert store.row_reads == reads
+        with sqlite3.connect(tmp_path / "s.db") as db:
+            db.execute("UPDATE tally_sums SET amount = 250")
     finally:
         store.close()
     again = SqliteStore(tmp_path / "s.db", usage_windows=DAY)

@@ -37,9 +37,10 @@ async def test_two_stores_adding_to_one_run_merge_labels_and_append_history(open
     a, b = await one.session("alice", "run"), await two.session("alice", "run")
     one.add_labels(a, ["secret"])
     one.add_history(a, entry("vault_read"))
-    two.add_labels(b, ["untrusted", "secret"])  # b had not seen a's labels yet
-    two.add_history(b, entry("web_fetch"))
     await one.settle()
+    two.add_labels(b, ["untrusted", "secret"])  # b had not read a's labels
+    two.add_history(b, entry("web_fetch"))
+    assert b.labels == ["untrusted", "secret"]
     await two.settle()
     seen = await open_store().session("alice", "run")
     assert seen.labels == ["secret", "untrusted"]
