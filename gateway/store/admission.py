@@ -94,9 +94,10 @@ class Admission:
             if rows is not None:
                 return rows.view(self.windows, now)
         try:
-            rows = await asyncio.get_running_loop().run_in_executor(self._read_worker, self._read, principal, now)
+            read = asyncio.get_running_loop().run_in_executor(self._read_worker, self._read, principal, now)
         except RuntimeError as exc:  # the reader was shut down: the gateway is stopping
             raise StoreUnavailable("the store is closing") from exc
+        rows = await read
         if not self._write_through:
             with self._queue.lock:  # rows an admission kept meanwhile are newer than these
                 rows = self._keep(principal, self._rows.get(principal) or rows)
@@ -132,11 +133,10 @@ class Admission:
         try:
             if self._reset_waiting(key):
                 await self._queue.flushed()
-                if self._reset_waiting(key):  # the write failed: the tallies it clears are still stored
-                    raise StoreUnavailable("the sessions database is unavailable (the run's reset is not saved)")
-            return await asyncio.get_running_loop().run_in_executor(self._worker, self._admit, state, judge)
+            admitted = asyncio.get_running_loop().run_in_executor(self._worker, self._admit, state, judge)
         except RuntimeError as exc:  # a worker was shut down: the gateway is stopping
             raise StoreUnavailable("the store is closing") from exc
+        return await admitted
 
     def _reset_waiting(self, key: SessionKey) -> bool:
         with self._queue.lock:
@@ -145,6 +145,8 @@ class Admission:
 
     def _admit(self, state: SessionState, judge: Judge[T]) -> T:
         key, db, now = (state.principal, state.id), self._db, self.minute()
+        if self._reset_waiting(key):  # its write failed: the tallies it clears are still stored
+            raise StoreUnavailable("the sessions database is unavailable (the run's reset is not saved yet)")
         with self._queue.lock:  # the row as the session's first write would make it (an unowned copy's counts)
             waiting = self._queue.pending.get(key) or self._queue.in_flight.get(key)
             first = waiting.created if waiting is not None else created(state)

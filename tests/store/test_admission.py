@@ -67,6 +67,12 @@ async def test_a_refused_call_adds_nothing_and_a_judge_that_raises_rolls_back(op
 
     with pytest.raises(ValueError, match="could not be computed"):
         await store.admit(state, broken)
+
+    def buggy(view: TallyView) -> tuple[bool, TallyChange | None]:
+        raise RuntimeError("a bug in the judge")
+
+    with pytest.raises(RuntimeError, match="a bug in the judge"):  # its own error, not "the store is closing"
+        await store.admit(state, buggy)
     fresh = open_store(usage_windows=DAY)
     assert (await fresh.session("alice", "run")).tallies.values == {"sent": 900.0}
     assert (await fresh.window_tallies("alice"))["day"].values == {"sent": 900.0}
@@ -199,3 +205,23 @@ async def test_a_dropped_postgres_connection_refuses_one_admission_then_reconnec
         assert state.tallies.values == {"sent": 2.0}
     finally:
         store.close()
+
+
+async def test_a_reset_that_cannot_be_written_yet_refuses_the_admission(tmp_path: Any) -> None:
+    store = SqliteStore(tmp_path / "s.db", busy_timeout=0.05)
+    locker = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    try:
+        state = await store.session("alice", "run")
+        await store.admit(state, transfer(600))
+        locker.execute("BEGIN IMMEDIATE")
+        store.reset(state)  # queued; its write waits for the lock
+        with pytest.raises(StoreUnavailable, match="reset is not saved"):  # not decided on the 600 it clears
+            await store.admit(state, transfer(600))
+        locker.execute("ROLLBACK")
+        assert await store.admit(state, transfer(600)) is True  # the reset is written first: 600 of 1000
+        assert state.tallies.values == {"sent": 600.0}
+    finally:
+        locker.close()
+        store.close()
+    with pytest.raises(StoreUnavailable, match="closing"):  # a closed store admits nothing
+        await store.admit(state, transfer(1))
