@@ -214,8 +214,8 @@ class SqlStore:
     def _refreshed_locked(self, principal: str, session_id: str, client: str | None,
                           row: tuple[Any, ...] | None, admitted: int) -> SessionState:
         """The cached state made the stored row plus this process's unwritten deltas (hold the queue's ``lock``);
-        its tallies only if no admission ended since the row was read (``admitted``: the count then), else
-        the admission's, which are as new."""
+        a held state's tallies only if no admission ended since the row was read (``admitted``: the count then),
+        else the admission's, which are as new."""
         key = (principal, session_id)
         state = self._sessions.get(key)
         if row is None and state is not None:
@@ -230,13 +230,14 @@ class SqlStore:
             in_flight = None
         else:
             in_flight = self.write_behind.in_flight.get(key)
+        held = state is not None
         if state is None:
             state = SessionState(session_id, row[0], principal=principal, implicit=bool(row[6]), client=row[7])
         view = apply(apply(parsed((*row[1:6], *row[8:11])), in_flight), self.write_behind.pending.get(key))
         state.calls, state.calls_by_tool, state.rejected, state.terminated, state.terminate_message = \
             view.calls, dict(view.by_tool), view.rejected, view.terminated, view.message
         state.labels, state.history = view.labels, view.history
-        if admitted == self.admission.ended:
+        if not held or admitted == self.admission.ended:
             state.tallies = view.tallies
         if key not in self._sessions and len(self._sessions) >= MAX_CACHED_SESSIONS:
             self._sessions.pop(next(iter(self._sessions)))
