@@ -3,9 +3,10 @@
 A tallied call is decided inside ``Admission.admit``: on the store's own admission thread and connection
 (never the reader's or the approvals'), one transaction locks the principal's row of ``tally_locks`` and then
 the run's session row (PostgreSQL ``FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` holds the whole file), reads
-the run's tallies and the principal's window tallies as committed by every process, hands them to the
-caller's ``judge`` (pure and synchronous: it decides the call), adds the change it returns to the run and to
-the principal's window buckets, and commits. Two admissions of one principal, in one process or in two
+the run's tallies and the principal's window tallies as committed by every process (a store only this process
+writes keeps the window rows in memory, so it reads them there), hands them to the caller's ``judge`` (pure
+and synchronous: it decides the call), adds the change it returns to the run and to the principal's window
+buckets, and commits. Two admissions of one principal, in one process or in two
 sharing the database, therefore never read the same totals: under a cap, the admitted total never passes it.
 
 Lock order: a principal's lock row, then one session row; the write-behind writer takes session rows only
@@ -55,7 +56,7 @@ class Admission:
 
     ``windows`` are the usage windows (name to minutes; none: only runs are tallied). Without
     ``write_through`` (this process alone writes the database) each principal's window rows are kept in
-    memory once read; with it, ``window_tallies`` reads them afresh.
+    memory once read, and admissions and ``window_tallies`` read them there; with it, both read them afresh.
     """
 
     def __init__(self, db: Db, queue: WriteBehind, reader: Db, read_worker: ThreadPoolExecutor, *,
@@ -182,7 +183,11 @@ class Admission:
         db.execute(CREATE_SESSION, (*key, *first))
         row = db.execute(db.for_update(_RUN), key).fetchone()
         run = Tallies.from_json(json.loads(row[0] or "{}"))
-        return run, (self._window_rows(db, key[0], now) if self.windows else WindowTallies())
+        if not self.windows:
+            return run, WindowTallies()
+        with self._queue.lock:  # this process alone writes the database: the rows it keeps are the stored ones
+            kept = None if self._write_through else self._rows.get(key[0])
+        return run, (kept.copy() if kept is not None else self._window_rows(db, key[0], now))
 
     def _count(self, key: SessionKey, run: Tallies, change: TallyChange, now: int) -> None:
         """Write the run's new tallies and add the change to the principal's window buckets."""

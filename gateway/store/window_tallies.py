@@ -30,6 +30,12 @@ class WindowTallies:
             values = self.seen.setdefault(str(tally), {})
             values[str(value)] = max(int(minute), values.get(str(value), int(minute)))
 
+    def copy(self) -> WindowTallies:
+        """A copy that shares nothing with these rows."""
+        out = WindowTallies()
+        out.sums, out.seen = dict(self.sums), {tally: dict(values) for tally, values in self.seen.items()}
+        return out
+
     def add(self, change: TallyChange, minute: int) -> None:
         """Count an admitted call's change in ``minute``."""
         for tally, amount in change.sums.items():
