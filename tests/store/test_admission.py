@@ -168,8 +168,11 @@ async def test_a_cached_store_keeps_window_tallies_in_memory_and_writes_every_ad
         store.close()
     again = SqliteStore(tmp_path / "s.db", usage_windows=DAY)
     try:
-        assert (await again.window_tallies("alice"))["day"].values == {"sent": 250.0, "to": 1}
-        assert (await again.session("alice", "run")).tallies.values == {"sent": 250.0, "to": 1}
+        state = await again.session("alice", "run")
+        assert state.tallies.values == {"sent": 250.0, "to": 1}
+        assert await again.admit(state, transfer(750)) is True  # its first admission reads the stored buckets
+        assert await again.admit(await again.session("alice", "other"), transfer(1)) is False  # the day is full
+        assert (await again.window_tallies("alice"))["day"].values == {"sent": 1000.0, "to": 1}
     finally:
         again.close()
 
