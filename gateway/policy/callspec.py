@@ -19,7 +19,8 @@ from gateway.core.strict import StrictModel as _Strict
 from gateway.policy.call import CallInfo, Principal, ResultInfo, SessionInfo, ToolCall, ToolInfo, UsageInfo
 from gateway.policy.decision import Stage
 
-__all__ = ["ANONYMOUS", "CallPrincipalSpec", "CallSpec", "PrincipalSpec", "ToolSpec", "with_anonymous_id"]
+__all__ = ["ANONYMOUS", "CallPrincipalSpec", "CallSpec", "PrincipalSpec", "ResultSpec", "SessionSpec", "ToolSpec",
+           "with_anonymous_id"]
 
 # Who a call or test case without a principal's id is made by.
 ANONYMOUS = "anonymous"
@@ -75,7 +76,7 @@ def with_anonymous_id(value: Any) -> Any:
 
 
 class SessionSpec(_Strict):
-    """Session counters before the call."""
+    """The run before the call: its counters, labels and tallies."""
 
     id: str = "test-session"
     calls: int = 0
@@ -83,6 +84,21 @@ class SessionSpec(_Strict):
     rejected: int = 0
     started_at: str = "2026-01-01T00:00:00Z"
     implicit: bool = False
+    labels: list[str] = Field(default_factory=list)  # every label added in the run so far
+    tallies: dict[str, float | int] = Field(default_factory=dict)  # tally id -> the run's value (others: 0)
+    seen: dict[str, list[str]] = Field(default_factory=dict)  # distinct tally id -> the values counted so far
+
+    @field_validator("tallies")
+    @classmethod
+    def _numbers(cls, value: dict[str, float | int]) -> dict[str, float | int]:
+        for tally, number in value.items():
+            if isinstance(number, bool) or number < 0:
+                raise ValueError(f"tally {tally!r} must be a number >= 0")
+        return value
+
+    def tally_values(self) -> dict[str, float | int]:
+        """The tallies given, a distinct tally given only by its ``seen`` values counting them."""
+        return {**{k: len(v) for k, v in self.seen.items()}, **self.tallies}
 
 
 class UsageSpec(_Strict):
@@ -108,6 +124,10 @@ class ResultSpec(_Strict):
     text: str = ""
     structured: Any = None
     content: list[dict[str, Any]] = Field(default_factory=list)
+
+    def to_result(self) -> ResultInfo:
+        """The engine's result."""
+        return ResultInfo(self.is_error, self.text, self.structured, self.content)
 
 
 class CallSpec(_Strict):
@@ -152,10 +172,12 @@ class CallSpec(_Strict):
             original_args=self.original_args,
             principal=principal.to_principal(),
             session=SessionInfo(self.session.id, self.session.calls, self.session.calls_by_tool,
-                                self.session.rejected, self.session.started_at, self.session.implicit),
+                                self.session.rejected, self.session.started_at, self.session.implicit,
+                                list(self.session.labels), self.session.tally_values(),
+                                {k: list(v) for k, v in self.session.seen.items()}),
             usage={name: UsageInfo(u.calls, dict(u.calls_by_tool), u.rejected) for name, u in self.usage.items()},
             call=CallInfo(self.call.id, self.call.iteration, self.call.time),
             env={**(env or {}), **(self.env or {})},
             stage=self.stage,
-            result=ResultInfo(result.is_error, result.text, result.structured, result.content) if result else None,
+            result=result.to_result() if result else None,
         )

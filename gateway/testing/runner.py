@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from gateway.core.diagnostics import Diagnostic
-from gateway.policy.call import ToolCall
 from gateway.policy.decision import Decision
 from gateway.policy.explain import INVALID_INPUT
 from gateway.policy.load import check_policies, discover
 from gateway.policy.policyset import PolicySet
-from gateway.testing.suite import Case, LoadedSuite, load_suite
+from gateway.testing.compare import compare_run, compare_step
+from gateway.testing.sequence import Fixtures, Observer, StepOutcome, run_steps
+from gateway.testing.suite import LoadedSuite, load_suite
 
 __all__ = ["CaseReport", "Status", "TestRun", "run_tests"]
 
@@ -38,15 +39,22 @@ class CaseReport:
     line: int
     status: Status
     problems: list[str] = field(default_factory=list)
-    decision: Decision | None = None
-    refused: str | None = None  # the gateway's message when it refuses the call at the door (invalid_input)
+    decision: Decision | None = None  # the (last) call's
+    refused: str | None = None  # the gateway's message when it refuses the (last) call before any policy
+    steps: list[StepOutcome] = field(default_factory=list)  # a sequence's, in order
+    failed_step: int | None = None  # the first step (from 1) whose expectation failed
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
-        return {"suite": self.suite, "name": self.name, "file": self.file, "line": self.line,
-                "status": str(self.status), "problems": self.problems,
-                "decision": self.decision.to_dict() if self.decision else
-                {"decision": INVALID_INPUT, "message": self.refused} if self.refused else None}
+        out = {"suite": self.suite, "name": self.name, "file": self.file, "line": self.line,
+               "status": str(self.status), "problems": self.problems,
+               "decision": self.decision.to_dict() if self.decision else
+               {"decision": INVALID_INPUT, "message": self.refused} if self.refused else None}
+        if self.steps:
+            out["failed_step"] = self.failed_step
+            out["steps"] = [{"decision": s.verdict, "message": s.message, "labels": s.labels, "tallies": s.tallies}
+                            for s in self.steps]
+        return out
 
 
 @dataclass(slots=True)
@@ -67,10 +75,6 @@ class TestRun:
         if self.errors or self.count(Status.FAIL) or self.count(Status.ERROR):
             return 1
         return 0 if self.cases else 2
-
-
-# Called with each case's policy set, call and decision (`gateway test --coverage` watches with it).
-Observer = Callable[[PolicySet, ToolCall, Decision], None]
 
 
 def run_tests(paths: Sequence[str | Path], engine: str = "auto", run: str | None = None,
@@ -100,81 +104,38 @@ def run_tests(paths: Sequence[str | Path], engine: str = "auto", run: str | None
                 report.cases.append(CaseReport(suite.name, case.name, str(path), suite.case_lines[i],
                                                Status.ERROR, [d.format() for d in errors]))
             continue
-        for i, case in chosen:
-            report.cases.append(_run_case(suite, case, suite.case_lines[i], policy_set, observe))
+        for i, _ in chosen:
+            report.cases.append(_run_case(suite, i, policy_set, observe))
     return report
 
 
-def _run_case(suite: LoadedSuite, case: Case, line: int, policy_set: PolicySet,
-              observe: Observer | None = None) -> CaseReport:
-    report = CaseReport(suite.name, case.name, str(suite.path), line, Status.PASS)
+def _run_case(suite: LoadedSuite, index: int, policy_set: PolicySet, observe: Observer | None = None) -> CaseReport:
+    case = suite.spec.cases[index]
+    report = CaseReport(suite.name, case.name, str(suite.path), suite.case_lines[index], Status.PASS)
+    fixtures = Fixtures(suite.spec.principals, suite.spec.tools, suite.spec.env)
     try:
-        call = case.call.to_call(suite.spec.principals, suite.spec.tools, suite.spec.env)
-        report.refused = call.refused_at_door()
-        decision = None if report.refused else policy_set.decide(call)
+        outcomes, state = run_steps(policy_set, case, fixtures, observe)
     except Exception as exc:  # a case must never stop the run; say what broke
         report.status = Status.ERROR
         report.problems.append(f"{type(exc).__name__}: {exc}")
         return report
-    if decision is None:  # refused before any policy, as the gateway does: no rule was considered
-        report.problems = _compare_refused(case, report.refused or "")
-        if report.problems:
-            report.status = Status.FAIL
-        return report
-    report.decision = decision
-    if observe is not None:
-        observe(policy_set, call, decision)
-    report.problems = _compare(case, decision)
+    last = outcomes[-1]
+    report.decision = last.response or last.request
+    report.refused = last.message if not last.decisions else None
+    report.steps = outcomes if case.steps is not None else []
+    for n, (step, outcome) in enumerate(zip(case.as_steps(), outcomes, strict=True), 1):
+        problems = compare_step(step.expect, outcome) if step.expect is not None else []
+        if case.steps is None:
+            report.problems.extend(problems)
+            continue
+        where = f"step {n} ({step.call.tool if isinstance(step.call.tool, str) else step.call.tool.name}) " \
+                f"at {suite.path}:{suite.step_lines[index][n - 1]}"
+        report.problems.extend(f"{where}: {p}" for p in problems)
+        if problems and report.failed_step is None:
+            report.failed_step = n
+    if case.expect_run is not None:
+        tallies = state.tallies.with_zeros(policy_set.zero)
+        report.problems.extend(f"run: {p}" for p in compare_run(case.expect_run, state, tallies.values, tallies.seen))
     if report.problems:
         report.status = Status.FAIL
     return report
-
-
-def _compare_refused(case: Case, message: str) -> list[str]:
-    """A case whose call the gateway refuses at the door passes only when it expects that."""
-    expect = case.expect
-    if expect.decision != INVALID_INPUT:
-        return [f"decision: expected {expect.decision}, got {INVALID_INPUT} ({message})"]
-    if expect.message is not None and message != expect.message:
-        return [f"message: expected {expect.message!r}, got {message!r}"]
-    return []
-
-
-def _compare(case: Case, decision: Decision) -> list[str]:
-    expect = case.expect
-    problems = []
-    if decision.verdict != expect.decision:
-        why = f" (decided by {decision.decided_by}" + (f": {decision.message}" if decision.message else "") + ")" \
-            if decision.decided_by else ""
-        problems.append(f"decision: expected {expect.decision}, got {decision.verdict}{why}")
-    if expect.message is not None and decision.message != expect.message:
-        problems.append(f"message: expected {expect.message!r}, got {decision.message!r}")
-    if expect.args is not None and decision.args != expect.args:
-        problems.append(f"args: expected {expect.args!r}, got {decision.args!r}")
-    outcomes = {r.rule: r for r in decision.rules}
-    for rule, outcome in expect.rules.items():
-        got = outcomes.get(rule)
-        if got is None:
-            problems.append(f"rule {rule}: expected {outcome}, but the rule did not match this tool")
-        elif got.outcome is not outcome:
-            detail = f" ({got.error})" if got.error else ""
-            problems.append(f"rule {rule}: expected {outcome}, got {got.outcome}{detail}")
-    if expect.result is not None and not _contains(decision.result, expect.result):
-        problems.append(f"result: expected {expect.result!r}, got {decision.result!r}")
-    if expect.approvers is not None:
-        got_approvers = sorted(a for req in decision.approvals for a in req.approvers)
-        if got_approvers != sorted(expect.approvers):
-            problems.append(f"approvers: expected {sorted(expect.approvers)!r}, got {got_approvers!r}")
-    return problems
-
-
-def _contains(actual: Any, expected: Any) -> bool:
-    """Maps compare as subsets (recursively); everything else exactly."""
-    if isinstance(expected, dict):
-        return isinstance(actual, dict) and all(
-            k in actual and _contains(actual[k], v) for k, v in expected.items()
-        )
-    return bool(actual == expected and type(actual) is type(expected)) or (
-        isinstance(actual, (int, float)) and isinstance(expected, (int, float))
-        and not isinstance(actual, bool) and not isinstance(expected, bool) and actual == expected
-    )

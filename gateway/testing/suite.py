@@ -14,6 +14,18 @@
           args: {...}                    # the final arguments, exactly
           rules: {payments/large-transfer: fired}   # outcomes of the named rules
           result: {...}                  # the synthetic/rewritten result; maps compare as subsets
+          labels: [untrusted]            # the labels the call added to the run (its rules gave), in order
+          tallies: {transferred: 700.0}  # the run's tallies after the call (only those named)
+      - name: a run of calls              # a sequence: each step decided with the run the steps before left
+        principal: alice                 # the steps' principal (a step's call may name another)
+        steps:
+          - call: {tool: web_fetch, args: {url: "https://example.test"}}
+            result: {text: "..."}        # the tool's result: the response stage runs on it
+            expect: {decision: allow, labels: [untrusted]}
+          - call: {tool: mail_send, args: {to: x@example.test}}
+            approval: approved           # what a person answers an approve verdict: approved | denied | pending
+            expect: {decision: approve}
+        expect_run: {labels: [untrusted], tallies: {...}, seen: {...}, history_tools: [web_fetch, mail_send]}
 """
 
 from __future__ import annotations
@@ -21,37 +33,108 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.sourcemap import YamlDocument
 from gateway.core.strict import StrictModel as _Strict
 from gateway.core.validation import validate_document
-from gateway.policy.callspec import CallPrincipalSpec, CallSpec, ToolSpec, with_anonymous_id
-from gateway.policy.decision import Outcome, Verdict
+from gateway.policy.callspec import CallPrincipalSpec, CallSpec, ResultSpec, ToolSpec, with_anonymous_id
+from gateway.policy.decision import Outcome, Stage, Verdict
 from gateway.policy.load import read_document
 
-__all__ = ["Case", "Expectation", "LoadedSuite", "SuiteFile", "load_suite"]
+__all__ = ["Case", "Expectation", "LoadedSuite", "RunExpectation", "Step", "SuiteFile", "load_suite"]
 
 
 class Expectation(_Strict):
     """What a case expects of the decision; only the keys given are checked."""
 
-    # invalid_input: the gateway refuses the call before any policy (a value policies cannot see exactly)
-    decision: Verdict | Literal["invalid_input"]
+    # invalid_input: the gateway refuses the call before any policy (a value policies cannot see exactly);
+    # terminated: an earlier step of the sequence ended the run, so the gateway refuses the call before any policy
+    decision: Verdict | Literal["invalid_input", "terminated"]
     message: str | None = None
     args: dict[str, Any] | None = None
     rules: dict[str, Outcome] = Field(default_factory=dict)
     result: Any = None
     approvers: list[str] | None = None
+    labels: list[str] | None = None  # what the call's rules added to the run, both stages, in order
+    tallies: dict[str, float | int] | None = None  # the run's tally values after the call (only those named)
+
+
+class RunExpectation(_Strict):
+    """What the run holds after the last step; only the keys given are checked."""
+
+    labels: list[str] | None = None  # every label of the run, in the order added
+    tallies: dict[str, float | int] | None = None  # only those named
+    seen: dict[str, list[str]] | None = None  # a distinct tally's values, in the order first counted
+    history_tools: list[str] | None = None  # the tools of session.history, oldest first
+
+
+ApprovalAnswer = Literal["approved", "denied", "pending"]
+
+
+class Step(_Strict):
+    """One call of a sequence."""
+
+    call: CallSpec
+    result: ResultSpec | None = None  # the tool's result: when given (and the call runs), the response stage runs
+    approval: ApprovalAnswer = "pending"  # what a person answers when the call is held for approval
+    expect: Expectation | None = None
+
+    @model_validator(mode="after")
+    def _request_stage(self) -> Step:
+        if self.call.stage is not Stage.REQUEST or self.call.result is not None:
+            raise ValueError("a step's call is decided at the request stage; give the tool's result as the "
+                             "step's 'result' (beside 'call') for the response stage")
+        return self
 
 
 class Case(_Strict):
-    """One test case."""
+    """One test case: one call (``call`` and ``expect``), or a sequence of ``steps``."""
 
     name: str
-    call: CallSpec
-    expect: Expectation
+    principal: str | CallPrincipalSpec | None = None  # a sequence's steps' principal, unless a step's call names one
+    call: CallSpec | None = None
+    expect: Expectation | None = Field(None, validate_default=True)
+    steps: list[Step] | None = None
+    expect_run: RunExpectation | None = None
+
+    _anonymous = field_validator("principal", mode="before")(with_anonymous_id)
+
+    @field_validator("expect")
+    @classmethod
+    def _expected(cls, value: Expectation | None, info: ValidationInfo) -> Expectation | None:
+        if value is None and info.data.get("call") is not None:  # a one-call case says what it expects
+            raise PydanticCustomError("missing", "Field required")
+        return value
+
+    @model_validator(mode="after")
+    def _shape(self) -> Case:
+        if (self.call is None) == (self.steps is None):
+            raise ValueError("a case gives either 'call' (with 'expect') or 'steps', not both or neither")
+        if self.steps is not None:
+            if self.expect is not None:
+                raise ValueError("a sequence says what it expects per step ('steps[].expect') and of the run "
+                                 "('expect_run'), not in 'expect'")
+            if not self.steps:
+                raise ValueError("'steps' is empty: give at least one step")
+            _check_steps(self.steps)
+        return self
+
+    def as_steps(self) -> list[Step]:
+        """The case's calls as steps (a one-call case is one step)."""
+        if self.steps is not None:
+            return self.steps
+        assert self.call is not None
+        return [Step.model_construct(call=self.call, result=None, approval="pending", expect=self.expect)]
+
+
+def _check_steps(steps: list[Step]) -> None:
+    for n, step in enumerate(steps, 1):
+        if n > 1 and "session" in step.call.model_fields_set:
+            raise ValueError(f"step {n}: only the first step's call may give 'session' (the run's start); "
+                             "later steps see the run the earlier ones left")
 
 
 class SuiteFile(_Strict):
@@ -80,6 +163,7 @@ class LoadedSuite(BaseModel):
     spec: SuiteFile
     policy_paths: list[Path]
     case_lines: list[int]
+    step_lines: list[list[int]]  # per case, each step's line (a one-call case: its call's)
 
 
 def load_suite(path: Path) -> tuple[LoadedSuite | None, list[Diagnostic]]:
@@ -96,7 +180,10 @@ def load_suite(path: Path) -> tuple[LoadedSuite | None, list[Diagnostic]]:
     policy_paths = [base / p for p in spec.policies] if spec.policies else [base]
     name = spec.suite or path.name.removesuffix(".yaml").removesuffix(".yml").removesuffix("_test")
     lines = [doc.position(("cases", i)).line for i in range(len(spec.cases))]
-    return LoadedSuite(path=path, name=name, spec=spec, policy_paths=policy_paths, case_lines=lines), problems
+    steps = [[doc.position(("cases", i, "steps", n)).line for n in range(len(c.steps))] if c.steps is not None
+             else [doc.position(("cases", i, "call")).line] for i, c in enumerate(spec.cases)]
+    return LoadedSuite(path=path, name=name, spec=spec, policy_paths=policy_paths, case_lines=lines,
+                       step_lines=steps), problems
 
 
 def _case_of(doc: YamlDocument):  # type: ignore[no-untyped-def]
