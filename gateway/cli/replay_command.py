@@ -73,7 +73,7 @@ def render(report: ReplayReport) -> str:
     """The person-readable report."""
     lines = [f"replayed {report.replayed} of {report.events} recorded calls under revision {report.revision}: "
              f"{report.changed} changed, {report.redacted_changes} differ on redacted input, "
-             f"{report.unchanged} unchanged"]
+             f"{report.unchanged} unchanged, in {report.runs} run(s)"]
     for reason, count in sorted(report.skipped.items()):
         lines.append(f"  not replayed: {count} ({reason})")
     if report.bad_lines:

@@ -3,8 +3,9 @@
 The input is the decision log (`call.outcome` events, see docs/gateway.md "The decision log"). Each
 event that a policy decided carries a ``context`` with the rest of the request-stage input (tool
 annotations, principal claims, session counters, call time, the env's digest), so the call can be
-rebuilt as the policies saw it and decided again. Only the request stage is replayed: results are not
-in the log. Values the log redacted or summarised are not the values the policies saw, so a change
+rebuilt as the policies saw it and decided again. Calls are replayed per run (principal and session), in
+log order, with the run's labels, tallies and history rebuilt under the new set (gateway/testing/replay_runs.py).
+Only the request stage is decided again: results are not in the log (their labels are). Values the log redacted or summarised are not the values the policies saw, so a change
 that a rule reading them explains is reported as "input redacted", not as a policy change.
 """
 
@@ -21,6 +22,7 @@ from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall, Tool
 from gateway.policy.compile import CompiledRule
 from gateway.policy.decision import Decision, Mode, Outcome
 from gateway.policy.policyset import PolicySet, env_revision
+from gateway.testing.replay_runs import RunFolder
 
 __all__ = ["Change", "ReplayReport", "Shadow", "read_events", "replay"]
 
@@ -90,6 +92,7 @@ class ReplayReport:
     env_mismatch: int = 0  # events recorded under another env than the one replayed with
     revisions: Counter[str] = field(default_factory=Counter)  # the recorded policy revisions
     bad_lines: list[int] = field(default_factory=list)
+    runs: int = 0  # the runs (principal and session) the replayed calls belong to
 
     @property
     def changed(self) -> int:
@@ -104,7 +107,7 @@ class ReplayReport:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
         return {
-            "revision": self.revision, "events": self.events, "replayed": self.replayed,
+            "revision": self.revision, "events": self.events, "replayed": self.replayed, "runs": self.runs,
             "unchanged": self.unchanged, "changed": self.changed, "input_redacted": self.redacted_changes,
             "skipped": dict(self.skipped), "env_mismatch": self.env_mismatch,
             "recorded_revisions": dict(self.revisions), "bad_lines": self.bad_lines,
@@ -140,6 +143,7 @@ def replay(policy_set: PolicySet, events: Iterable[tuple[int, dict[str, Any] | N
     report = ReplayReport(policy_set.revision)
     actions = {r.id: str(r.action) for r in policy_set.rules}
     wanted_env = env_revision(env)
+    runs = RunFolder(policy_set)
     for number, event in events:
         if event is None:
             report.bad_lines.append(number)
@@ -164,9 +168,11 @@ def replay(policy_set: PolicySet, events: Iterable[tuple[int, dict[str, Any] | N
         report.revisions[str(event.get("revision"))] += 1
         if context.get("env_revision") != wanted_env:
             report.env_mismatch += 1
-        decision = policy_set.decide(call)
+        call = runs.with_state(event, context, call)
+        decision = runs.fold(event, context, call, policy_set.decide(call))
         _shadows(report, event, decision, actions)
         _compare(report, event, context, decision, policy_set)
+    report.runs = len(runs.runs)
     return report
 
 
@@ -202,8 +208,21 @@ def _usage_of(logged: Any) -> dict[str, UsageInfo]:
         return {}
     return {str(name): UsageInfo(int(w.get("calls") or 0),
                                  {str(k): int(v) for k, v in (w.get("calls_by_tool") or {}).items()},
-                                 int(w.get("rejected") or 0))
+                                 int(w.get("rejected") or 0), _numbers(w.get("tallies")), _lists(w.get("seen")))
             for name, w in logged.items() if isinstance(w, dict)}
+
+
+def _numbers(logged: Any) -> dict[str, float | int]:
+    """A logged map of tally values (a window's tallies are replayed as logged)."""
+    if not isinstance(logged, dict):
+        return {}
+    return {str(k): v for k, v in logged.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def _lists(logged: Any) -> dict[str, list[str]]:
+    if not isinstance(logged, dict):
+        return {}
+    return {str(k): [str(x) for x in v] for k, v in logged.items() if isinstance(v, list)}
 
 
 def _compare(report: ReplayReport, event: dict[str, Any], context: dict[str, Any], decision: Decision,

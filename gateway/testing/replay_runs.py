@@ -1,0 +1,99 @@
+"""Replay's runs: each run's labels, tallies and history rebuilt under the new policy set, call by call, in log order.
+
+A run is its principal's key and its session id. Its state before its first event in the log is what that event's
+``context.session`` recorded (labels, tallies, seen, history: a log that starts mid-run starts from there; tallies
+the new set does not declare are dropped). Then each call is folded as the pipeline would under the new set
+(gateway/testing/run_state.py): an admitted call (allowed now, or approve now and approved in the recording) adds
+its tallies, computed again, and its request-stage labels, decided again; its response-stage labels are the
+recording's (``flow.labels_added.response``: results are not in the log), added when the call ran then and would
+run now. A poll or a retry of a held call (``approval.pending`` / ``approval.replayed``) is decided but not folded:
+it was not a new call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from gateway.policy.call import Principal, ToolCall
+from gateway.policy.decision import Decision, Verdict
+from gateway.policy.policyset import PolicySet
+from gateway.testing.run_state import LABELS_REFUSED, RunState
+
+__all__ = ["RunFolder"]
+
+RunKey = tuple[str, str]  # (principal key, session id)
+
+
+class RunFolder:
+    """The runs of one replay: gives each call its run's state, and folds its new decision into it."""
+
+    def __init__(self, policy_set: PolicySet) -> None:
+        self.policy_set = policy_set
+        self.runs: dict[RunKey, RunState] = {}
+        self._ids = [t.id for t in policy_set.tallies]
+
+    def with_state(self, event: dict[str, Any], context: dict[str, Any], call: ToolCall) -> ToolCall:
+        """``call`` with its run's labels, tallies and history as the new set leaves them (counters as logged)."""
+        state = self._state(event, context)
+        return replace(call, session=state.session(call.session, self.policy_set.zero, counters=False))
+
+    def fold(self, event: dict[str, Any], context: dict[str, Any], call: ToolCall, decision: Decision) -> Decision:
+        """Fold the call's new ``decision`` into its run; the decision the gateway would give (a tally that
+        cannot be computed, or labels past the limit, refuse an admitted call)."""
+        approval = event.get("approval") if isinstance(event.get("approval"), dict) else {}
+        if approval.get("pending") or approval.get("replayed"):
+            return decision  # a poll or a retry: not a new call
+        state = self._state(event, context)
+        tool, time, verdict = call.tool.name, call.call.time, decision.verdict
+        approved = approval.get("approved") is True
+        if verdict is Verdict.APPROVE and not approved:
+            if approval:  # answered "no" in the recording: counted; otherwise it would be held now
+                state.record(tool, "denied", decision.decided_by, [], time, counters=False)
+            return decision
+        if verdict is not Verdict.ALLOW and verdict is not Verdict.APPROVE:
+            state.record(tool, str(verdict), decision.decided_by, [], time, counters=False)
+            return decision
+        refusal = state.admit(self.policy_set, call, decision)
+        labels = [*decision.labels, *(_response_labels(event) if _ran(event, context) else [])]
+        if refusal is None:
+            try:
+                state.add_labels(labels)
+            except ValueError:  # LabelOverflow: refused, fail closed
+                refusal = LABELS_REFUSED
+        if refusal is not None:
+            state.record(tool, str(Verdict.REJECT), decision.decided_by, [], time, counters=False)
+            return replace(decision, verdict=Verdict.REJECT, message=refusal)
+        ended = str(event.get("verdict") or Verdict.ALLOW) if _ran(event, context) else str(Verdict.ALLOW)
+        state.record(tool, ended, decision.decided_by, list(dict.fromkeys(labels)), time, counters=False)
+        return decision
+
+    def _state(self, event: dict[str, Any], context: dict[str, Any]) -> RunState:
+        session = context.get("session") if isinstance(context.get("session"), dict) else {}
+        key = (_principal_key(event), str(event.get("session") or session.get("id") or ""))
+        state = self.runs.get(key)
+        if state is None:
+            state = self.runs[key] = RunState.from_logged(session, self._ids)
+        return state
+
+
+def _principal_key(event: dict[str, Any]) -> str:
+    record = event.get("principal")
+    if not isinstance(record, dict) or "id" not in record:
+        return ""
+    return Principal.from_record(record).key
+
+
+def _ran(event: dict[str, Any], context: dict[str, Any]) -> bool:
+    """Whether the recorded call went on to run: its policies let it (allow, or approve and approved)."""
+    recorded = context.get("policy_verdict")
+    approval = event.get("approval") if isinstance(event.get("approval"), dict) else {}
+    return recorded == "allow" or (recorded == "approve" and approval.get("approved") is True)
+
+
+def _response_labels(event: dict[str, Any]) -> list[str]:
+    """The labels the recording's response stage added (``flow.labels_added.response``)."""
+    flow = event.get("flow")
+    added = flow.get("labels_added") if isinstance(flow, dict) else None
+    labels = added.get("response") if isinstance(added, dict) else None
+    return [str(x) for x in labels] if isinstance(labels, list) else []
