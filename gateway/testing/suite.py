@@ -95,9 +95,9 @@ class Case(_Strict):
 
     name: str
     principal: str | CallPrincipalSpec | None = None  # a sequence's steps' principal, unless a step's call names one
+    steps: list[Step] | None = None  # (before call and expect: their checks read it)
     call: CallSpec | None = None
     expect: Expectation | None = Field(None, validate_default=True)
-    steps: list[Step] | None = None
     expect_run: RunExpectation | None = None
 
     _anonymous = field_validator("principal", mode="before")(with_anonymous_id)
@@ -105,7 +105,7 @@ class Case(_Strict):
     @field_validator("expect")
     @classmethod
     def _expected(cls, value: Expectation | None, info: ValidationInfo) -> Expectation | None:
-        if value is None and info.data.get("call") is not None:  # a one-call case says what it expects
+        if value is None and info.data.get("call") is not None and info.data.get("steps") is None:  # a one-call case says what it expects
             raise PydanticCustomError("missing", "Field required")
         return value
 
