@@ -128,3 +128,32 @@ def test_the_quick_start(capsys: pytest.CaptureFixture[str]) -> None:
     assert "coverage: 7/8 rules exercised (87.5%)" in out
     # the weekend rule is in audit mode and no case runs on a weekend
     assert "  not exercised: payments/audit-weekend-transfers at " in out
+
+
+def test_rules_fired_in_steps_count(write, engine: str) -> None:  # type: ignore[no-untyped-def]
+    write("seq/s.yaml", """
+        policy: s
+        rules:
+          - id: after-one-call
+            when: session.calls >= 1 && tool.name == "b"
+            action: reject
+          - id: response-only
+            stage: response
+            when: result.text == "boom"
+            action: reject
+    """)
+    path = write("seq/s_test.yaml", """
+        cases:
+          - name: the second step fires the rule
+            steps:
+              - call: {tool: a}
+                result: {text: fine}
+              - call: {tool: b}
+                expect: {decision: reject}
+    """)
+    collector = CoverageCollector()
+    assert run_tests([path], engine, observe=collector.observe).exit_code == 0
+    rules = {r.rule: r for r in collector.report([path.parent], engine).rules}
+    assert (rules["s/after-one-call"].fired, rules["s/after-one-call"].not_fired) == (1, 1)
+    assert (rules["s/response-only"].fired, rules["s/response-only"].not_fired) == (0, 1)
+    assert [(c.true, c.false) for c in rules["s/after-one-call"].clauses] == [(True, True), (True, True)]
