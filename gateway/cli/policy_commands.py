@@ -149,7 +149,8 @@ def test(args: argparse.Namespace) -> int:
     for case in run.cases:
         if case.status is Status.PASS and not args.verbose:
             continue
-        print(f"{case.status} {case.file}:{case.line}: {case.suite}/{case.name}")
+        step = f" (step {case.failed_step})" if case.failed_step else ""
+        print(f"{case.status} {case.file}:{case.line}: {case.suite}/{case.name}{step}")
         for problem in case.problems:
             print(f"    {problem}")
     if not run.cases:

@@ -5,8 +5,9 @@ event that a policy decided carries a ``context`` with the rest of the request-s
 annotations, principal claims, session counters, call time, the env's digest), so the call can be
 rebuilt as the policies saw it and decided again. Calls are replayed per run (principal and session), in
 log order, with the run's labels, tallies and history rebuilt under the new set (gateway/testing/replay_runs.py).
-Only the request stage is decided again: results are not in the log (their labels are). Values the log redacted or summarised are not the values the policies saw, so a change
-that a rule reading them explains is reported as "input redacted", not as a policy change.
+Only the request stage is decided again: results are not in the log (their labels are). Values the log
+redacted or summarised are not the values the policies saw, so a change that a rule reading them explains
+is reported as "input redacted", not as a policy change.
 """
 
 from __future__ import annotations

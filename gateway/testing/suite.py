@@ -105,7 +105,8 @@ class Case(_Strict):
     @field_validator("expect")
     @classmethod
     def _expected(cls, value: Expectation | None, info: ValidationInfo) -> Expectation | None:
-        if value is None and info.data.get("call") is not None and info.data.get("steps") is None:  # a one-call case says what it expects
+        # a one-call case says what it expects (a missing key, where the key goes)
+        if value is None and info.data.get("call") is not None and info.data.get("steps") is None:
             raise PydanticCustomError("missing", "Field required")
         return value
 

@@ -113,7 +113,10 @@ SUITE = """
           session: {labels: [untrusted], tallies: {transferred: 900.0}}
         expect: {decision: reject, tallies: {transferred: 900.0}}
       - name: a given label holds the mail
-        call: {tool: mail_send, args: {to: x@example.test}, session: {labels: [untrusted], seen: {recipients: [x@example.test]}}}
+        call:
+          tool: mail_send
+          args: {to: x@example.test}
+          session: {labels: [untrusted], seen: {recipients: [x@example.test]}}
         expect: {decision: approve, tallies: {recipients: 1}}
       - name: a terminate ends the run
         steps:
