@@ -337,6 +337,30 @@ def test_test_with_broken_policies_reports_errors(project, write):
     assert lines[-2:] == ["1 error(s)", "0 passed, 1 failed"]
 
 
+def test_test_names_the_failing_step_of_a_sequence(project, write):
+    write("seq/s.yaml", "policy: s\nrules:\n  - {id: second-call, when: session.calls >= 1, action: reject}\n")
+    write("seq/s_test.yaml", """
+        cases:
+          - name: two calls
+            steps:
+              - call: {tool: a}
+                expect: {decision: allow}
+              - call: {tool: b}
+                expect: {decision: allow}
+    """)
+    out = gateway(project, "test", "seq")
+    assert out.returncode == 1
+    assert out.stdout.splitlines() == [
+        "FAIL seq/s_test.yaml:2: s/two calls (step 2)",
+        "    step 2 (b) at seq/s_test.yaml:6: decision: expected allow, got reject (decided by s/second-call: "
+        "This call was rejected by policy.)",
+        "0 passed, 1 failed",
+    ]
+    report = json.loads(gateway(project, "test", "seq", "--format", "json").stdout)
+    assert report["cases"][0]["failed_step"] == 2
+    assert [s["decision"] for s in report["cases"][0]["steps"]] == ["allow", "reject"]
+
+
 # --- explain -------------------------------------------------------------------------------------
 
 
