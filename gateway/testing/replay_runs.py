@@ -41,7 +41,7 @@ class RunFolder:
     def fold(self, event: dict[str, Any], context: dict[str, Any], call: ToolCall, decision: Decision) -> Decision:
         """Fold the call's new ``decision`` into its run; the decision the gateway would give (a tally that
         cannot be computed, or labels past the limit, refuse an admitted call)."""
-        approval = event.get("approval") if isinstance(event.get("approval"), dict) else {}
+        approval = _dict(event.get("approval"))
         if approval.get("pending") or approval.get("replayed"):
             return decision  # a poll or a retry: not a new call
         state = self._state(event, context)
@@ -69,12 +69,17 @@ class RunFolder:
         return decision
 
     def _state(self, event: dict[str, Any], context: dict[str, Any]) -> RunState:
-        session = context.get("session") if isinstance(context.get("session"), dict) else {}
+        session = _dict(context.get("session"))
         key = (_principal_key(event), str(event.get("session") or session.get("id") or ""))
         state = self.runs.get(key)
         if state is None:
             state = self.runs[key] = RunState.from_logged(session, self._ids)
         return state
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is an object; a log edited by hand may hold anything there."""
+    return value if isinstance(value, dict) else {}
 
 
 def _principal_key(event: dict[str, Any]) -> str:
@@ -87,7 +92,7 @@ def _principal_key(event: dict[str, Any]) -> str:
 def _ran(event: dict[str, Any], context: dict[str, Any]) -> bool:
     """Whether the recorded call went on to run: its policies let it (allow, or approve and approved)."""
     recorded = context.get("policy_verdict")
-    approval = event.get("approval") if isinstance(event.get("approval"), dict) else {}
+    approval = _dict(event.get("approval"))
     return recorded == "allow" or (recorded == "approve" and approval.get("approved") is True)
 
 
