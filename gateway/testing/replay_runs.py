@@ -17,6 +17,7 @@ from typing import Any
 
 from gateway.policy.call import Principal, ToolCall
 from gateway.policy.decision import Decision, Verdict
+from gateway.policy.flow import LabelOverflow
 from gateway.policy.policyset import PolicySet
 from gateway.testing.run_state import LABELS_REFUSED, RunState
 
@@ -59,11 +60,11 @@ class RunFolder:
         if refusal is None:
             try:
                 state.add_labels(labels)
-            except ValueError:  # LabelOverflow: refused, fail closed
-                refusal = LABELS_REFUSED
+            except LabelOverflow:  # refused, fail closed
+                refusal = replace(decision, verdict=Verdict.REJECT, message=LABELS_REFUSED)
         if refusal is not None:
-            state.record(tool, str(Verdict.REJECT), decision.decided_by, [], time, counters=False)
-            return replace(decision, verdict=Verdict.REJECT, message=refusal)
+            state.record(tool, str(Verdict.REJECT), refusal.decided_by, [], time, counters=False)
+            return refusal
         ended = str(event.get("verdict") or Verdict.ALLOW) if _ran(event, context) else str(Verdict.ALLOW)
         state.record(tool, ended, decision.decided_by, list(dict.fromkeys(labels)), time, counters=False)
         return decision

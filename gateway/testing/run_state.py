@@ -13,17 +13,20 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.core.errors import CelEvaluationError
+from gateway.core.limits import MAX_RUN_LABELS
 from gateway.policy.call import SessionInfo, ToolCall
-from gateway.policy.decision import Decision
+from gateway.policy.decision import Decision, Verdict
 from gateway.policy.flow import HistoryEntry, Tallies, appended_history, history_entry, merged_labels
 from gateway.policy.policyset import PolicySet
 
-__all__ = ["LABELS_REFUSED", "TALLY_REFUSED", "RunState"]
+__all__ = ["LABELS_REFUSED", "TALLY_REFUSED", "TALLY_RULE", "RunState"]
 
-# What a call is refused with when a tally it adds to cannot be computed (fail closed, as the pipeline does).
+# What a call is refused with when a tally it adds to cannot be computed (fail closed), and the rule it is refused
+# by: the pipeline's words (gateway/pipeline/flow_step.py, a room above this one).
 TALLY_REFUSED = "The policy tally {tally} could not be computed, so the call is denied."
+TALLY_RULE = "tally:{tally}"
 # What a call is refused with when its labels would take the run past its limit (fail closed).
-LABELS_REFUSED = "The run would carry too many labels, so the call is denied."
+LABELS_REFUSED = f"The run would carry more than {MAX_RUN_LABELS} labels, so the call is denied."
 
 
 @dataclass(slots=True)
@@ -69,15 +72,17 @@ class RunState:
             out = replace(out, calls=self.calls, calls_by_tool=dict(self.calls_by_tool), rejected=self.rejected)
         return out
 
-    def admit(self, policy_set: PolicySet, call: ToolCall, decision: Decision) -> str | None:
-        """Add what the admitted ``call`` counts (on its final arguments) to the tallies; the refusal message, and
-        nothing added, when a tally cannot be computed."""
+    def admit(self, policy_set: PolicySet, call: ToolCall, decision: Decision) -> Decision | None:
+        """Add what the admitted ``call`` counts (on its final arguments) to the tallies; when a tally cannot be
+        computed, nothing is added and this is the refusal the call gets instead of ``decision``."""
         if not policy_set.tallies_for(call.tool.name):
             return None
         try:
             change = policy_set.tally_change(replace(call, args=decision.args))
         except CelEvaluationError as exc:
-            return TALLY_REFUSED.format(tally=_tally_named(policy_set, call, str(exc)))
+            tally = _tally_named(policy_set, call, exc)
+            return replace(decision, verdict=Verdict.REJECT, message=TALLY_REFUSED.format(tally=tally),
+                           decided_by=TALLY_RULE.format(tally=tally))
         if not change.empty:
             self.tallies = self.tallies.added(change)
         return None
@@ -96,10 +101,7 @@ class RunState:
         self.history = appended_history(self.history, history_entry(tool, verdict, rule, list(labels), time))
 
 
-def _tally_named(policy_set: PolicySet, call: ToolCall, error: str) -> str:
-    """The id of the tally an evaluation error names (the first matching one when it names none)."""
-    tallies = policy_set.tallies_for(call.tool.name)
-    for tally in tallies:
-        if tally.id in error:
-            return tally.id
-    return tallies[0].id
+def _tally_named(policy_set: PolicySet, call: ToolCall, exc: CelEvaluationError) -> str:
+    """The id of the tally an evaluation error is about (a ``TallyError`` names it), else the call's first."""
+    named = getattr(exc, "tally", None)
+    return named if isinstance(named, str) and named else policy_set.tallies_for(call.tool.name)[0].id

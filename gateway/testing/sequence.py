@@ -107,10 +107,12 @@ def _step(policy_set: PolicySet, state: RunState, call: ToolCall, step: Step,
         state.record(tool, str(verdict), request.decided_by, [], time, rejected=verdict in _REFUSED)
         state.terminated = verdict is Verdict.TERMINATE
         return out
-    refusal = state.admit(policy_set, call, request) or _labelled(state, request.labels)
+    refused_by = state.admit(policy_set, call, request)
+    refusal = refused_by.message if refused_by is not None else _labelled(state, request.labels)
     if refusal is not None:
         out.verdict, out.message = str(Verdict.REJECT), refusal
-        state.record(tool, str(Verdict.REJECT), request.decided_by, [], time, rejected=True)
+        rule = refused_by.decided_by if refused_by is not None else request.decided_by
+        state.record(tool, str(Verdict.REJECT), rule, [], time, rejected=True)
         return out
     out.labels = list(request.labels)
     ended, rule = str(Verdict.ALLOW), request.decided_by

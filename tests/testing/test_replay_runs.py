@@ -146,3 +146,14 @@ def test_the_recorded_set_changes_nothing(load, tmp_path: Path) -> None:  # type
                                                for n in (1, 2, 3)])
     report = replay(load(RECORDED), read_events(log), {})
     assert (report.replayed, report.runs, report.changed, report.unchanged) == (3, 1, 0, 3)
+
+
+def test_a_tally_that_cannot_be_computed_refuses_the_call(capped, tmp_path: Path) -> None:
+    log = write_log(tmp_path / "audit.jsonl", [
+        event(1, "payments_transfer", {"amount": -500}),  # never lowers the total: refused now
+        event(2, "payments_transfer", {"amount": 1000}, calls=1),  # still fits under the cap
+    ])
+    report = replay(capped, read_events(log), {})
+    [change] = report.ordered_changes()
+    assert (change.was, change.now, change.now_by, change.count) == ("allow", "reject", "tally:transferred", 1)
+    assert change.examples[0]["message"] == "The policy tally transferred could not be computed, so the call is denied."
