@@ -75,17 +75,13 @@ def with_anonymous_id(value: Any) -> Any:
     return value
 
 
-class SessionSpec(_Strict):
-    """The run before the call: its counters, labels and tallies."""
+class _TalliedSpec(_Strict):
+    """Counters and tallies, as a run or a usage window holds them before the call."""
 
-    id: str = "test-session"
     calls: int = 0
     calls_by_tool: dict[str, int] = Field(default_factory=dict)
     rejected: int = 0
-    started_at: str = "2026-01-01T00:00:00Z"
-    implicit: bool = False
-    labels: list[str] = Field(default_factory=list)  # every label added in the run so far
-    tallies: dict[str, float | int] = Field(default_factory=dict)  # tally id -> the run's value (others: 0)
+    tallies: dict[str, float | int] = Field(default_factory=dict)  # tally id -> its value (others: 0)
     seen: dict[str, list[str]] = Field(default_factory=dict)  # distinct tally id -> the values counted so far
 
     @field_validator("tallies")
@@ -101,12 +97,17 @@ class SessionSpec(_Strict):
         return {**{k: len(v) for k, v in self.seen.items()}, **self.tallies}
 
 
-class UsageSpec(_Strict):
-    """The principal's counts over one usage window (config `usage_windows`)."""
+class SessionSpec(_TalliedSpec):
+    """The run before the call: its counters, labels and tallies."""
 
-    calls: int = 0
-    calls_by_tool: dict[str, int] = Field(default_factory=dict)
-    rejected: int = 0
+    id: str = "test-session"
+    started_at: str = "2026-01-01T00:00:00Z"
+    implicit: bool = False
+    labels: list[str] = Field(default_factory=list)  # every label added in the run so far
+
+
+class UsageSpec(_TalliedSpec):
+    """The principal's counts and tallies over one usage window (config `usage_windows`)."""
 
 
 class CallInfoSpec(_Strict):
@@ -175,7 +176,8 @@ class CallSpec(_Strict):
                                 self.session.rejected, self.session.started_at, self.session.implicit,
                                 list(self.session.labels), self.session.tally_values(),
                                 {k: list(v) for k, v in self.session.seen.items()}),
-            usage={name: UsageInfo(u.calls, dict(u.calls_by_tool), u.rejected) for name, u in self.usage.items()},
+            usage={name: UsageInfo(u.calls, dict(u.calls_by_tool), u.rejected, u.tally_values(),
+                                   {k: list(v) for k, v in u.seen.items()}) for name, u in self.usage.items()},
             call=CallInfo(self.call.id, self.call.iteration, self.call.time),
             env={**(env or {}), **(self.env or {})},
             stage=self.stage,

@@ -14,12 +14,12 @@ from typing import Any
 
 from gateway.core.errors import CelEvaluationError
 from gateway.core.limits import MAX_RUN_LABELS
-from gateway.policy.call import SessionInfo, ToolCall
+from gateway.policy.call import SessionInfo, ToolCall, UsageInfo
 from gateway.policy.decision import Decision, Verdict
 from gateway.policy.flow import HistoryEntry, Tallies, appended_history, history_entry, merged_labels
 from gateway.policy.policyset import PolicySet
 
-__all__ = ["LABELS_REFUSED", "TALLY_REFUSED", "TALLY_RULE", "RunState"]
+__all__ = ["LABELS_REFUSED", "TALLY_REFUSED", "TALLY_RULE", "RunState", "Window"]
 
 # What a call is refused with when a tally it adds to cannot be computed (fail closed), and the rule it is refused
 # by: the pipeline's words (gateway/pipeline/flow_step.py, a room above this one).
@@ -30,8 +30,30 @@ LABELS_REFUSED = f"The run would carry more than {MAX_RUN_LABELS} labels, so the
 
 
 @dataclass(slots=True)
+class Window:
+    """One usage window of the run's principal (a sequence folds its calls into it as the store does)."""
+
+    calls: int = 0
+    calls_by_tool: dict[str, int] = field(default_factory=dict)
+    rejected: int = 0
+    tallies: Tallies = field(default_factory=Tallies)
+
+    @classmethod
+    def of(cls, usage: UsageInfo) -> Window:
+        """The window as ``usage`` shows it."""
+        return cls(usage.calls, dict(usage.calls_by_tool), usage.rejected,
+                   Tallies(dict(usage.tallies), {k: list(v) for k, v in usage.seen.items()}))
+
+    def info(self, zero: Tallies) -> UsageInfo:
+        """What ``usage.NAME`` shows the next call."""
+        tallies = self.tallies.with_zeros(zero)
+        return UsageInfo(self.calls, dict(self.calls_by_tool), self.rejected, dict(tallies.values),
+                         {k: list(v) for k, v in tallies.seen.items()})
+
+
+@dataclass(slots=True)
 class RunState:
-    """One run between two calls: what ``session`` shows the next call."""
+    """One run between two calls: what ``session`` (and ``usage``, when it folds windows) shows the next call."""
 
     labels: list[str] = field(default_factory=list)
     tallies: Tallies = field(default_factory=Tallies)
@@ -40,6 +62,7 @@ class RunState:
     calls_by_tool: dict[str, int] = field(default_factory=dict)
     rejected: int = 0
     terminated: bool = False
+    windows: dict[str, Window] = field(default_factory=dict)  # folded only when given (replay keeps the logged)
 
     @classmethod
     def from_session(cls, session: SessionInfo, tally_ids: Iterable[str] | None = None) -> RunState:
@@ -61,6 +84,10 @@ class RunState:
             if isinstance(tallies, dict) else {},
             seen={str(k): v for k, v in seen.items() if isinstance(v, list)} if isinstance(seen, dict) else {},
             history=[e for e in history if isinstance(e, dict)] if isinstance(history, list) else []), tally_ids)
+
+    def usage(self, zero: Tallies) -> dict[str, UsageInfo]:
+        """The windows this state folds, as ``usage`` shows them."""
+        return {name: window.info(zero) for name, window in self.windows.items()}
 
     def session(self, base: SessionInfo, zero: Tallies, counters: bool = True) -> SessionInfo:
         """``base`` (the run's id and start) with this state: labels, tallies (every declared one), history, and
@@ -85,6 +112,8 @@ class RunState:
                            decided_by=TALLY_RULE.format(tally=tally))
         if not change.empty:
             self.tallies = self.tallies.added(change)
+            for window in self.windows.values():
+                window.tallies = window.tallies.added(change)
         return None
 
     def add_labels(self, labels: Iterable[str]) -> None:
@@ -95,9 +124,10 @@ class RunState:
                rejected: bool = False, counters: bool = True) -> None:
         """Count one call (unless ``counters`` is false) and append its history entry."""
         if counters:
-            self.calls += 1
-            self.calls_by_tool[tool] = self.calls_by_tool.get(tool, 0) + 1
-            self.rejected += rejected
+            for counts in (self, *self.windows.values()):
+                counts.calls += 1
+                counts.calls_by_tool[tool] = counts.calls_by_tool.get(tool, 0) + 1
+                counts.rejected += rejected
         self.history = appended_history(self.history, history_entry(tool, verdict, rule, list(labels), time))
 
 

@@ -18,7 +18,7 @@ from gateway.policy.decision import Decision, Stage, Verdict
 from gateway.policy.explain import INVALID_INPUT
 from gateway.policy.flow import LabelOverflow
 from gateway.policy.policyset import PolicySet
-from gateway.testing.run_state import LABELS_REFUSED, RunState
+from gateway.testing.run_state import LABELS_REFUSED, RunState, Window
 from gateway.testing.suite import Case, Step
 
 __all__ = ["TERMINATED", "Fixtures", "StepOutcome", "run_steps"]
@@ -65,6 +65,7 @@ def run_steps(policy_set: PolicySet, case: Case, fixtures: Fixtures,
     calls = [_call_of(case, step, n, len(steps), fixtures) for n, step in enumerate(steps, 1)]
     start = calls[0].session
     state = RunState.from_session(start)
+    state.windows = {name: Window.of(usage) for name, usage in calls[0].usage.items()}
     outcomes = []
     for step, call in zip(steps, calls, strict=True):
         outcome = _step(policy_set, state, replace(call, session=start), step, observe)
@@ -92,8 +93,7 @@ def _step(policy_set: PolicySet, state: RunState, call: ToolCall, step: Step,
     refused = call.refused_at_door()
     if refused:
         return StepOutcome(INVALID_INPUT, refused)  # as the gateway does: no rule considered, nothing counted
-    base = call.session
-    call = replace(call, session=state.session(base, policy_set.zero))
+    call = replace(call, session=state.session(call.session, policy_set.zero), usage=state.usage(policy_set.zero))
     if call.stage is Stage.RESPONSE:  # a one-call case decided at the response stage: the result is given
         return _response_only(policy_set, state, call, observe)
     request = _decide(policy_set, call, observe)
@@ -117,8 +117,9 @@ def _step(policy_set: PolicySet, state: RunState, call: ToolCall, step: Step,
     out.labels = list(request.labels)
     ended, rule = str(Verdict.ALLOW), request.decided_by
     if step.result is not None:
-        answer = replace(call, stage=Stage.RESPONSE, args=request.args, result=step.result.to_result(),
-                         session=state.session(base, policy_set.zero))
+        # as the pipeline builds it: the request stage's input (the run as the call found it), the final arguments
+        answer = replace(call, stage=Stage.RESPONSE, args=request.args, original_args=call.args,
+                         result=step.result.to_result())
         out.response = response = _decide(policy_set, answer, observe)
         refusal = _labelled(state, response.labels)
         out.labels = list(dict.fromkeys([*out.labels, *response.labels]))

@@ -133,9 +133,10 @@ class Case(_Strict):
 
 def _check_steps(steps: list[Step]) -> None:
     for n, step in enumerate(steps, 1):
-        if n > 1 and "session" in step.call.model_fields_set:
-            raise ValueError(f"step {n}: only the first step's call may give 'session' (the run's start); "
-                             "later steps see the run the earlier ones left")
+        for start in ("session", "usage"):
+            if n > 1 and start in step.call.model_fields_set:
+                raise ValueError(f"step {n}: only the first step's call may give {start!r} (the run's start); "
+                                 "later steps see what the earlier ones left")
 
 
 class SuiteFile(_Strict):

@@ -235,7 +235,7 @@ def test_bad_sequences_are_positioned_errors(write, engine: str) -> None:
     messages = [d.message for d in run.errors]
     assert "either 'call' (with 'expect') or 'steps'" in messages[0]
     assert "'steps' is empty" in messages[1]
-    assert "step 2: only the first step's call may give 'session'" in messages[2]
+    assert "step 2: only the first step's call may give 'session' (the run's start)" in messages[2]
     assert "give the tool's result as the step's 'result'" in messages[3]
     assert "tally 'transferred' must be a number >= 0" in messages[5]
     assert run.exit_code == 1
@@ -281,3 +281,46 @@ def test_the_run_counters_fold_as_the_pipeline_counts(write, engine: str) -> Non
     assert (case.status, case.problems) == (Status.PASS, [])
     assert seen == [("hold", 0, 0, {}), ("hold", 0, 0, {}), ("other", 1, 0, {"hold": 1}),
                     ("other", 2, 0, {"hold": 1, "other": 1}), ("probe", 3, 1, {"hold": 1, "other": 2})]
+
+
+def test_a_window_folds_the_steps_admitted_calls(write, engine: str) -> None:
+    write("w/day.yaml", """
+        policy: day
+        tallies:
+          - {id: spent, tools: [pay], sum: double(args.amount)}
+        rules:
+          - id: daily-cap
+            tools: [pay]
+            when: usage.day.tallies.spent + double(args.amount) > 1000.0
+            action: reject
+          - id: daily-calls
+            when: usage.day.calls >= 12
+            action: reject
+    """)
+    path = write("w/day_test.yaml", """
+        cases:
+          - name: a new run of a key that spent 900 today
+            steps:
+              - call:
+                  tool: pay
+                  args: {amount: 60}
+                  usage: {day: {calls: 9, tallies: {spent: 900.0}}}
+                expect: {decision: allow, tallies: {spent: 60.0}}
+              - call: {tool: pay, args: {amount: 60}}
+                expect: {decision: reject, rules: {day/daily-cap: fired}}
+              - call: {tool: pay, args: {amount: 40}}
+                expect: {decision: allow, tallies: {spent: 100.0}}
+              - call: {tool: other}
+                expect: {decision: reject, rules: {day/daily-calls: fired}}
+          - name: later steps see the window the earlier ones left
+            steps:
+              - call: {tool: pay, usage: {day: {}}}
+              - call: {tool: pay, usage: {day: {calls: 1}}}
+    """)
+    run = run_tests([path], engine)
+    assert [d.message for d in run.errors] == [
+        "cases.1: Value error, step 2: only the first step's call may give 'usage' (the run's start); "
+        "later steps see what the earlier ones left"]
+    path.write_text(path.read_text().split("  - name: later steps")[0])
+    [case] = run_tests([path], engine).cases
+    assert (case.status, case.problems) == (Status.PASS, [])
