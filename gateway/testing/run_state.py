@@ -124,7 +124,8 @@ class RunState:
                rejected: bool = False, counters: bool = True) -> None:
         """Count one call (unless ``counters`` is false) and append its history entry."""
         if counters:
-            for counts in (self, *self.windows.values()):
+            counted: list[RunState | Window] = [self, *self.windows.values()]
+            for counts in counted:
                 counts.calls += 1
                 counts.calls_by_tool[tool] = counts.calls_by_tool.get(tool, 0) + 1
                 counts.rejected += rejected
