@@ -50,7 +50,7 @@ class RunFolder:
         approved = approval.get("approved") is True
         if verdict is Verdict.APPROVE and not approved:
             if approval:  # answered "no" in the recording: counted; otherwise it would be held now
-                state.record(tool, "denied", decision.decided_by, [], time, counters=False)
+                state.record(tool, str(Verdict.REJECT), decision.decided_by, [], time, counters=False)
             return decision
         if verdict is not Verdict.ALLOW and verdict is not Verdict.APPROVE:
             state.record(tool, str(verdict), decision.decided_by, [], time, counters=False)

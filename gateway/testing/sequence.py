@@ -100,8 +100,8 @@ def _step(policy_set: PolicySet, state: RunState, call: ToolCall, step: Step,
     out = StepOutcome(str(request.verdict), request.message, request)
     tool, time, verdict = call.tool.name, call.call.time, request.verdict
     if verdict is Verdict.APPROVE and step.approval != "approved":
-        if step.approval == "denied":  # decided, so counted: the person's answer is its outcome
-            state.record(tool, "denied", request.decided_by, [], time)
+        if step.approval == "denied":  # answered, so counted: refused, as the gateway answers a denial
+            state.record(tool, str(Verdict.REJECT), request.decided_by, [], time, rejected=True)
         return out  # pending: held, not a call yet
     if verdict is not Verdict.ALLOW and verdict is not Verdict.APPROVE:  # reject, terminate, skip: nothing runs
         state.record(tool, str(verdict), request.decided_by, [], time, rejected=verdict in _REFUSED)

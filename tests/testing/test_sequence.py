@@ -254,7 +254,7 @@ def test_the_run_counters_fold_as_the_pipeline_counts(write, engine: str) -> Non
             approval: {approvers: [bob]}
           - id: refused-twice
             tools: [probe]
-            when: session.rejected >= 1
+            when: session.rejected >= 2
             action: terminate
     """)
     path = write("c/budget_test.yaml", """
@@ -279,8 +279,8 @@ def test_the_run_counters_fold_as_the_pipeline_counts(write, engine: str) -> Non
         (call.tool.name, call.session.calls, call.session.rejected, dict(call.session.calls_by_tool))))
     [case] = run.cases
     assert (case.status, case.problems) == (Status.PASS, [])
-    assert seen == [("hold", 0, 0, {}), ("hold", 0, 0, {}), ("other", 1, 0, {"hold": 1}),
-                    ("other", 2, 0, {"hold": 1, "other": 1}), ("probe", 3, 1, {"hold": 1, "other": 2})]
+    assert seen == [("hold", 0, 0, {}), ("hold", 0, 0, {}), ("other", 1, 1, {"hold": 1}),
+                    ("other", 2, 1, {"hold": 1, "other": 1}), ("probe", 3, 2, {"hold": 1, "other": 2})]
 
 
 def test_a_window_folds_the_steps_admitted_calls(write, engine: str) -> None:
