@@ -49,10 +49,11 @@ async def start(stage: Stage, web_and_mail: WebAndMail, **config: Any) -> None:
                              **config})
 
 
-def flow(stage: Stage) -> list[tuple[str, str, list[str], list[str]]]:
-    """Per call the gateway decided: tool, verdict, the run's labels before it, the labels its result added."""
-    return [(e["tool"], e["verdict"], e["context"]["session"]["labels"], e["flow"]["labels_added"]["response"])
-            for e in stage.outcomes()]
+def flow(stage: Stage) -> list[tuple[str, str, str, list[str], list[str]]]:
+    """Per decision the gateway logged (a call, or an agent's result): kind, tool, verdict, the run's labels
+    before it, the labels its result added."""
+    return [(e["event"], e["tool"], e["verdict"], e["context"]["session"]["labels"],
+             e["flow"]["labels_added"]["response"]) for e in stage.audited("call.outcome", "call.result")]
 
 
 def obeying(stage: Stage) -> list[list[str]]:
@@ -91,7 +92,8 @@ async def test_through_mcp_the_injected_mail_is_held_and_never_sent(stage: Stage
     assert run.tool_results[0] == PAGE
     assert "Denied by an approver: prompt injection" in run.tool_results[1]
     # the page's result labelled the run; the mail was decided with the label (the decision log says so)
-    assert flow(stage) == [("web_fetch", "allow", [], ["untrusted"]), ("mail_send", "reject", ["untrusted"], [])]
+    assert flow(stage) == [("call.outcome", "web_fetch", "allow", [], ["untrusted"]),
+                           ("call.outcome", "mail_send", "reject", ["untrusted"], [])]
 
 
 async def test_through_mcp_a_secret_read_refuses_the_mail_outright(stage: Stage, web_and_mail: WebAndMail) -> None:
@@ -125,7 +127,11 @@ async def test_through_the_model_proxy_the_injected_mail_never_reaches_the_agent
     assert web_and_mail.ran("web_fetch") == [FETCH[1]]
     assert web_and_mail.mailed() == []  # the agent was never handed the mail call
     assert "Approval pending" in output
-    assert flow(stage) == [("web_fetch", "allow", [], ["untrusted"]), ("mail_send", "pending", ["untrusted"], [])]
+    # the agent's fetch was handed out (its outcome), its result came back in the next request and labelled the
+    # run (a call.result), and the mail was decided with the label
+    assert flow(stage) == [("call.outcome", "web_fetch", "allow", [], []),
+                           ("call.result", "web_fetch", "allow", [], ["untrusted"]),
+                           ("call.outcome", "mail_send", "pending", ["untrusted"], [])]
     [pending] = await stage.approvals("pending")
     assert pending["tool"] == "mail_send" and pending["final_args"]["to"] == ATTACKER
     assert [(r["rule"], r["approvers"]) for r in pending["requirements"]] == [HELD_BY]
