@@ -191,14 +191,14 @@ class ApprovalDesk:
     def add(self, tool: str = "payments_refund", args: dict[str, Any] | None = None,
             final_args: dict[str, Any] | None = None, principal: str = "alice",
             requirements: list[Requirement] | None = None, seconds: float = 600.0, upstream: str = "payments",
-            ) -> Approval:
+            session: str = "session-1") -> Approval:
         """Store a pending request, as ``ApprovalService.hold`` would for a held call."""
         args = {"order": "A-1001", "amount": 250} if args is None else args
         final = dict(args) if final_args is None else final_args
         now = time.time()
         approval = Approval(
             id=uuid.uuid4().hex[:16], call_id=f"call-{uuid.uuid4().hex[:8]}", digest=args_digest(final),
-            principal=Principal(principal, ("support",)), session_id="session-1", tool=tool,
+            principal=Principal(principal, ("support",)), session_id=session, tool=tool,
             original_args=args, final_args=final,
             requirements=requirements or [Requirement("big-refund", "Refunds over 100 need a manager",
                                                       ["group:managers", "alice"])],
@@ -208,7 +208,7 @@ class ApprovalDesk:
 
     def app(self) -> Starlette:
         """The page (no auth) and the approver API (behind RequireIdentity), as gateway/app/root.py mounts them."""
-        protected = Starlette(routes=approval_routes(self.service),
+        protected = Starlette(routes=approval_routes(self.service, self.sqlite),
                               middleware=[Middleware(RequireIdentity, auth=self.auth)])
         return Starlette(routes=[*approvals_page_routes(), Mount("/", app=protected)])
 

@@ -332,7 +332,7 @@ def _approvals(gateway: Gateway, sso: SsoPages | None, api: list[Route], open_ro
     """The approver API, the page and its sign-in, when this gateway serves approvals."""
     if not isinstance(gateway.approvals, ApprovalService):
         return
-    api.extend(approval_routes(gateway.approvals))
+    api.extend(approval_routes(gateway.approvals, gateway.store))
     open_routes.extend(approvals_page_routes())
     if sso is not None:  # the approver's session cookie is read before the shares count the request
         open_routes.extend(sso.routes())

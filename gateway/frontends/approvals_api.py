@@ -8,6 +8,9 @@
 An approver sees the requests some requirement lets them decide (their user id, one of their
 groups, or a rule open to any approver); a key with ``admin: true`` sees every request. A request
 an approver may not see is "not found" to them. A locked database answers 503 ``store-unavailable``.
+
+A pending request also shows its run's labels and latest calls (``run``, see ``approval_runs``), read from
+the session store given; when the run cannot be read the request is listed without it.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from gateway.approvals.service import ApprovalService
 from gateway.approvals.store import ListFilter
 from gateway.core.errors import ApprovalError, StoreUnavailable
 from gateway.core.limits import MAX_APPROVALS_FILTER_CHARS, MAX_APPROVALS_PAGE
+from gateway.frontends.approval_runs import RunViews
 from gateway.frontends.identity import identity_of
 from gateway.frontends.rest import error_response, read_json_object
+from gateway.store.base import SessionStore
 
 __all__ = ["approval_routes"]
 
@@ -33,9 +38,10 @@ def _unavailable(exc: StoreUnavailable) -> JSONResponse:
     return error_response(exc.status, exc.code, "The approvals database is busy; try again shortly.")
 
 
-def approval_routes(service: ApprovalService) -> list[Route]:
-    """Routes for approvers (they expect ``RequireIdentity`` in front)."""
-    api = _ApproverApi(service)
+def approval_routes(service: ApprovalService, sessions: SessionStore | None = None) -> list[Route]:
+    """Routes for approvers (they expect ``RequireIdentity`` in front); pending requests show their run from
+    ``sessions``."""
+    api = _ApproverApi(service, RunViews(sessions))
     return [
         Route("/v1/approvals", api.list_approvals, methods=["GET"]),
         Route("/v1/approvals/{approval_id}", api.get_approval, methods=["GET"]),
@@ -46,8 +52,9 @@ def approval_routes(service: ApprovalService) -> list[Route]:
 class _ApproverApi:
     """The approver endpoints, over one approval service."""
 
-    def __init__(self, service: ApprovalService) -> None:
+    def __init__(self, service: ApprovalService, runs: RunViews) -> None:
         self.service = service
+        self.runs = runs
 
     async def list_approvals(self, request: Request) -> JSONResponse:
         """GET /v1/approvals: one page of the requests the caller may see."""
@@ -74,7 +81,7 @@ class _ApproverApi:
             page, total = await self.service.listing(which, limit, offset)
         except StoreUnavailable as exc:
             return _unavailable(exc)
-        return JSONResponse({"approvals": [a.to_dict() for a in page], "total": total, "offset": offset,
+        return JSONResponse({"approvals": await self.runs.views(page), "total": total, "offset": offset,
                              "limit": limit})
 
     async def get_approval(self, request: Request) -> JSONResponse:
@@ -88,7 +95,7 @@ class _ApproverApi:
         if approval is None or not (identity.principal.key == approval.principal.key or (
                 reader and self.service.may_see(approval, identity.principal, identity.admin))):
             return error_response(404, "approval-not-found", "No such approval request.")
-        return JSONResponse(approval.to_dict())
+        return JSONResponse(await self.runs.view(approval))
 
     async def decide(self, request: Request) -> JSONResponse:
         """POST /v1/approvals/{id}/decision: approve or deny."""

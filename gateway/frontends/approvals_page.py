@@ -4,9 +4,10 @@
     GET /approvals/{id}   the same page, with that request first (the link in progress messages and webhooks)
 
 The page holds no data: it asks for an approver's API key and reads and decides requests through
-the approver API (``approvals_api``), which checks the key on every call. The CSS and script are
-inlined when the routes are built, and the Content-Security-Policy allows exactly those two by
-hash, so no other script can run on the page and it talks to nothing but this gateway.
+the approver API (``approvals_api``), which checks the key on every call. The CSS and scripts
+(approvals.js, and approvals_run.js for what a held call's run did before) are inlined when the routes are
+built, and the Content-Security-Policy allows exactly those by hash, so no other script can run on the page
+and it talks to nothing but this gateway.
 """
 
 from __future__ import annotations
@@ -28,18 +29,22 @@ def _hash(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
+_SCRIPTS = ("approvals_run.js", "approvals.js")  # in this order: the second uses the first
+
+
 def _page() -> tuple[bytes, dict[str, str]]:
-    """The page with its CSS and script inlined, and the headers that pin them."""
+    """The page with its CSS and scripts inlined, and the headers that pin them."""
     html = (_STATIC / "approvals.html").read_text(encoding="utf-8")
     css = (_STATIC / "approvals.css").read_text(encoding="utf-8")
-    js = (_STATIC / "approvals.js").read_text(encoding="utf-8")
-    for marker in ("/*! approvals.css */", "/*! approvals.js */"):
+    scripts = [(_STATIC / name).read_text(encoding="utf-8") for name in _SCRIPTS]
+    for name, text in [("approvals.css", css), *zip(_SCRIPTS, scripts, strict=True)]:
+        marker = f"/*! {name} */"
         if html.count(marker) != 1:
             raise RuntimeError(f"static/approvals.html must contain {marker!r} exactly once")
-    html = html.replace("/*! approvals.css */", css).replace("/*! approvals.js */", js)
+        html = html.replace(marker, text)
     csp = "; ".join([
-        "default-src 'none'", f"script-src {_hash(js)}", f"style-src {_hash(css)}", "connect-src 'self'",
-        "img-src data:", "base-uri 'none'", "form-action 'none'", "frame-ancestors 'none'",
+        "default-src 'none'", f"script-src {' '.join(_hash(js) for js in scripts)}", f"style-src {_hash(css)}",
+        "connect-src 'self'", "img-src data:", "base-uri 'none'", "form-action 'none'", "frame-ancestors 'none'",
     ])
     headers = {
         "content-security-policy": csp,

@@ -78,6 +78,7 @@ _ID_PATTERN = "^[^/]+$"
 
 def _schemas() -> Json:
     any_object: Json = {"type": "object"}
+    strings: Json = {"type": "array", "items": {"type": "string"}}
     requirement = {"type": "object", "required": ["rule", "message", "approvers"], "properties": {
         "rule": {"type": "string"}, "message": {"type": "string"},
         "approvers": {"type": "array", "items": {"type": "string"}},
@@ -152,7 +153,18 @@ def _schemas() -> Json:
                 "created_at": {"type": "string"}, "expires_at": {"type": "string"},
                 "on_timeout": {"type": "string"}, "votes": {"type": "array", "items": vote},
                 "decided_at": {"type": ["string", "null"]},
+                "run": {"type": "object", "description": "A pending request's run as the store has it now: its "
+                        "labels, its calls, and the latest of them, oldest first (absent when it cannot be read).",
+                        "properties": {"labels": strings, "calls": {"type": "integer", "minimum": 0},
+                                       "history": {"type": "array", "items": _ref("HistoryEntry")}}},
             },
+        },
+        "HistoryEntry": {
+            "type": "object", "required": ["tool", "verdict", "rule", "labels", "time"],
+            "properties": {"tool": {"type": "string"}, "verdict": {"type": "string"},
+                           "rule": {"type": "string", "description": "The rule that decided it (\"\" if none)."},
+                           "labels": {**strings, "description": "The labels this call added to the run."},
+                           "time": {"type": "string", "format": "date-time"}},
         },
         "ApprovalPage": {
             "type": "object", "required": ["approvals", "total", "offset", "limit"],
@@ -174,7 +186,14 @@ def _schemas() -> Json:
                 "calls": {"type": "integer", "minimum": 0},
                 "calls_by_tool": {"type": "object", "additionalProperties": {"type": "integer"}},
                 "rejected": {"type": "integer", "minimum": 0}, "terminated": {"type": "boolean"},
-                "terminate_message": {"type": ["string", "null"]}},
+                "terminate_message": {"type": ["string", "null"]},
+                "labels": {**strings, "description": "Every label added in the run, in the order added."},
+                "tallies": {"type": "object", "additionalProperties": {"type": "number"},
+                            "description": "Each tally's value: a sum, or a distinct tally's count."},
+                "seen": {"type": "object", "additionalProperties": strings,
+                         "description": "A distinct tally's values so far (a bounded list)."},
+                "history": {"type": "array", "items": _ref("HistoryEntry"),
+                            "description": "The run's latest calls, oldest first."}},
         },
         "SessionPage": {
             "type": "object", "required": ["sessions", "total", "offset", "limit"],

@@ -49,3 +49,8 @@ MAX_APPROVALS_FILTER_CHARS = 200
 # meanwhile (the policies now need other approvers) or replaced by another process; after that the call is
 # refused as if the database were busy (fail closed). Each pass is one change by someone else.
 APPROVAL_LOOKUP_ATTEMPTS = 4
+
+# A pending request in `GET /v1/approvals` shows its run's labels and this many of the run's latest calls
+# (of the RUN_HISTORY_KEPT the run keeps): enough for an approver to see why the call was held, short enough
+# to read on a phone.
+APPROVAL_RUN_HISTORY_SHOWN = 10

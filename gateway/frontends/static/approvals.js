@@ -14,6 +14,7 @@
   const focusId = path && path[2] ? decodeURIComponent(path[2]) : null;
 
   const $ = (id) => document.getElementById(id);
+  const run = window.approvalsRun; // approvals_run.js: the held call's run, and "2 min ago"
   const cards = new Map(); // approval id -> {root, details, form, data, fingerprint}
   let key = sessionStorage.getItem(KEY_STORAGE);
   let mode = null; // "key" (a pasted API key) or "sso" (the gateway's session cookie, from the IdP's sign-in)
@@ -281,7 +282,8 @@
       el("dt", {}, "The call"), el("dd", { class: `execution execution-${a.execution ? a.execution.state : ""}`,
         "data-testid": "execution" }, a.execution ? a.execution.label : "—"),
       el("dt", {}, "Request"), el("dd", {}, link));
-    const nodes = [head, meta, el("h3", {}, "Why"), requirements(a.requirements), el("h3", {}, "Arguments"), args(a)];
+    const nodes = [head, meta, el("h3", {}, "Why"), requirements(a.requirements),
+      ...run.section(el, a.run, Date.now() + serverOffset), el("h3", {}, "Arguments"), args(a)];
     if (a.votes.length) nodes.push(el("h3", {}, "Decisions"), votes(a.votes));
     return nodes;
   }
@@ -353,9 +355,7 @@
   function when(stamp) {
     const t = Date.parse(stamp);
     if (Number.isNaN(t)) return stamp || "";
-    const ago = Math.max(0, Math.round((Date.now() + serverOffset - t) / 1000));
-    const rel = ago < 60 ? `${ago}s ago` : ago < 3600 ? `${Math.floor(ago / 60)} min ago` : `${Math.floor(ago / 3600)} h ago`;
-    return `${new Date(t).toLocaleString()} (${rel})`;
+    return `${new Date(t).toLocaleString()} (${run.ago(stamp, Date.now() + serverOffset)})`;
   }
 
   // -- deciding ------------------------------------------------------------------------------------
