@@ -29,7 +29,8 @@ def register(sub: Any) -> None:
     listing.add_argument("--limit", type=int, default=100, help="at most this many (default: 100)")
     listing.add_argument("--offset", type=int, default=0, help="skip this many of the newest first")
     listing.set_defaults(func=list_sessions)
-    for name, text in (("show", "one run's counters"), ("reset", "counters to zero, and not terminated"),
+    for name, text in (("show", "one run's counters, labels, tallies and latest calls"),
+                       ("reset", "counters to zero, no labels, tallies or history, and not terminated"),
                        ("end", "terminate the run (an implicit run's client starts a new one)")):
         action = actions.add_parser(name, parents=[common], help=text)
         action.add_argument("principal", help="whose run")
@@ -72,7 +73,8 @@ def show_session(args: argparse.Namespace) -> int:
 def reset_session(args: argparse.Namespace) -> int:
     """`gateway sessions reset PRINCIPAL ID`."""
     return _run(args, "POST", _path(args, "/reset"), {},
-                lambda s: f"Reset run {clean(s['id'])} of {clean(s['principal'])}: 0 calls, not terminated.")
+                lambda s: f"Reset run {clean(s['id'])} of {clean(s['principal'])}: 0 calls, no labels, tallies or "
+                          "history, not terminated.")
 
 
 def end_session(args: argparse.Namespace) -> int:
@@ -103,7 +105,26 @@ def _details(s: dict[str, Any]) -> str:
         f"  Calls:     {s['calls']}  (rejected: {s['rejected']})",
         f"  State:     {'terminated: ' + clean(s['terminate_message']) if s['terminated'] else 'live'}",
     ]
+    labels = s.get("labels") or []
+    lines.append(f"  Labels:    {', '.join(clean(label) for label in labels) if labels else 'none'}")
+    if s.get("tallies"):
+        lines.append("  Tallies:   " + ", ".join(f"{clean(k)} = {v}" for k, v in sorted(s["tallies"].items())))
+    for tally, values in sorted((s.get("seen") or {}).items()):
+        lines.append(f"  Seen ({clean(tally)}): {', '.join(clean(v) for v in values) or 'none'}")
     if s["calls_by_tool"]:
         lines.append("  By tool:")
         lines += [f"    {clean(tool)}: {n}" for tool, n in sorted(s["calls_by_tool"].items())]
+    if s.get("history"):
+        lines.append("  Latest calls (oldest first):")
+        lines += [_step(entry) for entry in s["history"]]
     return "\n".join(lines)
+
+
+def _step(entry: dict[str, Any]) -> str:
+    """One call of the run's history: when, the tool, its verdict, the rule that decided it, the labels it added."""
+    line = f"    {clean(entry.get('time', ''))}  {clean(entry.get('tool', ''))} — {clean(entry.get('verdict', ''))}"
+    if entry.get("rule"):
+        line += f" (rule {clean(entry['rule'])})"
+    if entry.get("labels"):
+        line += "  added: " + ", ".join(clean(label) for label in entry["labels"])
+    return line

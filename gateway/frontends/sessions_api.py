@@ -2,8 +2,10 @@
 
     GET  /v1/admin/sessions?principal=&implicit=true|false&terminated=true|false&limit=100&offset=0
                                                     → {sessions, total, offset, limit}
-    GET  /v1/admin/sessions/{principal}/{session_id}
-    POST /v1/admin/sessions/{principal}/{session_id}/reset          counters to zero, not terminated
+    GET  /v1/admin/sessions/{principal}/{session_id}               its counters, labels, tallies, seen, history
+    POST /v1/admin/sessions/{principal}/{session_id}/reset          counters to zero, no labels, tallies or
+                                                    history, not terminated (the principal's usage
+                                                    windows keep their tallies)
     POST /v1/admin/sessions/{principal}/{session_id}/end  {message?} terminated with the message; an
                                                     implicit run also stops being current, so its
                                                     client's next call starts a new run
@@ -131,7 +133,7 @@ class _SessionAdmin:
         return None
 
     async def reset(self, request: Request) -> JSONResponse:
-        """POST .../reset: counters to zero, not terminated."""
+        """POST .../reset: counters to zero, no labels, tallies or history, not terminated (the store clears them)."""
         who = _admin(request)
         if who is None:
             return _forbidden()

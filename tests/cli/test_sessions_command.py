@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 import pytest_asyncio
 import yaml
 from cli_run import run_cli_async as gateway_cli
@@ -22,6 +23,7 @@ from starlette.routing import Route
 from gateway.app import build_app
 from gateway.auth.keys import hash_key
 from gateway.config.load import load_config
+from gateway.policy.flow import TallyChange, history_entry
 
 KEYS = {"agent": "agent-key-5b1e", "admin": "admin-key-c04d"}
 POLICY = """
@@ -35,8 +37,8 @@ rules:
 
 
 @pytest_asyncio.fixture
-async def served(tmp_path: Path) -> AsyncIterator[str]:
-    """A gateway with one HTTP tool (``svc_ping``), an agent key and an admin key; its base URL."""
+async def served_app(tmp_path: Path) -> AsyncIterator[tuple[str, Starlette]]:
+    """A gateway with one HTTP tool (``svc_ping``), an agent key and an admin key; its base URL and app."""
 
     async def ping(request: Request) -> JSONResponse:
         return JSONResponse({"pong": True})
@@ -54,8 +56,15 @@ async def served(tmp_path: Path) -> AsyncIterator[str]:
                 {"name": "ping", "method": "GET", "path": "/ping"}]}}],
         }
         (tmp_path / "gateway.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-        async with serve_app(build_app(load_config(tmp_path / "gateway.yaml"))) as url:
-            yield url
+        app = build_app(load_config(tmp_path / "gateway.yaml"))
+        async with serve_app(app) as url:
+            yield url, app
+
+
+@pytest.fixture
+def served(served_app: tuple[str, Starlette]) -> str:
+    """The base URL of ``served_app``."""
+    return served_app[0]
 
 
 async def _ping(url: str, run: str | None, user_agent: str = "agent-cli-test/1") -> dict[str, Any]:
@@ -90,7 +99,8 @@ async def test_list_show_reset_and_end(served: str) -> None:
     assert "Calls:     3  (rejected: 1)" in shown.stdout and "terminated: Two calls per run." in shown.stdout
 
     reset = await gateway_cli("sessions", "reset", "agent", "run-1", *admin)
-    assert (reset.returncode, reset.stdout.strip()) == (0, "Reset run run-1 of agent: 0 calls, not terminated.")
+    assert (reset.returncode, reset.stdout.strip()) == (
+        0, "Reset run run-1 of agent: 0 calls, no labels, tallies or history, not terminated.")
     assert (await _ping(served, "run-1"))["decision"] == "allow"
 
     ended = await gateway_cli("sessions", "end", "agent", "run-1", "--message", "Paused by ops.", *admin)
@@ -107,3 +117,33 @@ async def test_a_key_without_admin_and_an_unreachable_gateway(served: str, refus
     assert missing.returncode == 1 and "No such session." in missing.stderr
     down = await gateway_cli("sessions", "list", "--url", refused_url, "--key", KEYS["admin"])
     assert down.returncode == 2 and "cannot connect" in down.stderr
+
+
+async def test_show_gives_the_runs_labels_tallies_and_latest_calls(served_app: tuple[str, Starlette]) -> None:
+    url, app = served_app
+    admin = ["--url", url, "--key", KEYS["admin"]]
+    assert (await _ping(url, "run-9"))["decision"] == "allow"
+    store = app.state.gateway.store
+    state = await store.find_session("agent", "run-9")
+    # What the pipeline adds when a policy labels and tallies (another part of issue 21), through the store.
+    store.add_labels(state, ["untrusted", "secret"])
+    await store.admit(state, lambda view: (None, TallyChange(sums={"transferred": 700.0},
+                                                             distinct={"recipients": ("a@example.test",)})))
+    store.add_history(state, history_entry("mail_read", "allow", "web-is-untrusted", ["untrusted"],
+                                           "2026-12-02T16:20:00Z"))
+    store.add_history(state, history_entry("evil\x1b[2Jtool", "reject", "", [], "2026-12-02T16:21:00Z"))
+
+    shown = await gateway_cli("sessions", "show", "agent", "run-9", *admin)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert "  Labels:    untrusted, secret" in lines
+    assert "  Tallies:   recipients = 1, transferred = 700.0" in lines
+    assert "  Seen (recipients): a@example.test" in lines
+    history = lines[lines.index("  Latest calls (oldest first):") + 1:]
+    assert history[-2:] == ["    2026-12-02T16:20:00Z  mail_read — allow (rule web-is-untrusted)  added: untrusted",
+                            "    2026-12-02T16:21:00Z  evil\\x1b[2Jtool — reject"]  # the terminal is not driven
+
+    assert (await gateway_cli("sessions", "reset", "agent", "run-9", *admin)).returncode == 0
+    after = await gateway_cli("sessions", "show", "agent", "run-9", *admin)
+    assert "  Labels:    none" in after.stdout.splitlines()
+    assert "Tallies" not in after.stdout and "Seen" not in after.stdout and "Latest calls" not in after.stdout
