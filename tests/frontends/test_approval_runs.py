@@ -15,7 +15,7 @@ from browser_support import chromium_page, needs_browser
 
 from gateway.core.clock import rfc3339
 from gateway.core.limits import APPROVAL_RUN_HISTORY_SHOWN
-from gateway.policy.flow import appended_history, history_entry, merged_labels
+from gateway.policy.flow import history_entry
 from gateway.store.model import SessionState
 from gateway.store.sqlite import SqliteStore
 
@@ -30,11 +30,6 @@ HOSTILE = "<img src=x onerror=alert(1)>"
 
 async def with_run(store: Any, state: SessionState, labels: list[str], entries: list[dict[str, Any]]) -> None:
     """Give the run labels and history as the pipeline does, through the store."""
-    if not hasattr(store, "add_labels"):  # TEMPORARY until the store part (A1) is picked: set the state itself
-        state.labels = merged_labels(state.labels, labels)
-        for one in entries:
-            state.history = appended_history(state.history, one)
-        return
     store.add_labels(state, labels)
     for one in entries:
         store.add_history(state, one)
