@@ -56,6 +56,11 @@ def flow(stage: Stage) -> list[tuple[str, str, str, list[str], list[str]]]:
              e["flow"]["labels_added"]["response"]) for e in stage.audited("call.outcome", "call.result")]
 
 
+def approver_sees(pending: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """What the approvals API shows of a held call's run: its labels, and the tools of its calls so far."""
+    return pending["run"]["labels"], [h["tool"] for h in pending["run"]["history"]]
+
+
 def obeying(stage: Stage) -> list[list[str]]:
     """Have the model check, before it mails, that it read the page's instructions; returns what it had read."""
     read: list[list[str]] = []
@@ -89,6 +94,7 @@ async def test_through_mcp_the_injected_mail_is_held_and_never_sent(stage: Stage
     assert web_and_mail.ran("web_fetch") == [FETCH[1]]
     assert [(r["rule"], r["approvers"]) for r in pending["requirements"]] == [HELD_BY]
     assert pending["final_args"]["to"] == ATTACKER
+    assert approver_sees(pending) == (["untrusted"], ["web_fetch"])
     assert run.tool_results[0] == PAGE
     assert "Denied by an approver: prompt injection" in run.tool_results[1]
     # the page's result labelled the run; the mail was decided with the label (the decision log says so)
@@ -135,6 +141,7 @@ async def test_through_the_model_proxy_the_injected_mail_never_reaches_the_agent
     [pending] = await stage.approvals("pending")
     assert pending["tool"] == "mail_send" and pending["final_args"]["to"] == ATTACKER
     assert [(r["rule"], r["approvers"]) for r in pending["requirements"]] == [HELD_BY]
+    assert approver_sees(pending) == (["untrusted"], ["web_fetch"])
     # a person refuses it; the agent tries again in the same run and still is not handed the mail call
     await stage.decide(pending["id"], approve=False, comment="prompt injection", who="carol")
     await run_proxied(stage, web_and_mail, script(FETCH, ("mail_send", MAIL)), run_id)
