@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -69,6 +70,12 @@ class Stage:
         driver = DRIVERS[framework]
         async with asyncio.timeout(seconds):
             return await driver(self.model_url, f"{self.url}/mcp", self.headers(who, run_id), prompt, stream=stream)
+
+    def audited(self, *kinds: str) -> list[Json]:
+        """The events of these kinds (``call.outcome``, ...) the last gateway started wrote to its decision log."""
+        path = self.root / f"gw-{len(list(self.root.glob('gw-*'))) - 1}" / "data" / "audit.jsonl"
+        events = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        return [e for e in events if e.get("event") in kinds]
 
     def hook(self, name: str, action: Callable[[list[str]], Awaitable[None]]) -> None:
         """Have the fake model await ``action(results so far)`` before a scripted call naming ``name``."""
