@@ -42,8 +42,8 @@ class Diagnostic:
         """Render as one line a compiler user would recognise."""
         text = f"{self.file}:{self.line}:{self.column}: {self.severity}[{self.code}]: {self.message}"
         if self.rule:
-            # test-suite diagnostics name a case ("case NAME") rather than a rule id
-            text += f" ({self.rule})" if self.rule.startswith("case ") else f" (rule {self.rule})"
+            # test-suite diagnostics name a case ("case NAME"), a tally's its tally ("tally POLICY/ID"), not a rule id
+            text += f" ({self.rule})" if self.rule.startswith(("case ", "tally ")) else f" (rule {self.rule})"
         if self.hint:
             text += f"; hint: {self.hint}"
         return text

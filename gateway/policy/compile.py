@@ -8,6 +8,7 @@ evaluator only reads.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from gateway.core.diagnostics import Diagnostic, Severity
@@ -22,12 +23,13 @@ from gateway.core.limits import (
 from gateway.core.sourcemap import Path, YamlDocument
 from gateway.policy.cel import VARIABLES, Engine, ExprType, Program
 from gateway.policy.cel.pure_check import INPUTS, Analysis, CelTypeError, analyse
-from gateway.policy.cel.types import DYN, ObjectType
+from gateway.policy.cel.types import DYN, ObjectType, fmt_type
 from gateway.policy.compiled import CompiledPolicy, CompiledRewrite, CompiledRule, Expression, Variable
 from gateway.policy.decision import Action, ApprovalRequirement, Stage, Verdict
 from gateway.policy.model import PolicyFile, RuleSpec
 from gateway.policy.rewrite import PathParts, parse_path
 from gateway.policy.shape import check_shape
+from gateway.policy.tallies import compile_tallies
 from gateway.policy.typed_env import RESULT, TypeEnvironment, rewrite_problem
 
 __all__ = ["CompiledPolicy", "CompiledRewrite", "CompiledRule", "Expression", "Variable", "compile_policy"]
@@ -66,10 +68,12 @@ class _Compiler:
         self.diagnostics.append(Diagnostic(code, message, self.doc.file, pos.line, pos.column, rule, hint))
 
     def expression(self, source: str, expected: ExprType, path: Path, rule: str | None,
-                   env: dict[str, Any], proven: frozenset[str] = frozenset()) -> Expression | None:
+                   env: dict[str, Any], proven: frozenset[str] = frozenset(),
+                   variables: Sequence[str] = VARIABLES) -> Expression | None:
         """Compile with the engine, then check in the typed environment ``env``; None after an error.
 
-        ``proven``: the fields the rule's ``when`` proves present (its other expressions run only then).
+        ``proven``: the fields the rule's ``when`` proves present (its other expressions run only then);
+        ``variables``: the names it may read (a tally reads fewer than a rule).
         """
         if len(source) > MAX_EXPRESSION_CHARS:
             self.error(path, "cel-too-long", f"expression is longer than {MAX_EXPRESSION_CHARS} characters",
@@ -77,9 +81,9 @@ class _Compiler:
             return None
         try:
             program = self.engine.compile(source, expected)
-            found = self.typed(source, expected, env, proven)
+            found = self.typed(source, expected, env, proven, variables)
         except CelCompileError as exc:
-            self.cel_diagnostic(exc, source, path, rule)
+            self.cel_diagnostic(exc, source, path, rule, variables=variables)
             return None
         for warning in found.warnings:
             self.cel_diagnostic(warning, source, path, rule, Severity.WARNING)
@@ -88,17 +92,20 @@ class _Compiler:
                           None if found.reads_all_variables else names, found.type)
 
     def typed(self, source: str, expected: ExprType, env: dict[str, Any],
-              proven: frozenset[str] = frozenset()) -> Analysis:
+              proven: frozenset[str] = frozenset(), variables: Sequence[str] = VARIABLES) -> Analysis:
         """The typed checker's findings: the front end types whatever either engine runs."""
         self.proves = frozenset()
-        found = analyse(source, expected, env, unbounded=frozenset(self.unbounded), proven=proven)
+        found = analyse(source, expected, env, unbounded=frozenset(self.unbounded), proven=proven,
+                        variables=variables)
         self.proves = found.proves
         return found
 
     def cel_diagnostic(self, exc: CelCompileError, source: str, path: Path, rule: str | None,
-                       severity: Severity = Severity.ERROR) -> None:
+                       severity: Severity = Severity.ERROR, variables: Sequence[str] = VARIABLES) -> None:
         pos = self.doc.locate(path, exc.line, exc.column)
         hint = exc.hint if isinstance(exc, CelTypeError) and exc.hint else _CEL_HINTS.get(exc.code)
+        if exc.code == "cel-undeclared" and variables != VARIABLES:
+            hint = f"this expression may read only {', '.join(variables)} and the documented functions"
         self.diagnostics.append(Diagnostic(exc.code, f"{exc.message} in {source!r}", self.doc.file, pos.line,
                                            pos.column, rule, hint, severity))
 
@@ -114,12 +121,14 @@ _CEL_HINTS = {
 def compile_policy(
     spec: PolicyFile, doc: YamlDocument, engine: Engine, policy_index: int, first_ordinal: int,
     rule_indices: list[int] | None = None, types: TypeEnvironment | None = None,
+    tally_indices: list[int] | None = None,
 ) -> tuple[CompiledPolicy, list[Diagnostic]]:
     """Compile one validated policy file; diagnostics are empty when it compiled cleanly.
 
     ``rule_indices`` gives each rule's index in the file when some rules were left out because
     they failed validation (so positions still point at the right lines). ``types`` is what is
-    known of ``env``, ``usage`` and the tools' arguments (by default: nothing, so they are dynamic).
+    known of ``env``, ``usage`` and the tools' arguments (by default: nothing, so they are dynamic), and
+    the set's tally ids; ``tally_indices`` is ``rule_indices`` for the file's tallies.
     """
     indices = rule_indices if rule_indices is not None else list(range(len(spec.rules)))
     types = types or TypeEnvironment()
@@ -162,8 +171,9 @@ def compile_policy(
         compiled = _compile_rule(c, spec, rule, ("rules", i), full_id, policy_index, first_ordinal + i, by_name, env)
         if compiled is not None:
             rules.append(compiled)
+    tallies = compile_tallies(c, spec, types, tally_indices)
     return CompiledPolicy(spec.policy, doc.file, spec.description, spec.default, tuple(variables),
-                          tuple(rules)), c.diagnostics
+                          tuple(rules), tuple(tallies)), c.diagnostics
 
 
 def _compile_rule(
@@ -179,6 +189,7 @@ def _compile_rule(
     result_expr = (c.expression(rule.resultExpression, ExprType.ANY, (*path, "resultExpression"), full_id, env,
                                 proven) if rule.resultExpression is not None else None)
     rewrite = _compile_rewrite(c, rule, path, full_id, env, proven) if rule.rewrite is not None else None
+    labels_expr = _labels_expression(c, rule, path, full_id, env, proven)
     approval = None
     if rule.action is Action.APPROVE:
         spec_a = rule.approval
@@ -196,7 +207,7 @@ def _compile_rule(
         )
     if c.errors() > before:  # a warning never drops a rule
         return None
-    exprs = [e for e in (when, message_expr, result_expr) if e is not None]
+    exprs = [e for e in (when, message_expr, result_expr, labels_expr) if e is not None]
     if rewrite is not None:
         exprs.extend(e for _, e in rewrite.set)
     # What the rule reads, variables resolved: from the expressions as written.
@@ -207,14 +218,15 @@ def _compile_rule(
     refs = refs.union(*(variables[n].expression.references for n in reads))
     # How it runs: with variables written in where possible; the rest need their values bound.
     inlines = {name: v.running for name, v in variables.items() if v.running is not None}
-    when, message_expr, result_expr = (c.inlined(e, inlines) for e in (when, message_expr, result_expr))
+    when, message_expr, result_expr, labels_expr = (c.inlined(e, inlines)
+                                                    for e in (when, message_expr, result_expr, labels_expr))
     when_message = None
     if when is not None and message_expr is not None and rule.action not in (Action.SKIP, Action.REWRITE):
         when_message = c.engine.join(when.program, message_expr.program)
     if rewrite is not None:
         rewrite = CompiledRewrite(tuple((p, c.inlined(e, inlines) or e) for p, e in rewrite.set),
                                   rewrite.remove, rewrite.redact)
-    running = [e for e in (when, message_expr, result_expr) if e is not None]
+    running = [e for e in (when, message_expr, result_expr, labels_expr) if e is not None]
     if rewrite is not None:
         running.extend(e for _, e in rewrite.set)
     needed: frozenset[str] = frozenset()
@@ -230,8 +242,25 @@ def _compile_rule(
         result_expression=result_expr, references=refs, variables_needed=needed, variables_read=reads,
         resources=tuple(rule.resources) if rule.resources is not None else None,
         prompts=tuple(rule.prompts) if rule.prompts is not None else None,
-        when_message=when_message,
+        when_message=when_message, labels=tuple(dict.fromkeys(rule.labels or ())), labels_expression=labels_expr,
     )
+
+
+def _labels_expression(c: _Compiler, rule: RuleSpec, path: Path, rule_id: str, env: dict[str, Any],
+                       proven: frozenset[str]) -> Expression | None:
+    """A label rule's ``labelsExpression``, which must type as a list of strings (or dyn)."""
+    if rule.labelsExpression is None or rule.action is not Action.LABEL:
+        return None
+    here = (*path, "labelsExpression")
+    expr = c.expression(rule.labelsExpression, ExprType.ANY, here, rule_id, env, proven)
+    if expr is not None and expr.type not in _LABEL_TYPES:
+        c.error(here, "cel-type", f"labelsExpression must give a list of strings, but it is {fmt_type(expr.type)}",
+                rule_id, 'give a list, e.g. ["untrusted"], or result.text.contains("x") ? ["x"] : []')
+        return None
+    return expr
+
+
+_LABEL_TYPES = frozenset({DYN, ("list", "string"), ("list", DYN)})
 
 
 def _closure(read: frozenset[str] | None, known: dict[str, Variable]) -> frozenset[str]:

@@ -11,7 +11,7 @@ from gateway.policy.cel.types import DYN
 from gateway.policy.decision import Action, ApprovalRequirement, Mode, OnError, Stage
 from gateway.policy.rewrite import PathParts
 
-__all__ = ["CompiledPolicy", "CompiledRewrite", "CompiledRule", "Expression", "Variable"]
+__all__ = ["CompiledPolicy", "CompiledRewrite", "CompiledRule", "CompiledTally", "Expression", "Variable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +79,38 @@ class CompiledRule:
     # firing rule costs one evaluation instead of two. Only a shortcut: any other value than ``[]`` or ``[a string]``
     # (an error, a wrong type) sends the evaluator back to the two expressions, so answers stay the same.
     when_message: Program | None = None
+    labels: tuple[str, ...] = ()  # action label: the labels it adds (static)
+    labels_expression: Expression | None = None  # ... or computed, a list(string)
 
     @property
     def decides_tools(self) -> bool:
         """Whether it applies to tool calls: it names tools, or names no target at all."""
         return self.tools is not None or (self.resources is None and self.prompts is None)
+
+    @property
+    def expressions(self) -> tuple[Expression, ...]:
+        """Every expression it runs, ``when`` first."""
+        found = [e for e in (self.when, self.message_expression, self.result_expression, self.labels_expression)
+                 if e is not None]
+        if self.rewrite is not None:
+            found.extend(e for _, e in self.rewrite.set)
+        return tuple(found)
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledTally:
+    """A tally ready to evaluate: ``expression`` gives what an admitted call of ``tools`` adds."""
+
+    id: str  # unique across the set: session.tallies.ID
+    policy: str
+    kind: str  # "sum" or "distinct"
+    tools: tuple[str, ...]
+    expression: Expression
+    file: str
+    line: int
+    column: int
+    description: str = ""
+
 
 @dataclass(frozen=True, slots=True)
 class CompiledPolicy:
@@ -95,3 +122,4 @@ class CompiledPolicy:
     default: str | None
     variables: tuple[Variable, ...]
     rules: tuple[CompiledRule, ...] = field(default=())
+    tallies: tuple[CompiledTally, ...] = field(default=())

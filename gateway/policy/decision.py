@@ -209,4 +209,5 @@ class Decision:
             "rules": [r.to_dict() for r in self.rules],
             "revision": self.revision,
             "elapsed_us": round(self.elapsed_us, 1),
+            "labels": list(self.labels),
         }

@@ -27,6 +27,7 @@ from gateway.policy.decision import (
     Verdict,
     failure_verdict,
 )
+from gateway.policy.labels import checked_labels
 from gateway.policy.rewrite import redact, remove_path, set_path
 
 __all__ = ["evaluate_call", "rule_activation"]
@@ -40,6 +41,7 @@ _WANTED: dict[ExprType, type] = {ExprType.BOOL: bool, ExprType.STRING: str}
 _REQUEST = Stage.REQUEST
 _REWRITE = Action.REWRITE
 _SKIP_ACTION = Action.SKIP
+_LABEL_ACTION = Action.LABEL
 _APPROVE = Verdict.APPROVE
 _SKIP = Verdict.SKIP
 _NOT_FIRED = Outcome.NOT_FIRED
@@ -150,6 +152,7 @@ def evaluate_call(
     approvals: list[ApprovalRequirement] = []
     skip_result: Any = None
     skip_seen = False  # the first skip rule that fires gives the result, even when it has none
+    labels: list[str] = []  # what enforced label rules that fired add, in rule order
 
     for rule in rules:  # mutate
         if rule.action is _REWRITE:
@@ -163,6 +166,8 @@ def evaluate_call(
             approvals.append(_requirement(rule.approval, result.message))
         if result.effect is _SKIP and not skip_seen:
             skip_seen, skip_result = True, produced
+        if result.labels and result.outcome is _FIRED:
+            labels.extend(result.labels)
 
     verdict, decided_by, message = choose_verdict(
         results, default if stage is _REQUEST else Verdict.ALLOW, tool_name
@@ -170,7 +175,8 @@ def evaluate_call(
     outcome = (skip_result if verdict is _SKIP else None) if stage is _REQUEST else bindings.base["result"]
     # positional, in Decision's field order: keywords cost a tenth of a decision's Python time
     return Decision(verdict, stage, bindings.base["args"], original_args, revision, message, decided_by, outcome,
-                    approvals, results, (time.perf_counter() - started) * 1e6)
+                    approvals, results, (time.perf_counter() - started) * 1e6,
+                    tuple(dict.fromkeys(labels)) if labels else ())
 
 
 def rule_activation(engine: Engine, policies: Sequence[CompiledPolicy], base: dict[str, Any],
@@ -236,6 +242,11 @@ def _validate(bindings: _Bindings, rule: CompiledRule, tool_name: str) -> tuple[
         if rule.action is _SKIP_ACTION:
             produced = (bindings.evaluate(rule, rule.result_expression) if rule.result_expression
                         else rule.result)
+        elif rule.action is _LABEL_ACTION:
+            labels = rule.labels if rule.labels_expression is None else \
+                checked_labels(bindings.evaluate(rule, rule.labels_expression))
+            outcome = _AUDITED if rule.mode is _AUDIT_MODE else _FIRED
+            return RuleResult(rule.id, rule.action, outcome, _since(started), rule.mode, labels=labels), None
     except CelEvaluationError as exc:
         return _failed(rule, bindings, exc, started), None
     if rule.message_expression is None:

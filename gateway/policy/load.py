@@ -23,6 +23,7 @@ from gateway.policy.compile import CompiledPolicy, compile_policy
 from gateway.policy.decision import Verdict
 from gateway.policy.model import PolicyFile
 from gateway.policy.policyset import PolicySet
+from gateway.policy.tallies import tally_rule_id
 from gateway.policy.typed_env import TypeEnvironment
 
 __all__ = ["TEST_SUFFIXES", "check_policies", "discover", "load_policy_set", "revision_name"]
@@ -89,7 +90,6 @@ def check_policies(
     the config's ``env`` values and its ``usage_windows`` names; without them those stay dynamic.
     """
     cel = get_engine(engine)
-    types = TypeEnvironment(env, usage_windows, catalog)
     files, diagnostics = discover(paths)
     if contents is not None:
         files = list(contents)
@@ -97,10 +97,10 @@ def check_policies(
         where = ", ".join(str(p) for p in paths) or "."
         diagnostics.append(Diagnostic("no-policies", f"no policy files found in {where}", where,
                                       hint="policy files are *.yaml files that do not end in _test.yaml"))
-    policies: list[CompiledPolicy] = []
     names: dict[str, str] = {}
     digest = hashlib.sha256()
-    ordinal = 0
+    # First every file is read and validated: the typed environment of every rule needs the whole set's tally ids.
+    parsed: list[tuple[YamlDocument, PolicyFile, list[int] | None, list[int] | None]] = []
     for path in files:
         doc, problems, raw = read_document(path, None if contents is None else contents[path])
         digest.update(revision_name(path, paths).encode() + b"\0" + raw + b"\0")
@@ -115,9 +115,9 @@ def check_policies(
             continue
         spec, problems = validate_document(PolicyFile, doc, _rule_of(doc))
         diagnostics.extend(problems)
-        rule_indices = None
+        rule_indices = tally_indices = None
         if spec is None:
-            spec, rule_indices = _valid_rules_only(doc, problems)
+            spec, rule_indices, tally_indices = _valid_parts_only(doc, problems)
             if spec is None:
                 continue
         if spec.policy in names:
@@ -127,12 +127,20 @@ def check_policies(
                 str(path), pos.line, pos.column, hint="policy names must be unique across the set"))
             continue
         names[spec.policy] = str(path)
-        compiled, problems = compile_policy(spec, doc, cel, len(policies), ordinal, rule_indices, types)
+        parsed.append((doc, spec, rule_indices, tally_indices))
+    tallies, problems = _tally_kinds(parsed)
+    diagnostics.extend(problems)
+    types = TypeEnvironment(env, usage_windows, catalog, tallies)
+    policies: list[CompiledPolicy] = []
+    ordinal = 0
+    for doc, spec, rule_indices, tally_indices in parsed:
+        compiled, problems = compile_policy(spec, doc, cel, len(policies), ordinal, rule_indices, types,
+                                            tally_indices)
         diagnostics.extend(problems)
         ordinal += len(spec.rules)
         policies.append(compiled)
-        if not spec.rules and not (isinstance(doc.data, dict) and doc.data.get("rules")):
-            diagnostics.append(Diagnostic("empty-policy", f"policy {spec.policy!r} has no rules", str(path),
+        if not spec.rules and not spec.tallies and not (isinstance(doc.data, dict) and doc.data.get("rules")):
+            diagnostics.append(Diagnostic("empty-policy", f"policy {spec.policy!r} has no rules", doc.file,
                                           hint="add rules, or delete the file", severity=Severity.WARNING))
     if ordinal > MAX_RULES:
         diagnostics.append(Diagnostic("too-many-rules", f"{ordinal} rules is more than {MAX_RULES}",
@@ -171,37 +179,64 @@ def load_policy_set(paths: Sequence[str | Path], engine: str = "auto") -> Policy
     return policy_set
 
 
-def _valid_rules_only(doc: YamlDocument, problems: list[Diagnostic]) -> tuple[PolicyFile | None, list[int]]:
+def _tally_kinds(parsed: Sequence[tuple[YamlDocument, PolicyFile, Any, Any]]) -> tuple[dict[str, str],
+                                                                                         list[Diagnostic]]:
+    """Every tally id of the set with its kind ("sum" or "distinct"), and a ``duplicate-tally`` for each id
+    given twice (ids are unique across the set: ``session.tallies.ID`` names one)."""
+    kinds: dict[str, str] = {}
+    where: dict[str, str] = {}
+    problems = []
+    for doc, spec, _, tally_indices in parsed:
+        indices = tally_indices if tally_indices is not None else range(len(spec.tallies))
+        for i, tally in zip(indices, spec.tallies, strict=True):
+            if tally.id in kinds:
+                pos = doc.position(("tallies", i, "id"))
+                problems.append(Diagnostic(
+                    "duplicate-tally", f"tally id {tally.id!r} is already used in {where[tally.id]}", doc.file,
+                    pos.line, pos.column, tally_rule_id(spec.policy, tally.id),
+                    "tally ids must be unique across the set: rename one, or count both tools in one tally"))
+                continue
+            kinds[tally.id] = "distinct" if tally.distinct is not None and tally.sum is None else "sum"
+            where[tally.id] = doc.file
+    return kinds, problems
+
+
+_TRIMMED = ("rules", "variables", "tallies")
+
+
+def _valid_parts_only(doc: YamlDocument, problems: list[Diagnostic]) -> tuple[PolicyFile | None, list[int],
+                                                                                 list[int]]:
     """The file without the parts that failed validation, so the rest still gets compiled and
-    every problem is reported in one run: bad rules and variables are left out, a bad top-level
-    key falls back to its default. Nothing of this is ever loaded (the file has errors)."""
+    every problem is reported in one run: bad rules, variables and tallies are left out, a bad top-level
+    key falls back to its default. Nothing of this is ever loaded (the file has errors). Also the indices
+    in the file of the rules and of the tallies kept."""
     data = doc.data
     if not isinstance(data, dict):
-        return None, []
-    bad_rules: set[int] = set()
-    bad_vars: set[int] = set()
+        return None, [], []
+    bad: dict[str, set[int]] = {key: set() for key in _TRIMMED}
     trimmed = dict(data)
     for d in problems:
         path = _path_at(doc, d)
         if not path:
-            return None, []
+            return None, [], []
         head = path[0]
-        if head in ("rules", "variables") and len(path) >= 2 and isinstance(path[1], int):
-            (bad_rules if head == "rules" else bad_vars).add(path[1])
+        if head in _TRIMMED and len(path) >= 2 and isinstance(path[1], int):
+            bad[str(head)].add(path[1])
         elif head == "policy":
-            return None, []
+            return None, [], []
         else:
             trimmed.pop(head, None)
-    found = data.get("rules")
-    rules: list[Any] = found if isinstance(found, list) else []
-    keep = [i for i in range(len(rules)) if i not in bad_rules]
-    trimmed["rules"] = [rules[i] for i in keep]
-    if isinstance(data.get("variables"), list):
-        trimmed["variables"] = [v for i, v in enumerate(data["variables"]) if i not in bad_vars]
+    keep: dict[str, list[int]] = {}
+    for key in _TRIMMED:
+        found = data.get(key)
+        items: list[Any] = found if isinstance(found, list) else []
+        keep[key] = [i for i in range(len(items)) if i not in bad[key]]
+        if isinstance(found, list) or key == "rules":
+            trimmed[key] = [items[i] for i in keep[key]]
     try:
-        return PolicyFile.model_validate(trimmed), keep
+        return PolicyFile.model_validate(trimmed), keep["rules"], keep["tallies"]
     except ValueError:
-        return None, []
+        return None, [], []
 
 
 def _with_rule(doc: YamlDocument, d: Diagnostic) -> Diagnostic:

@@ -87,9 +87,6 @@ def _reads(rules: Sequence[CompiledRule]) -> frozenset[str]:
 def _binds(rule: CompiledRule) -> frozenset[str]:
     """The CEL variables ``rule`` reads as it runs: ``variables`` only when one of its expressions
     still reads it (file variables are mostly written into the expressions at load)."""
-    running = [e for e in (rule.when, rule.message_expression, rule.result_expression) if e is not None]
-    if rule.rewrite is not None:
-        running.extend(e for _, e in rule.rewrite.set)
-    if all(e.variables_read == frozenset() for e in running):
+    if all(e.variables_read == frozenset() for e in rule.expressions):
         return rule.references - {"variables"}
     return rule.references

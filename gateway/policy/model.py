@@ -20,6 +20,7 @@ __all__ = [
     "RewriteSpec",
     "RuleDefaults",
     "RuleSpec",
+    "TallySpec",
     "VariableSpec",
 ]
 
@@ -95,6 +96,19 @@ class RuleSpec(_Strict):
     resultExpression: str | None = None
     on_error: OnError | None = None
     mode: Mode | None = None
+    # action label: the labels it adds to the run, given as a list or computed (a CEL list(string)); one of the two
+    labels: list[str] | None = None
+    labelsExpression: str | None = None
+
+
+class TallySpec(_Strict):
+    """A running value per run and per usage window: a ``sum`` of a number, or a ``distinct`` count of strings."""
+
+    id: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")  # a CEL field name: session.tallies.ID
+    description: str = ""
+    tools: list[str]
+    sum: str | None = None  # CEL: the number an admitted call adds
+    distinct: str | None = None  # CEL: the string (or list of strings) an admitted call names
 
 
 class PolicyFile(_Strict):
@@ -105,4 +119,5 @@ class PolicyFile(_Strict):
     default: Literal["allow", "reject"] | None = None
     defaults: RuleDefaults = Field(default_factory=RuleDefaults)
     variables: list[VariableSpec] = Field(default_factory=list)
+    tallies: list[TallySpec] = Field(default_factory=list)
     rules: list[RuleSpec] = Field(default_factory=list)

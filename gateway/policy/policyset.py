@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,9 +13,12 @@ from gateway.core.errors import CelEvaluationError
 from gateway.policy.call import ToolCall, ToolInfo
 from gateway.policy.cel import VARIABLES, Engine
 from gateway.policy.compile import CompiledPolicy, CompiledRule
+from gateway.policy.compiled import CompiledTally
 from gateway.policy.decision import Action, Decision, Mode, Stage, Verdict
 from gateway.policy.evaluate import evaluate_call
+from gateway.policy.flow import Tallies, TallyChange
 from gateway.policy.match import MatchedRules, RuleIndex
+from gateway.policy.tallies import TallyIndex, tally_change
 
 __all__ = ["PolicySet", "env_revision"]
 
@@ -58,6 +61,32 @@ class PolicySet:
             "resource": RuleIndex([r for r in self.rules if r.resources is not None], lambda r: r.resources),
             "prompt": RuleIndex([r for r in self.rules if r.prompts is not None], lambda r: r.prompts),
         }
+        self.tallies: tuple[CompiledTally, ...] = tuple(t for p in self.policies for t in p.tallies)
+        self._tally_index = TallyIndex(self.tallies)
+        self._sums = frozenset(t.id for t in self.tallies if t.kind == "sum")
+        # Every declared tally at 0 and no value seen: what a new run (or an empty window) reads. Shared: copy it
+        # (``Tallies.copy``, ``Tallies.added``) before changing it.
+        self.zero = Tallies({t.id: 0.0 if t.kind == "sum" else 0 for t in self.tallies},
+                            {t.id: [] for t in self.tallies if t.kind == "distinct"})
+        # Whether a call may change what its run carries: the pipeline records flow only then.
+        self.uses_flow = bool(self.tallies) or any(r.action is Action.LABEL for r in self.rules)
+
+    def tallies_for(self, tool_name: str) -> tuple[CompiledTally, ...]:
+        """The tallies that count calls of ``tool_name``, in load order (cached per name)."""
+        return self._tally_index.lookup(tool_name)[0]
+
+    def tally_change(self, call: ToolCall) -> TallyChange:
+        """What admitting ``call`` adds to its tallies, from ``call.args`` (the caller gives the FINAL arguments).
+
+        ``TallyError`` (a ``CelEvaluationError`` naming the tally) when one cannot be computed or gives a value
+        it may not count: the caller refuses the call (fail closed).
+        """
+        if call.item is not None:
+            return TallyChange()
+        tallies, reads = self._tally_index.lookup(call.tool.name)
+        if not tallies:
+            return TallyChange()
+        return tally_change(self.engine, tallies, self.cel_input(call, reads))
 
     def matched(self, call: ToolCall) -> MatchedRules:
         """The rules that apply to ``call``: by tool name, or by resource URI or prompt name."""
@@ -76,12 +105,12 @@ class PolicySet:
         return evaluate_call(self.engine, self.policies, rules, call.stage, self.cel_input(call, reads),
                              self.default, subject, self.revision)
 
-    @staticmethod
-    def cel_input(call: ToolCall, reads: Iterable[str] = VARIABLES) -> dict[str, Any]:
+    def cel_input(self, call: ToolCall, reads: Iterable[str] = VARIABLES) -> dict[str, Any]:
         """The CEL variables' values for ``call`` (``variables`` still empty).
 
         Only the maps named in ``reads`` are built (a rule never sees one it does not read);
         ``args``, ``original_args`` and ``result`` are always there, since the decision carries them.
+        With tallies, the run's and every usage window's show each declared one (0 when it has none yet).
         """
         base = {"args": call.args,
                 "original_args": call.original_args if call.original_args is not None else call.args,
@@ -89,7 +118,24 @@ class PolicySet:
         for name in reads:
             if name not in base:
                 base[name] = _INPUTS[name](call)
+        if self.tallies:
+            if "session" in base:
+                self._fill_tallies(base["session"])
+            for window in base.get("usage", {}).values():
+                self._fill_tallies(window)
         return base
+
+    def _fill_tallies(self, owner: dict[str, Any]) -> None:
+        """``owner``'s (a session or usage window map) tallies and seen values: every declared tally, typed as
+        declared (a sum a double, a count an int), so ``session.tallies.ID`` always reads."""
+        given: Mapping[str, Any] = owner.get("tallies") or {}
+        values = dict(self.zero.values)
+        for key, value in given.items():
+            if key in values and isinstance(value, int | float) and not isinstance(value, bool):
+                values[key] = float(value) if key in self._sums else int(value)
+        seen: Mapping[str, Any] = owner.get("seen") or {}
+        owner["tallies"] = values
+        owner["seen"] = {key: list(seen.get(key) or ()) for key in self.zero.seen}
 
     def admits_tool(self, call: ToolCall) -> bool:
         """False when the policies refuse this tool for this principal whatever the arguments.

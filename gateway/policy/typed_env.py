@@ -17,7 +17,8 @@ from typing import Any
 from gateway.policy.catalog import Catalog
 from gateway.policy.cel.types import DYN, DYN_MAP, ObjectType, fmt_type, join_types, suggestion, type_of_value
 
-__all__ = ["RESULT", "TypeEnvironment", "args_type", "rewrite_problem", "schema_type"]
+__all__ = ["HISTORY_ENTRY", "RESULT", "TypeEnvironment", "args_type", "flow_fields", "rewrite_problem",
+           "schema_type"]
 
 _STRING_LIST = ("list", "string")
 _COUNTS = ("map", "string", "int")
@@ -32,9 +33,12 @@ TOOL = ObjectType("tool", {
 # kind: "key", "jwt" or "anonymous"; issuer: the token's verified iss ("" unless kind is "jwt")
 PRINCIPAL = ObjectType("principal", {"id": "string", "groups": _STRING_LIST, "claims": DYN, "issuer": "string",
                                      "kind": "string"})
-SESSION = ObjectType("session", {
+# One of the run's last calls (gateway/policy/flow.py's history_entry): no arguments.
+HISTORY_ENTRY = ObjectType("session.history entry", {
+    "tool": "string", "verdict": "string", "rule": "string", "labels": _STRING_LIST, "time": "string"})
+_SESSION_FIELDS = {
     "id": "string", "implicit": "bool", "calls": "int", "calls_by_tool": _COUNTS, "rejected": "int",
-    "started_at": "string"})
+    "started_at": "string", "labels": _STRING_LIST, "history": ("list", HISTORY_ENTRY)}
 CALL = ObjectType("call", {"id": "string", "iteration": "int", "time": "string"})
 RESULT = ObjectType("result", {
     "is_error": "bool", "text": "string", "structured": DYN, "content": ("list", DYN_MAP)})
@@ -43,7 +47,17 @@ REQUEST = ObjectType("request", {"kind": "string", "method": "string"})
 RESOURCE = ObjectType("resource", dict.fromkeys(
     ("uri", "upstream", "upstream_uri", "title", "description", "mimeType"), "string"))
 PROMPT = ObjectType("prompt", dict.fromkeys(("name", "upstream", "upstream_name", "title", "description"), "string"))
-USAGE_WINDOW = ObjectType("usage window", {"calls": "int", "calls_by_tool": _COUNTS, "rejected": "int"})
+_WINDOW_FIELDS = {"calls": "int", "calls_by_tool": _COUNTS, "rejected": "int"}
+# A tally's value by its kind: a sum is a double, a distinct count an int.
+_TALLY_TYPES = {"sum": "double", "distinct": "int"}
+
+
+def flow_fields(owner: str, tallies: Mapping[str, str]) -> dict[str, Any]:
+    """``tallies`` and ``seen`` of a run or a usage window: objects with exactly the set's tally ids."""
+    return {
+        "tallies": ObjectType(f"{owner}.tallies", {k: _TALLY_TYPES[v] for k, v in tallies.items()}),
+        "seen": ObjectType(f"{owner}.seen", {k: _STRING_LIST for k, v in tallies.items() if v == "distinct"}),
+    }
 
 
 @dataclass(frozen=True)
@@ -53,16 +67,19 @@ class TypeEnvironment:
     env: Mapping[str, Any] | None = None  # the config's env values; None: env is dynamic
     usage_windows: Sequence[str] | None = None  # the config's window names; None: any name
     catalog: Catalog | None = None  # the exposed tools; None: args is dynamic
+    tallies: Mapping[str, str] = field(default_factory=dict)  # the set's tally ids and kinds ("sum", "distinct")
     _base: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def base(self) -> dict[str, Any]:
         """The types of every variable but ``args``, ``original_args`` and ``variables``."""
         if not self._base:
-            usage: Any = ("map", "string", USAGE_WINDOW)
+            window = ObjectType("usage window", {**_WINDOW_FIELDS, **flow_fields("usage.WINDOW", self.tallies)})
+            usage: Any = ("map", "string", window)
             if self.usage_windows is not None:
-                usage = ObjectType("usage", dict.fromkeys(self.usage_windows, USAGE_WINDOW))
+                usage = ObjectType("usage", dict.fromkeys(self.usage_windows, window))
+            session = ObjectType("session", {**_SESSION_FIELDS, **flow_fields("session", self.tallies)})
             self._base.update(
-                tool=TOOL, principal=PRINCIPAL, session=SESSION, call=CALL, result=RESULT, usage=usage,
+                tool=TOOL, principal=PRINCIPAL, session=session, call=CALL, result=RESULT, usage=usage,
                 request=REQUEST, resource=RESOURCE, prompt=PROMPT,
                 env=type_of_value(dict(self.env), "env") if self.env is not None else DYN_MAP)
         return self._base

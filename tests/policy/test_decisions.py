@@ -688,6 +688,7 @@ def test_decision_to_dict_shape(load, decide):
             {"rule": "p/never", "action": "reject", "outcome": "not_fired", "mode": "enforce"},
         ],
         "revision": ps.revision,
+        "labels": [],
     }
 
 

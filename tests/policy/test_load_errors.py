@@ -105,7 +105,7 @@ def test_unknown_key_suggests_the_closest_one(error):
 def test_unknown_key_with_no_close_match_lists_the_allowed_keys(error):
     d = error("policy: a\nzzzzzz: 1\n")
     assert at(d) == ("unknown-key", 2, 1, None)
-    assert d.hint == "allowed keys here: default, defaults, description, policy, rules, variables"
+    assert d.hint == "allowed keys here: default, defaults, description, policy, rules, tallies, variables"
 
 
 def test_wrong_type(error):
@@ -178,7 +178,7 @@ def test_response_stage_skip_approve_and_allow(error, action):
     d = error(f"policy: a\nrules:\n  - id: r\n    stage: response\n    action: {action}\n{extra}")
     assert at(d) == ("invalid-stage-action", 5, 13, "a/r")
     assert d.message == f"action {action} is not valid at the response stage"
-    assert d.hint == "at the response stage use rewrite, reject or terminate"
+    assert d.hint == "at the response stage use rewrite, reject, terminate or label"
 
 
 def test_invalid_redact_regex(error):
