@@ -93,8 +93,8 @@ class Tallies:
         """Back from ``to_json`` (anything else: empty tallies)."""
         if not isinstance(data, Mapping):
             return cls()
-        values = data.get("values") if isinstance(data.get("values"), Mapping) else {}
-        seen = data.get("seen") if isinstance(data.get("seen"), Mapping) else {}
+        values: Mapping[Any, Any] = data["values"] if isinstance(data.get("values"), Mapping) else {}
+        seen: Mapping[Any, Any] = data["seen"] if isinstance(data.get("seen"), Mapping) else {}
         return cls({str(k): v for k, v in values.items() if isinstance(v, int | float) and not isinstance(v, bool)},
                    {str(k): [str(x) for x in v] for k, v in seen.items() if isinstance(v, list)})
 
