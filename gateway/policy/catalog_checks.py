@@ -2,8 +2,8 @@
 
 Each mistake here loads cleanly, because it is only a mistake with respect to the tools that exist:
 
-* ``unknown-tool`` (error): a ``tools:`` pattern that matches no tool in the catalog, at the pattern
-  itself, with a did-you-mean (``github_lsit_*`` → ``github_list_*``; ``github_list_[*``, whose ``[``
+* ``unknown-tool`` (error): a rule's or a tally's ``tools:`` pattern that matches no tool in the catalog, at
+  the pattern itself, with a did-you-mean (``github_lsit_*`` → ``github_list_*``; ``github_list_[*``, whose ``[``
   is never closed and so is a literal ``[`` no tool name has → ``github_list_*``).
 * ``rule-never-fires`` (warning): a rule whose ``when`` reads nothing, has no comprehension, and is
   false.
@@ -23,7 +23,6 @@ expression (comments and strings are understood), never from a text search.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path as FsPath
@@ -34,21 +33,18 @@ from pydantic import ValidationError
 
 from gateway.core.diagnostics import Diagnostic, Severity
 from gateway.core.errors import CelCompileError, CelEvaluationError
-from gateway.core.globs import glob_match, glob_problem
+from gateway.core.globs import glob_problem
 from gateway.core.sourcemap import Path, YamlDocument
 from gateway.policy.catalog import Catalog, CatalogTool
 from gateway.policy.cel import VARIABLES, Engine, ExprType
 from gateway.policy.cel.syntax import comprehends, free_variables, guarded, line_column, parse, references
 from gateway.policy.decision import ACTION_VERDICT, STRICTNESS, Mode, OnError, Stage, Verdict
-from gateway.policy.model import RuleSpec, VariableSpec
+from gateway.policy.model import RuleSpec, TallySpec, VariableSpec
+from gateway.policy.tool_patterns import closest, suggest_patterns, unclosed_bracket
 
 __all__ = ["check_against_catalog", "check_documents"]
 
 _ARG_ROOTS = ("args", "original_args")
-_WILDCARDS = "*?["
-_MAX_SUGGESTIONS = 3
-_CLOSE = 0.6  # difflib's similarity below which a name is no suggestion
-_NEAR_BEST = 0.1  # a second suggestion must be about as close as the first
 
 
 def check_against_catalog(paths: Sequence[str | FsPath], catalog: Catalog | None, engine: Engine) -> list[Diagnostic]:
@@ -105,6 +101,7 @@ class _FileCheck:
         data = doc.data if isinstance(doc.data, dict) else {}
         self.policy = str(data.get("policy", "?"))
         self.rules = _valid(RuleSpec, data.get("rules"))
+        self.tallies = _valid(TallySpec, data.get("tallies"))
         variables = _valid(VariableSpec, data.get("variables"))
         self.variables = {spec.name: (("variables", i, "expression"), spec.expression) for i, spec in variables}
         defaults = data.get("defaults")
@@ -116,6 +113,9 @@ class _FileCheck:
     def run(self) -> list[Diagnostic]:
         for index, rule in self.rules:
             self.rule(index, rule)
+        for index, tally in self.tallies if self.catalog is not None else ():
+            self.dead(self.catalog, tally.tools, ("tallies", index), f"tally {self.policy}/{tally.id}",
+                      "the tally never counts")
         return self.out
 
     def emit(self, path: Path, code: str, message: str, rule: str, hint: str | None, severity: Severity,
@@ -147,22 +147,25 @@ class _FileCheck:
         """Report patterns that match no tool; the tools the rule covers."""
         if rule.tools is None:
             return catalog.matching(None)
-        dead = [p for p in rule.tools if glob_problem(p) is None and not catalog.matching([p])
-                and not catalog.declares(p)]
+        self.dead(catalog, rule.tools, here, rule_id, "the rule never applies")
+        return catalog.matching([p for p in rule.tools if glob_problem(p) is None])
+
+    def dead(self, catalog: Catalog, tools: Sequence[str], here: Path, owner: str, never: str) -> None:
+        """Report the patterns of ``tools`` that match no tool (``never``: what then never happens)."""
+        dead = [p for p in tools if glob_problem(p) is None and not catalog.matching([p]) and not catalog.declares(p)]
         names = sorted(catalog.tools)
-        for index, pattern in enumerate(rule.tools):
+        for index, pattern in enumerate(tools):
             if pattern not in dead:
                 continue
             message = f"no tool matches {pattern!r}"
-            if _unclosed_bracket(pattern):
+            if unclosed_bracket(pattern):
                 message += " (its '[' is never closed, so it is a literal '[', which no tool name has)"
-            if len(dead) == len(rule.tools):
-                message += "; the rule never applies"
-            suggestions = _suggest(pattern, names)
+            if len(dead) == len(tools):
+                message += f"; {never}"
+            suggestions = suggest_patterns(pattern, names)
             hint = (f"did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else
                     f"none of the {len(names)} tools in the catalog is close; `gateway tools` lists them")
-            self.emit((*here, "tools", index), "unknown-tool", message, rule_id, hint, Severity.ERROR)
-        return catalog.matching([p for p in rule.tools if glob_problem(p) is None])
+            self.emit((*here, "tools", index), "unknown-tool", message, owner, hint, Severity.ERROR)
 
     def constant_false(self, source: str, path: Path, rule_id: str) -> None:
         """Warn about a ``when`` that reads nothing and is false: the rule can never fire."""
@@ -202,7 +205,7 @@ class _FileCheck:
                 where = line_column(source, ref.offset)
                 tools = ", ".join(t.name for t in covered[:3]) + (f" and {len(covered) - 3} more"
                                                                   if len(covered) > 3 else "")
-                close = _closest(ref.name, sorted(known))
+                close = closest(ref.name, sorted(known))
                 hint = (f"did you mean {' or '.join(f'{ref.root}.{c}' for c in close)}?" if close else
                         f"the arguments are: {', '.join(sorted(known)) or 'none'}")
                 message = f"{ref.root}.{ref.name}: no argument {ref.name!r} in the input schema of {tools}"
@@ -218,8 +221,9 @@ class _FileCheck:
             own.append(((*here, "when"), rule.when))
         if rule.messageExpression is not None:
             own.append(((*here, "messageExpression"), rule.messageExpression))
-        if rule.resultExpression is not None:
-            own.append(((*here, "resultExpression"), rule.resultExpression))
+        for key in ("resultExpression", "labelsExpression"):
+            if getattr(rule, key) is not None:
+                own.append(((*here, key), getattr(rule, key)))
         if rule.rewrite is not None:
             own.extend(((*here, "rewrite", "set", target), source) for target, source in rule.rewrite.set.items())
         pending = list(own)
@@ -273,11 +277,11 @@ def _shadowed(rules: Sequence[_Rule], catalog: Catalog | None) -> list[Diagnosti
 
 
 def _can_fail(rule: RuleSpec, default: OnError) -> bool:
-    expressions = (rule.when, rule.messageExpression, rule.resultExpression)
+    expressions = (rule.when, rule.messageExpression, rule.resultExpression, rule.labelsExpression)
     return (rule.on_error or default) is OnError.DENY and any(e is not None for e in expressions)
 
 
-def _valid(model: type[RuleSpec] | type[VariableSpec], items: Any) -> list[tuple[int, Any]]:
+def _valid(model: type[RuleSpec] | type[VariableSpec] | type[TallySpec], items: Any) -> list[tuple[int, Any]]:
     """(index, spec) for each entry that validates; the rest are the loader's to report."""
     out: list[tuple[int, Any]] = []
     for index, item in enumerate(items if isinstance(items, list) else []):
@@ -286,55 +290,6 @@ def _valid(model: type[RuleSpec] | type[VariableSpec], items: Any) -> list[tuple
         except ValidationError:
             continue
     return out
-
-
-# --- tool patterns ---
-
-def _unclosed_bracket(pattern: str) -> bool:
-    """Whether a ``[`` in ``pattern`` has no closing ``]`` (and so matches a literal ``[``)."""
-    start = pattern.find("[")
-    while start >= 0:
-        first = start + 1 + (start + 1 < len(pattern) and pattern[start + 1] in "!^")
-        end = pattern.find("]", first + 1)
-        if end < 0:
-            return True
-        start = pattern.find("[", end + 1)
-    return False
-
-
-def _suggest(pattern: str, names: list[str]) -> list[str]:
-    """Patterns (or names) close to ``pattern`` that do match a tool."""
-    def matches(candidate: str) -> bool:
-        return glob_problem(candidate) is None and any(glob_match(n, candidate) for n in names)
-
-    if not any(c in pattern for c in _WILDCARDS):
-        return _closest(pattern, names)
-    found: list[str] = []
-    if _unclosed_bracket(pattern):
-        repaired = pattern.replace("[", "")
-        if matches(repaired):
-            found.append(repaired)
-    cut = min(i for i in (pattern.find(c) for c in _WILDCARDS) if i >= 0)
-    prefix, rest = pattern[:cut], pattern[cut:]
-    # the literal head is where typos are: compare it with the tool names' heads of about its length
-    # (same length first: a swap or a wrong letter; then one letter dropped or added)
-    for k in (cut, cut - 1, cut + 1):
-        heads = sorted({n[:k] for n in names if 0 < k <= len(n)})
-        for head in difflib.get_close_matches(prefix, heads, n=10, cutoff=0.8):
-            candidate = head + rest
-            if candidate not in found and candidate != pattern and matches(candidate):
-                found.append(candidate)
-        if found:
-            break
-    return found[:_MAX_SUGGESTIONS]
-
-
-def _closest(word: str, candidates: Sequence[str]) -> list[str]:
-    """The candidates closest to ``word``: those about as close as the best one, best first."""
-    scored = sorted(((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in candidates), reverse=True)
-    if not scored or scored[0][0] < _CLOSE:
-        return []
-    return [c for ratio, c in scored[:_MAX_SUGGESTIONS] if ratio >= max(_CLOSE, scored[0][0] - _NEAR_BEST)]
 
 
 # --- input schemas ---

@@ -292,3 +292,45 @@ def test_without_a_catalog_only_a_rule_for_every_tool_is_known_to_shadow(finding
     found = findings("policy: p\nrules:\n  - id: stop\n    action: terminate\n  - id: go\n    tools: [x]\n"
                      "    action: reject\n  - id: later\n    stage: response\n    action: reject\n", catalog=None)
     assert [f[:4] for f in found] == [("rule-shadowed", 5, 5, "p/go")]
+
+
+# --- tallies (issue 21) ----------------------------------------------------------------------------
+
+
+def test_a_tally_whose_tools_match_nothing_is_an_error_at_the_pattern(findings):
+    assert findings("""
+        policy: gh
+        tallies:
+          - id: branches
+            tools: [github_create_brnch, github_create_issue]
+            distinct: '"x"'
+          - id: gone
+            tools: [jira_*]
+            sum: '1'
+        """) == [
+        ("unknown-tool", 4, 13, "tally gh/branches", "error", "did you mean 'github_create_branch'?"),
+        ("unknown-tool", 7, 13, "tally gh/gone", "error",
+         "none of the 6 tools in the catalog is close; `gateway tools` lists them")]
+
+
+def test_a_tally_that_counts_known_tools_is_fine(findings):
+    assert findings("""
+        policy: gh
+        tallies:
+          - id: branches
+            tools: [github_*]
+            distinct: '"x"'
+        """) == []
+
+
+def test_a_labels_expression_reading_an_argument_no_tool_has_is_reported(findings):
+    found = findings("""
+        policy: gh
+        rules:
+          - id: tag
+            tools: [github_list_issues]
+            action: label
+            labelsExpression: '[args.rpo]'
+        """)
+    assert [(code, line, rule, severity) for code, line, _, rule, severity, _ in found] == [
+        ("unknown-argument", 6, "gh/tag", "error")]
