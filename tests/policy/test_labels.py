@@ -218,3 +218,20 @@ def test_label_values_are_checked_in_one_place():
     assert checked_labels(["a", "b", "a"]) == ("a", "b")
     with pytest.raises(CelEvaluationError, match="list of strings"):
         checked_labels("a")
+
+
+def test_a_rule_reads_the_runs_history(check):
+    policy_set, _ = check("""\
+        policy: p
+        rules:
+          - id: no-mail-after-reading-untrusted-mail
+            tools: [mail_send]
+            when: 'session.history.exists(h, h.tool == "mail_read" && "untrusted" in h.labels)'
+            action: reject
+        """)
+    assert policy_set is not None
+    read = {"tool": "mail_read", "verdict": "allow", "rule": "", "labels": ["untrusted"], "time": "2026-01-01T00:00Z"}
+    after = ToolCall(ToolInfo("mail_send"), {}, session=SessionInfo("run", history=[read]))
+    assert policy_set.decide(after).verdict is Verdict.REJECT
+    clean = ToolCall(ToolInfo("mail_send"), {}, session=SessionInfo("run", history=[{**read, "labels": []}]))
+    assert policy_set.decide(clean).verdict is Verdict.ALLOW
