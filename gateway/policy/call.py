@@ -162,7 +162,10 @@ class SessionInfo:
         """The ``session`` map."""
         return {"id": self.id, "calls": self.calls, "calls_by_tool": self.calls_by_tool,
                 "rejected": self.rejected, "started_at": self.started_at, "implicit": self.implicit,
-                "labels": self.labels, "tallies": self.tallies, "seen": self.seen, "history": self.history}
+                "labels": self.labels if type(self.labels) is list else list(self.labels),
+                "tallies": self.tallies if type(self.tallies) is dict else dict(self.tallies),
+                "seen": _plain_seen(self.seen) if self.seen else {},
+                "history": self.history if type(self.history) is list else list(self.history)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +181,15 @@ class UsageInfo:
     def to_cel(self) -> dict[str, Any]:
         """One entry of the ``usage`` map."""
         return {"calls": self.calls, "calls_by_tool": self.calls_by_tool, "rejected": self.rejected,
-                "tallies": self.tallies, "seen": self.seen}
+                "tallies": self.tallies if type(self.tallies) is dict else dict(self.tallies),
+                "seen": _plain_seen(self.seen) if self.seen else {}}
+
+
+# The engines take plain lists and dicts only (a tuple anywhere in a map fails its whole activation), while a
+# run's labels, tallies and seen values may come as any Sequence or Mapping: the maps above make them plain, at the
+# cost of a type check when they already are (history entries must be plain: flow.history_entry makes them so).
+def _plain_seen(value: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    return {k: v if type(v) is list else list(v) for k, v in value.items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -235,3 +236,10 @@ def test_a_rule_reads_the_runs_history(check):
     assert policy_set.decide(after).verdict is Verdict.REJECT
     clean = ToolCall(ToolInfo("mail_send"), {}, session=SessionInfo("run", history=[{**read, "labels": []}]))
     assert policy_set.decide(clean).verdict is Verdict.ALLOW
+
+
+def test_the_runs_values_may_come_as_any_sequence_or_mapping(flows):
+    session = SessionInfo("run", labels=("untrusted",), tallies=MappingProxyType({"x": 1.0}),
+                          seen=MappingProxyType({"x": ("a",)}), history=())
+    decision = flows.decide(ToolCall(ToolInfo("mail_send"), {"to": "x"}, session=session))
+    assert decision.verdict is Verdict.APPROVE, decision.rules
