@@ -260,10 +260,11 @@ def _path_at(doc: YamlDocument, d: Diagnostic) -> tuple[str | int, ...] | None:
 
 def _rule_of(doc: YamlDocument):  # type: ignore[no-untyped-def]
     def rule_of(loc: tuple[str | int, ...]) -> str | None:
-        if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int) and isinstance(doc.data, dict):
-            rules = doc.data.get("rules")
-            if isinstance(rules, list) and loc[1] < len(rules) and isinstance(rules[loc[1]], dict):
+        if len(loc) >= 2 and loc[0] in ("rules", "tallies") and isinstance(loc[1], int) and isinstance(doc.data, dict):
+            items = doc.data.get(str(loc[0]))
+            if isinstance(items, list) and loc[1] < len(items) and isinstance(items[loc[1]], dict):
                 policy = doc.data.get("policy", "?")
-                return f"{policy}/{rules[loc[1]].get('id', f'#{loc[1] + 1}')}"
+                name = f"{policy}/{items[loc[1]].get('id', f'#{loc[1] + 1}')}"
+                return name if loc[0] == "rules" else f"tally {name}"
         return None
     return rule_of

@@ -315,3 +315,11 @@ def test_a_tally_whose_expression_fails_names_the_tally(flows):
     with pytest.raises(TallyError, match="transferred") as caught:
         flows.tally_change(ToolCall(ToolInfo("payments_transfer"), {}))  # no amount
     assert caught.value.tally == "transferred"
+
+
+def test_a_tally_that_fails_validation_leaves_the_others_checked_at_their_own_lines(check):
+    found = errors(check, "policy: p\ntallies:\n  - id: a\n    tools: [t]\n    summ: '1'\n"
+                          "  - id: b\n    tools: [t]\n    sum: '\"x\"'\n"
+                          "rules:\n  - id: r\n    action: reject\n    when: 'session.tallies.b > 1.0'\n")
+    assert [(d.code, d.line, d.rule) for d in found] == [
+        ("unknown-key", 5, "tally p/a"), ("tally-type", 8, "tally p/b")]
