@@ -92,9 +92,10 @@ def test_a_misspelt_tally_is_reported_as_the_page_shows(tmp_path: Path, monkeypa
 
 def test_the_sequences_pass_against_the_sections_file(tmp_path: Path) -> None:
     (tmp_path / "flows.yaml").write_text(_FENCE.findall(RUNS)[0])
-    [block] = _FENCE.findall(SEQUENCES)
-    suite = {"suite": "runs", "policies": ["flows.yaml"], **yaml.safe_load(block)}
-    assert any("steps" in case for case in suite["cases"])
+    suites, *more_cases = (yaml.safe_load(b) for b in _FENCE.findall(SEQUENCES))
+    suite = {"suite": "runs", "policies": ["flows.yaml"], **suites}
+    suite["cases"] += [case for cases in more_cases for case in cases]  # the blocks of cases alone
+    assert any("steps" in case for case in suite["cases"]) and any("call" in case for case in suite["cases"])
     (tmp_path / "runs_test.yaml").write_text(yaml.safe_dump(suite, sort_keys=False))
     done = run_cli(tmp_path, "test", "runs_test.yaml", "-v")
     assert done.returncode == 0, done.stdout + done.stderr
