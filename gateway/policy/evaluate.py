@@ -246,7 +246,9 @@ def _validate(bindings: _Bindings, rule: CompiledRule, tool_name: str) -> tuple[
             labels = rule.labels if rule.labels_expression is None else \
                 checked_labels(bindings.evaluate(rule, rule.labels_expression))
             outcome = _AUDITED if rule.mode is _AUDIT_MODE else _FIRED
-            return RuleResult(rule.id, rule.action, outcome, _since(started), rule.mode, labels=labels), None
+            # positional, in RuleResult's field order (as in evaluate_call)
+            return RuleResult(rule.id, rule.action, outcome, _since(started), rule.mode, None, None, None, False,
+                              labels), None
     except CelEvaluationError as exc:
         return _failed(rule, bindings, exc, started), None
     if rule.message_expression is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +63,8 @@ class PolicySet:
         }
         self.tallies: tuple[CompiledTally, ...] = tuple(t for p in self.policies for t in p.tallies)
         self._tally_index = TallyIndex(self.tallies)
-        self._sums = frozenset(t.id for t in self.tallies if t.kind == "sum")
+        self._kinds: dict[str, type] = {t.id: float if t.kind == "sum" else int for t in self.tallies}
+        self._distinct = tuple(t.id for t in self.tallies if t.kind == "distinct")
         # Every declared tally at 0 and no value seen: what a new run (or an empty window) reads. Shared: copy it
         # (``Tallies.copy``, ``Tallies.added``) before changing it.
         self.zero = Tallies({t.id: 0.0 if t.kind == "sum" else 0 for t in self.tallies},
@@ -127,15 +128,22 @@ class PolicySet:
 
     def _fill_tallies(self, owner: dict[str, Any]) -> None:
         """``owner``'s (a session or usage window map) tallies and seen values: every declared tally, typed as
-        declared (a sum a double, a count an int), so ``session.tallies.ID`` always reads."""
-        given: Mapping[str, Any] = owner.get("tallies") or {}
-        values = dict(self.zero.values)
-        for key, value in given.items():
-            if key in values and isinstance(value, int | float) and not isinstance(value, bool):
-                values[key] = float(value) if key in self._sums else int(value)
-        seen: Mapping[str, Any] = owner.get("seen") or {}
+        declared (a sum a double, a count an int), so ``session.tallies.ID`` always reads. Per call: kept cheap."""
+        values = self.zero.values.copy()
+        kinds = self._kinds
+        for key, value in owner["tallies"].items():
+            kind = kinds.get(key)
+            if kind is None or type(value) is kind:
+                if kind is not None:
+                    values[key] = value
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                values[key] = kind(value)
         owner["tallies"] = values
-        owner["seen"] = {key: list(seen.get(key) or ()) for key in self.zero.seen}
+        if self._distinct:
+            seen = owner["seen"]
+            owner["seen"] = {key: seen.get(key) or [] for key in self._distinct}
+        else:
+            owner["seen"] = {}
 
     def admits_tool(self, call: ToolCall) -> bool:
         """False when the policies refuse this tool for this principal whatever the arguments.
