@@ -113,9 +113,10 @@ class _FileCheck:
     def run(self) -> list[Diagnostic]:
         for index, rule in self.rules:
             self.rule(index, rule)
-        for index, tally in self.tallies if self.catalog is not None else ():
-            self.dead(self.catalog, tally.tools, ("tallies", index), f"tally {self.policy}/{tally.id}",
-                      "the tally never counts")
+        for index, tally in self.tallies:
+            if self.catalog is not None:
+                self.dead(self.catalog, tally.tools, ("tallies", index), f"tally {self.policy}/{tally.id}",
+                          "the tally never counts")
         return self.out
 
     def emit(self, path: Path, code: str, message: str, rule: str, hint: str | None, severity: Severity,
