@@ -3,6 +3,7 @@ on both engines; a value a tally may not count fails closed."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import textwrap
 from pathlib import Path
@@ -323,3 +324,15 @@ def test_a_tally_that_fails_validation_leaves_the_others_checked_at_their_own_li
                           "rules:\n  - id: r\n    action: reject\n    when: 'session.tallies.b > 1.0'\n")
     assert [(d.code, d.line, d.rule) for d in found] == [
         ("unknown-key", 5, "tally p/a"), ("tally-type", 8, "tally p/b")]
+
+
+def test_tally_change_counts_the_arguments_the_caller_gives_the_final_ones(check):
+    policy_set, _, _ = check(tally("spent", "sum", "double(args.amount)", "[pay]") + (
+        "rules:\n  - id: cap\n    tools: [pay]\n    action: rewrite\n"
+        "    rewrite: {set: {amount: 'args.amount > 100 ? 100 : args.amount'}}\n"))
+    assert policy_set is not None
+    asked = ToolCall(ToolInfo("pay"), {"amount": 700})
+    decision = policy_set.decide(asked)
+    assert decision.args == {"amount": 100}
+    assert policy_set.tally_change(dataclasses.replace(asked, args=decision.args)).sums == {"spent": 100.0}
+    assert policy_set.tally_change(asked).sums == {"spent": 700.0}  # the caller chooses: it must give the final
