@@ -48,6 +48,8 @@ def policy_files(tmp_path: Path) -> list[Path]:
     paths = []
     for index, block in enumerate(_FENCE.findall(RUNS)):
         doc = yaml.safe_load(block)
+        if isinstance(doc, dict) and "policies" in doc:
+            continue  # a gateway config (the pack's usage window), not a policy
         if isinstance(doc, list):
             doc = {"policy": f"example-{index}", "rules": doc}
         path = tmp_path / f"block-{index}.yaml"
