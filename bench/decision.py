@@ -8,8 +8,10 @@ rules cost nothing per call), and PASS / MISS against the spec's latency targets
 
 The **flow** case (issue 21) is the 1-matching set of 1,000 rules plus one ``sum`` tally and one ``label``
 rule over ``payments_transfer``, decided for a call whose run already carries labels, tallies and history;
-each sample is the decision and the tally change an admission computes. It is measured in the same rounds as
-the plain 1-matching case, and its p50 is printed beside that one's with the ratio (the target: at most 1.2 times).
+each sample is the decision and the tally change an admission computes. The **tally** case is the same with the
+label rule over other tools (web fetches, at the response stage), so only the tally adds to the call's work.
+Both are measured in the same rounds as the plain 1-matching case, and their p50 is printed beside that one's
+with the ratio (the target: at most 1.2 times).
 
     python bench/decision.py [--engine NAME] [--quick] [--json]
 
@@ -143,12 +145,21 @@ _TALLY = {"id": "transferred", "description": "What the run has moved, in the re
 _LABEL = {"id": "large-mover", "tools": [TOOL], "action": "label",
           "when": 'session.tallies.transferred + double(args.amount) > 10000.0 && !("reviewed" in session.labels)',
           "labels": ["large-mover"]}
+# The tally case's label rule: the pack's kind, over other tools, so it adds nothing to the benchmarked call.
+_LABEL_ELSEWHERE = {"id": "web-content-is-untrusted", "tools": ["web_*", "mail_read"], "stage": "response",
+                    "action": "label", "labels": ["untrusted"]}
+FLOW_CASES = {"flow": _LABEL, "tally": _LABEL_ELSEWHERE}
 FLOW_CALL = replace(CALL, session=SessionInfo(
     "sess-42", calls=12, calls_by_tool={TOOL: 2}, rejected=0, started_at="2025-01-01T00:00:00Z",
     labels=["untrusted", "pii"], tallies={"transferred": 900.0}, seen={},
     history=[{"tool": TOOL if i % 4 == 0 else "crm_contact_get", "verdict": "allow", "rule": "",
               "labels": ["pii"] if i == 1 else [], "time": f"2025-01-01T00:{i:02d}:00Z"} for i in range(12)]))
-FLOW_EXPECTED = {"payments/large-transfer-needs-approval": Outcome.FIRED, "payments/large-mover": Outcome.FIRED}
+# flow case → (the rules the call evaluates, the labels it gives)
+FLOW_EXPECTED = {
+    "flow": ({"payments/large-transfer-needs-approval": Outcome.FIRED, "payments/large-mover": Outcome.FIRED},
+             ("large-mover",)),
+    "tally": ({"payments/large-transfer-needs-approval": Outcome.FIRED}, ()),
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,12 +216,12 @@ _PAYMENT_VARIABLES = [
 ]
 
 
-def write_policy_set(directory: Path, total: int, matching: int, flow: bool = False) -> list[Path]:
-    """Write ``total`` rules over several files, ``matching`` of which apply to ``TOOL`` (with ``flow``: and the
-    flow case's tally and label rule, in the payments file)."""
+def write_policy_set(directory: Path, total: int, matching: int, flow: str = "") -> list[Path]:
+    """Write ``total`` rules over several files, ``matching`` of which apply to ``TOOL`` (with ``flow``, a key of
+    ``FLOW_CASES``: and that case's label rule and the tally, in the payments file)."""
     placed, _, _ = MATCHING[matching]
     if flow:
-        placed = [*placed, ("payments", _LABEL)]
+        placed = [*placed, ("payments", FLOW_CASES[flow])]
     files = FILES_PER_SET[total]
     keys = ["payments", "guards"] + [f"team-{k:02d}" for k in range(files - 2)]
     rules: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
@@ -246,7 +257,7 @@ class Row:
     files: int
     load_ms: float
     samples: int
-    flow: bool
+    flow: str  # "" for the plain cases, else a key of FLOW_CASES
     p50_us: float
     p99_us: float
     mean_us: float
@@ -264,7 +275,7 @@ class Config:
     load_ms: float
     policy_set: PolicySet
     samples: list[int]
-    flow: bool = False
+    flow: str = ""
 
     def step(self) -> Callable[[], object]:
         """One measured decision: ``decide`` (with ``flow``: and the tally change an admission computes)."""
@@ -295,20 +306,21 @@ def flow_step(policy_set: PolicySet) -> tuple[Any, Any]:
     return decision, policy_set.tally_change(replace(FLOW_CALL, args=decision.args))
 
 
-def check_flow(policy_set: PolicySet) -> str | None:
-    """Why the flow case does not decide, label and count as intended, or None."""
+def check_flow(policy_set: PolicySet, flow: str) -> str | None:
+    """Why a flow case does not decide, label and count as intended, or None."""
     decision, change = flow_step(policy_set)
+    expected, labels = FLOW_EXPECTED[flow]
     got = {r.rule: r.outcome for r in decision.rules}
-    if got != FLOW_EXPECTED:
-        return f"expected rules {sorted(FLOW_EXPECTED)}, decision evaluated {len(got)}: {got}"
-    if str(decision.verdict) != "approve" or tuple(decision.labels) != ("large-mover",):
-        return f"expected approve with the label large-mover, got {decision.verdict} with {decision.labels}"
+    if got != expected:
+        return f"expected rules {sorted(expected)}, decision evaluated {len(got)}: {got}"
+    if str(decision.verdict) != "approve" or tuple(decision.labels) != labels:
+        return f"expected approve with the labels {labels}, got {decision.verdict} with {decision.labels}"
     if dict(change.sums) != {"transferred": 12_500.0} or change.distinct:
         return f"expected the change transferred +12500.0, got {change.to_json()}"
     return None
 
 
-def load_config(engine: str, total: int, matching: int, flow: bool = False) -> Config:
+def load_config(engine: str, total: int, matching: int, flow: str = "") -> Config:
     """Generate and load one policy set, and check that the call evaluates the intended rules."""
     with tempfile.TemporaryDirectory(prefix="bench-decision-") as tmp:
         paths = write_policy_set(Path(tmp), total, matching, flow)
@@ -320,9 +332,9 @@ def load_config(engine: str, total: int, matching: int, flow: bool = False) -> C
         load_ms = (time.perf_counter() - started) * 1e3
     if len(policy_set.rules) != total:
         raise BenchmarkError(f"{engine}: loaded {len(policy_set.rules)} rules, generated {total}")
-    problem = check_flow(policy_set) if flow else check_decision(policy_set, matching)
+    problem = check_flow(policy_set, flow) if flow else check_decision(policy_set, matching)
     if problem:
-        raise BenchmarkError(f"{engine}, {total} rules, {matching} matching{' + flow' if flow else ''}: {problem}")
+        raise BenchmarkError(f"{engine}, {total} rules, {matching} matching{' + ' + flow if flow else ''}: {problem}")
     return Config(engine, total, matching, len(paths), load_ms, policy_set, [], flow)
 
 
@@ -365,7 +377,7 @@ def summarize(config: Config) -> Row:
 def run_engine(engine: str, quick: bool) -> list[Row]:
     """Load every configuration for ``engine``, then measure them together."""
     configs = [load_config(engine, total, matching) for total in RULE_COUNTS for matching in MATCHING_COUNTS]
-    configs.append(load_config(engine, FLOW_RULES, FLOW_MATCHING, flow=True))
+    configs.extend(load_config(engine, FLOW_RULES, FLOW_MATCHING, flow) for flow in FLOW_CASES)
     warmup, iterations = QUICK_ITERATIONS if quick else ITERATIONS[engine]
     measure(configs, warmup, iterations, QUICK_BUDGET_S if quick else BUDGET_S[engine], CHUNK[engine])
     return [summarize(c) for c in configs]
@@ -421,9 +433,9 @@ def flow_ratios(rows: Sequence[Row]) -> list[dict[str, Any]]:
         base = plain.get(row.engine)
         if row.flow and base:
             ratio = round(row.p50_us / base.p50_us, 2)
-            out.append({"engine": row.engine, "rules": row.rules, "matching": row.matching, "p50_us": row.p50_us,
-                        "plain_p50_us": base.p50_us, "ratio": ratio, "target_ratio": FLOW_TARGET_RATIO,
-                        "result": "PASS" if ratio <= FLOW_TARGET_RATIO else "MISS"})
+            out.append({"engine": row.engine, "case": row.flow, "rules": row.rules, "matching": row.matching,
+                        "p50_us": row.p50_us, "plain_p50_us": base.p50_us, "ratio": ratio,
+                        "target_ratio": FLOW_TARGET_RATIO, "result": "PASS" if ratio <= FLOW_TARGET_RATIO else "MISS"})
     return out
 
 
@@ -433,7 +445,7 @@ def print_table(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]], targe
     print(f"{'engine':<16} {'rules':>6} {'matching':>8} {'p50 µs':>9} {'p99 µs':>9} {'decisions/s':>12} "
           f"{'samples':>8} {'load ms':>8}")
     for r in rows:
-        matching = f"{r.matching}+flow" if r.flow else str(r.matching)
+        matching = f"{r.matching}+{r.flow}" if r.flow else str(r.matching)
         print(f"{r.engine:<16} {r.rules:>6} {matching:>8} {r.p50_us:>9.1f} {r.p99_us:>9.1f} "
               f"{r.decisions_per_s:>12,} {r.samples:>8} {r.load_ms:>8.0f}")
     print(f"(load average before / after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} CPUs)")
@@ -450,9 +462,10 @@ def print_table(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]], targe
         print(f"\n(no targets checked: they apply to the default engine, {default_engine}, at {TARGET_RULES:,} rules)")
     if flow_rows:
         print()
+    what = {"flow": "a tally and a label rule over the tool", "tally": "a tally over the tool, a label rule elsewhere"}
     for f in flow_rows:
-        print(f"{f['result']}  {f['engine']}, {f['rules']:,} rules, {f['matching']} matching + a tally and a label "
-              f"rule: p50 {f['p50_us']:.1f} µs beside {f['plain_p50_us']:.1f} µs = {f['ratio']:.2f} times, "
+        print(f"{f['result']}  {f['engine']}, {f['rules']:,} rules, {f['matching']} matching + {what[f['case']]}: "
+              f"p50 {f['p50_us']:.1f} µs beside {f['plain_p50_us']:.1f} µs = {f['ratio']:.2f} times, "
               f"target ≤ {f['target_ratio']}")
 
 
