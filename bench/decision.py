@@ -6,6 +6,13 @@ tools. For each (engine, rules, matching) it times ``PolicySet.decide`` call by 
 p50, p99 and decisions per second, the 1,000-rule / 10-rule p50 ratio (near 1 means non-matching
 rules cost nothing per call), and PASS / MISS against the spec's latency targets.
 
+The **flow** case (issue 21) is the 1-matching set of 1,000 rules plus one ``sum`` tally and one ``label``
+rule over ``payments_transfer``, decided for a call whose run already carries labels, tallies and history;
+each sample is the decision and the tally change an admission computes. The **tally** case is the same with the
+label rule over other tools (web fetches, at the response stage), so only the tally adds to the call's work.
+Both are measured in the same rounds as the plain 1-matching case, and their p50 is printed beside that one's
+with the ratio (the target: at most 1.2 times).
+
     python bench/decision.py [--engine NAME] [--quick] [--json]
 
 Run it from the repository root so that ``import gateway`` works. See bench/README.md.
@@ -21,8 +28,8 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +60,10 @@ FILES_PER_SET = {10: 2, 100: 4, 1_000: 10}
 # (the spec's were 30 and 100).
 TARGET_RULES = 1_000
 TARGET_P50_US = {1: 15.0, 5: 40.0}
+# Issue 21's target: a decision with a tally and a label rule costs at most this many times the plain one.
+FLOW_RULES = 1_000
+FLOW_MATCHING = 1
+FLOW_TARGET_RATIO = 1.2
 
 # (warm-up, measured) decisions per configuration. The pure-Python engine is far slower, so it
 # gets fewer; each engine's measuring also stops at a time budget so the script stays near a
@@ -126,6 +137,30 @@ MATCHING: dict[int, tuple[list[tuple[str, dict[str, Any]]], dict[str, Outcome], 
          "guards/call-budget": Outcome.NOT_FIRED}, "approve"),
 }
 
+# The flow case: one sum tally and one label rule over the benchmarked tool, added to the 1-matching set. The
+# label rule reads the run's tally and labels, so the call's session (with labels, tallies and history) is built
+# and bound as the pipeline builds it for a run that has already moved money.
+_TALLY = {"id": "transferred", "description": "What the run has moved, in the request's currency.",
+          "tools": [TOOL, "payments_refund_*"], "sum": "double(args.amount)"}
+_LABEL = {"id": "large-mover", "tools": [TOOL], "action": "label",
+          "when": 'session.tallies.transferred + double(args.amount) > 10000.0 && !("reviewed" in session.labels)',
+          "labels": ["large-mover"]}
+# The tally case's label rule: the pack's kind, over other tools, so it adds nothing to the benchmarked call.
+_LABEL_ELSEWHERE = {"id": "web-content-is-untrusted", "tools": ["web_*", "mail_read"], "stage": "response",
+                    "action": "label", "labels": ["untrusted"]}
+FLOW_CASES = {"flow": _LABEL, "tally": _LABEL_ELSEWHERE}
+FLOW_CALL = replace(CALL, session=SessionInfo(
+    "sess-42", calls=12, calls_by_tool={TOOL: 2}, rejected=0, started_at="2025-01-01T00:00:00Z",
+    labels=["untrusted", "pii"], tallies={"transferred": 900.0}, seen={},
+    history=[{"tool": TOOL if i % 4 == 0 else "crm_contact_get", "verdict": "allow", "rule": "",
+              "labels": ["pii"] if i == 1 else [], "time": f"2025-01-01T00:{i:02d}:00Z"} for i in range(12)]))
+# flow case → (the rules the call evaluates, the labels it gives)
+FLOW_EXPECTED = {
+    "flow": ({"payments/large-transfer-needs-approval": Outcome.FIRED, "payments/large-mover": Outcome.FIRED},
+             ("large-mover",)),
+    "tally": ({"payments/large-transfer-needs-approval": Outcome.FIRED}, ()),
+}
+
 
 # ---------------------------------------------------------------------------------------------
 # Policy generation
@@ -181,22 +216,27 @@ _PAYMENT_VARIABLES = [
 ]
 
 
-def write_policy_set(directory: Path, total: int, matching: int) -> list[Path]:
-    """Write ``total`` rules over several files, ``matching`` of which apply to ``TOOL``."""
+def write_policy_set(directory: Path, total: int, matching: int, flow: str = "") -> list[Path]:
+    """Write ``total`` rules over several files, ``matching`` of which apply to ``TOOL`` (with ``flow``, a key of
+    ``FLOW_CASES``: and that case's label rule and the tally, in the payments file)."""
     placed, _, _ = MATCHING[matching]
+    if flow:
+        placed = [*placed, ("payments", FLOW_CASES[flow])]
     files = FILES_PER_SET[total]
     keys = ["payments", "guards"] + [f"team-{k:02d}" for k in range(files - 2)]
     rules: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
     for key, rule in placed:
         rules[key].append(rule)
-    for i in range(total - matching):
+    for i in range(total - len(placed)):
         rules[keys[i % files]].append(_other_rule(i))
     paths = []
     for key in keys:
-        doc = {"policy": key, "description": f"Generated for the decision benchmark ({key}).",
-               "default": "reject",
-               "variables": _PAYMENT_VARIABLES if key == "payments" else _OTHER_VARIABLES,
-               "rules": rules[key]}
+        doc: dict[str, Any] = {"policy": key, "description": f"Generated for the decision benchmark ({key}).",
+                               "default": "reject",
+                               "variables": _PAYMENT_VARIABLES if key == "payments" else _OTHER_VARIABLES}
+        if flow and key == "payments":
+            doc["tallies"] = [_TALLY]
+        doc["rules"] = rules[key]
         path = directory / f"{key}.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False, width=200))
         paths.append(path)
@@ -217,6 +257,7 @@ class Row:
     files: int
     load_ms: float
     samples: int
+    flow: str  # "" for the plain cases, else a key of FLOW_CASES
     p50_us: float
     p99_us: float
     mean_us: float
@@ -234,6 +275,14 @@ class Config:
     load_ms: float
     policy_set: PolicySet
     samples: list[int]
+    flow: str = ""
+
+    def step(self) -> Callable[[], object]:
+        """One measured decision: ``decide`` (with ``flow``: and the tally change an admission computes)."""
+        if not self.flow:
+            decide = self.policy_set.decide
+            return lambda: decide(CALL)
+        return lambda: flow_step(self.policy_set)
 
 
 def check_decision(policy_set: PolicySet, matching: int) -> str | None:
@@ -251,10 +300,30 @@ def check_decision(policy_set: PolicySet, matching: int) -> str | None:
     return None
 
 
-def load_config(engine: str, total: int, matching: int) -> Config:
+def flow_step(policy_set: PolicySet) -> tuple[Any, Any]:
+    """The flow case's work per call: the decision, then what the call adds to the tallies (on the final args)."""
+    decision = policy_set.decide(FLOW_CALL)
+    return decision, policy_set.tally_change(replace(FLOW_CALL, args=decision.args))
+
+
+def check_flow(policy_set: PolicySet, flow: str) -> str | None:
+    """Why a flow case does not decide, label and count as intended, or None."""
+    decision, change = flow_step(policy_set)
+    expected, labels = FLOW_EXPECTED[flow]
+    got = {r.rule: r.outcome for r in decision.rules}
+    if got != expected:
+        return f"expected rules {sorted(expected)}, decision evaluated {len(got)}: {got}"
+    if str(decision.verdict) != "approve" or tuple(decision.labels) != labels:
+        return f"expected approve with the labels {labels}, got {decision.verdict} with {decision.labels}"
+    if dict(change.sums) != {"transferred": 12_500.0} or change.distinct:
+        return f"expected the change transferred +12500.0, got {change.to_json()}"
+    return None
+
+
+def load_config(engine: str, total: int, matching: int, flow: str = "") -> Config:
     """Generate and load one policy set, and check that the call evaluates the intended rules."""
     with tempfile.TemporaryDirectory(prefix="bench-decision-") as tmp:
-        paths = write_policy_set(Path(tmp), total, matching)
+        paths = write_policy_set(Path(tmp), total, matching, flow)
         started = time.perf_counter()
         try:
             policy_set = load_policy_set(paths, engine=engine)
@@ -263,10 +332,10 @@ def load_config(engine: str, total: int, matching: int) -> Config:
         load_ms = (time.perf_counter() - started) * 1e3
     if len(policy_set.rules) != total:
         raise BenchmarkError(f"{engine}: loaded {len(policy_set.rules)} rules, generated {total}")
-    problem = check_decision(policy_set, matching)
+    problem = check_flow(policy_set, flow) if flow else check_decision(policy_set, matching)
     if problem:
-        raise BenchmarkError(f"{engine}, {total} rules, {matching} matching: {problem}")
-    return Config(engine, total, matching, len(paths), load_ms, policy_set, [])
+        raise BenchmarkError(f"{engine}, {total} rules, {matching} matching{' + ' + flow if flow else ''}: {problem}")
+    return Config(engine, total, matching, len(paths), load_ms, policy_set, [], flow)
 
 
 def measure(configs: Sequence[Config], warmup: int, iterations: int, budget_s: float, chunk: int) -> None:
@@ -276,17 +345,18 @@ def measure(configs: Sequence[Config], warmup: int, iterations: int, budget_s: f
     alike, so the ratios between them stay fair even when the absolute figures are noisy.
     """
     clock = time.perf_counter_ns
-    for config in configs:
+    steps = [config.step() for config in configs]
+    for step in steps:
         for _ in range(warmup):
-            config.policy_set.decide(CALL)
+            step()
     gc.collect()  # start from a settled heap; GC stays enabled, as in the service
     deadline = clock() + int(budget_s * 1e9)
     while any(len(c.samples) < iterations for c in configs) and clock() < deadline:
-        for config in configs:
-            decide, samples = config.policy_set.decide, config.samples
+        for config, step in zip(configs, steps, strict=True):
+            samples = config.samples
             for _ in range(min(chunk, iterations - len(samples))):
                 started = clock()
-                decide(CALL)
+                step()
                 samples.append(clock() - started)
 
 
@@ -300,13 +370,14 @@ def summarize(config: Config) -> Row:
     ordered = sorted(config.samples)
     mean_ns = sum(ordered) / len(ordered)
     return Row(config.engine, config.rules, config.matching, config.files, round(config.load_ms, 1),
-               len(ordered), round(percentile(ordered, 0.50) / 1e3, 2),
+               len(ordered), config.flow, round(percentile(ordered, 0.50) / 1e3, 2),
                round(percentile(ordered, 0.99) / 1e3, 2), round(mean_ns / 1e3, 2), round(1e9 / mean_ns))
 
 
 def run_engine(engine: str, quick: bool) -> list[Row]:
     """Load every configuration for ``engine``, then measure them together."""
     configs = [load_config(engine, total, matching) for total in RULE_COUNTS for matching in MATCHING_COUNTS]
+    configs.extend(load_config(engine, FLOW_RULES, FLOW_MATCHING, flow) for flow in FLOW_CASES)
     warmup, iterations = QUICK_ITERATIONS if quick else ITERATIONS[engine]
     measure(configs, warmup, iterations, QUICK_BUDGET_S if quick else BUDGET_S[engine], CHUNK[engine])
     return [summarize(c) for c in configs]
@@ -331,7 +402,7 @@ def available(engine: str) -> str | None:
 
 def ratios(rows: Sequence[Row]) -> list[dict[str, Any]]:
     """p50 at the largest set over p50 at the smallest, per engine and matching count."""
-    by_key = {(r.engine, r.rules, r.matching): r for r in rows}
+    by_key = {(r.engine, r.rules, r.matching): r for r in rows if not r.flow}
     out = []
     for engine in dict.fromkeys(r.engine for r in rows):
         for matching in MATCHING_COUNTS:
@@ -346,20 +417,36 @@ def targets(rows: Sequence[Row], default_engine: str) -> list[dict[str, Any]]:
     """The p50 targets for the default engine, each PASS or MISS."""
     out = []
     for row in rows:
-        if row.engine == default_engine and row.rules == TARGET_RULES and row.matching in TARGET_P50_US:
+        at_target = row.engine == default_engine and row.rules == TARGET_RULES and row.matching in TARGET_P50_US
+        if at_target and not row.flow:
             limit = TARGET_P50_US[row.matching]
             out.append({"engine": row.engine, "rules": row.rules, "matching": row.matching, "p50_us": row.p50_us,
                         "target_us": limit, "result": "PASS" if row.p50_us <= limit else "MISS"})
     return out
 
 
-def print_table(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]],
-                target_rows: Sequence[dict[str, Any]], default_engine: str, load: Sequence[float]) -> None:
+def flow_ratios(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """Per engine: the flow case's p50 beside the plain case's (same rules, same rounds), PASS or MISS."""
+    plain = {r.engine: r for r in rows if not r.flow and r.rules == FLOW_RULES and r.matching == FLOW_MATCHING}
+    out = []
+    for row in rows:
+        base = plain.get(row.engine)
+        if row.flow and base:
+            ratio = round(row.p50_us / base.p50_us, 2)
+            out.append({"engine": row.engine, "case": row.flow, "rules": row.rules, "matching": row.matching,
+                        "p50_us": row.p50_us, "plain_p50_us": base.p50_us, "ratio": ratio,
+                        "target_ratio": FLOW_TARGET_RATIO, "result": "PASS" if ratio <= FLOW_TARGET_RATIO else "MISS"})
+    return out
+
+
+def print_table(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]], target_rows: Sequence[dict[str, Any]],
+                flow_rows: Sequence[dict[str, Any]], default_engine: str, load: Sequence[float]) -> None:
     """The human-readable report."""
     print(f"{'engine':<16} {'rules':>6} {'matching':>8} {'p50 µs':>9} {'p99 µs':>9} {'decisions/s':>12} "
           f"{'samples':>8} {'load ms':>8}")
     for r in rows:
-        print(f"{r.engine:<16} {r.rules:>6} {r.matching:>8} {r.p50_us:>9.1f} {r.p99_us:>9.1f} "
+        matching = f"{r.matching}+{r.flow}" if r.flow else str(r.matching)
+        print(f"{r.engine:<16} {r.rules:>6} {matching:>8} {r.p50_us:>9.1f} {r.p99_us:>9.1f} "
               f"{r.decisions_per_s:>12,} {r.samples:>8} {r.load_ms:>8.0f}")
     print(f"(load average before / after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} CPUs)")
     print()
@@ -373,6 +460,13 @@ def print_table(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]],
               f"p50 {t['p50_us']:.1f} µs, target ≤ {t['target_us']:.0f} µs")
     if not target_rows:
         print(f"\n(no targets checked: they apply to the default engine, {default_engine}, at {TARGET_RULES:,} rules)")
+    if flow_rows:
+        print()
+    what = {"flow": "a tally and a label rule over the tool", "tally": "a tally over the tool, a label rule elsewhere"}
+    for f in flow_rows:
+        print(f"{f['result']}  {f['engine']}, {f['rules']:,} rules, {f['matching']} matching + {what[f['case']]}: "
+              f"p50 {f['p50_us']:.1f} µs beside {f['plain_p50_us']:.1f} µs = {f['ratio']:.2f} times, "
+              f"target ≤ {f['target_ratio']}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -405,14 +499,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     load = (load_before, os.getloadavg()[0])
-    ratio_rows, target_rows = ratios(rows), targets(rows, default_engine)
+    ratio_rows, target_rows, flow_rows = ratios(rows), targets(rows, default_engine), flow_ratios(rows)
     if args.json:
         print(json.dumps({"python": sys.version.split()[0], "default_engine": default_engine,
                           "quick": args.quick, "cpus": os.cpu_count(), "load_average": load,
                           "results": [asdict(r) for r in rows], "ratios": ratio_rows,
-                          "targets": target_rows, "skipped": skipped}, indent=2))
+                          "targets": target_rows, "flow": flow_rows, "skipped": skipped}, indent=2))
     else:
-        print_table(rows, ratio_rows, target_rows, default_engine, load)
+        print_table(rows, ratio_rows, target_rows, flow_rows, default_engine, load)
     return 0
 
 
