@@ -1,8 +1,5 @@
 """Bounds on what a run carries between its calls: labels, distinct values, history (docs/policy-language.md)."""
 
-__all__ = ["MAX_LABELS_PER_RULE", "MAX_LABEL_CHARS", "MAX_RUN_LABELS", "MAX_SEEN_VALUES", "MAX_SEEN_VALUE_CHARS",
-           "RUN_HISTORY_KEPT"]
-
 # The calls ``session.history`` keeps, oldest first: enough for "after a read of X, within the last N calls" rules,
 # small enough to read at every call (the decision log has every call).
 RUN_HISTORY_KEPT = 64
