@@ -12,6 +12,7 @@ from gateway.core.diagnostics import Diagnostic
 from gateway.core.errors import CelEvaluationError
 from gateway.policy.call import ToolCall, ToolInfo
 from gateway.policy.cel import VARIABLES, Engine
+from gateway.policy.cel.syntax import may_read, parse
 from gateway.policy.compile import CompiledPolicy, CompiledRule
 from gateway.policy.compiled import CompiledTally
 from gateway.policy.decision import Action, Decision, Mode, Stage, Verdict
@@ -71,6 +72,9 @@ class PolicySet:
                             {t.id: [] for t in self.tallies if t.kind == "distinct"})
         # Whether a call may change what its run carries: the pipeline records flow only then.
         self.uses_flow = bool(self.tallies) or any(r.action is Action.LABEL for r in self.rules)
+        # Whether any expression may read ``session.history``: binding a long history costs more than the rest of
+        # a decision, so a set that never reads it gets an empty one (policies read exactly the same values).
+        self.reads_history = _may_read(self, "session", "history")
 
     def tallies_for(self, tool_name: str) -> tuple[CompiledTally, ...]:
         """The tallies that count calls of ``tool_name``, in load order (cached per name)."""
@@ -119,6 +123,8 @@ class PolicySet:
         for name in reads:
             if name not in base:
                 base[name] = _INPUTS[name](call)
+        if not self.reads_history and "session" in base:
+            base["session"]["history"] = []
         if self.tallies:
             if "session" in base:
                 self._fill_tallies(base["session"])
@@ -185,6 +191,14 @@ class PolicySet:
     def tool(name: str) -> ToolInfo:
         """A bare tool description, for callers that know only a name."""
         return ToolInfo(name=name)
+
+
+def _may_read(policy_set: PolicySet, root: str, name: str) -> bool:
+    """Whether any expression of the set (rules, file variables, tallies) may read ``root.name``."""
+    sources = [e.source for r in policy_set.rules for e in r.expressions]
+    sources += [v.expression.source for p in policy_set.policies for v in p.variables]
+    sources += [t.expression.source for t in policy_set.tallies]
+    return any(may_read(parse(source), root, name) for source in set(sources))
 
 
 def env_revision(env: dict[str, Any]) -> str:

@@ -24,8 +24,8 @@ from gateway.core.limits import MAX_CACHED_PARSE_TREES
 from gateway.policy.cel.base import VARIABLES
 
 __all__ = ["MACROS", "MAX_SYNTAX_DEPTH", "PASS_THROUGH", "Reference", "chain", "comprehends", "conditional_tree",
-           "dotted", "flatten", "free_variables", "guarded", "has_paths", "inline_tree", "line_column", "parse",
-           "parser", "references", "string_literal", "unwrap", "walk"]
+           "dotted", "flatten", "free_variables", "guarded", "has_paths", "inline_tree", "line_column", "may_read",
+           "parse", "parser", "references", "string_literal", "unwrap", "walk"]
 
 # Receiver-style calls that are comprehensions, not functions.
 MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
@@ -250,6 +250,14 @@ def references(tree: Tree[Any], bound: frozenset[str] = frozenset()) -> Iterator
             literal = string_literal(key)
             if root is not None and literal is not None:
                 yield Reference(root, literal[0], literal[1])
+
+
+def may_read(tree: Tree[Any], root: str, name: str) -> bool:
+    """Whether the expression may read ``root.name``: it selects it, or uses ``root`` other than by selecting a
+    field by name (passed whole, indexed by a computed key), which could reach it."""
+    uses = sum(1 for found in free_variables(tree) if found == root)
+    selections = [r for r in references(tree) if r.root == root]
+    return any(r.name == name for r in selections) or uses > len(selections)
 
 
 def comprehends(tree: Tree[Any]) -> bool:
