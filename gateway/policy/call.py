@@ -143,6 +143,10 @@ def jwt_key(issuer: str, subject: str) -> str:
     return f"{JWT_KEY_PREFIX}{quote(issuer, safe='')}:{quote(subject, safe='')}"
 
 
+# The fields of the ``session`` map that hold what the run carries (gateway/policy/flow.py).
+FLOW_FIELDS = frozenset({"labels", "tallies", "seen", "history"})
+
+
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
     """Counters of the agent session the call belongs to (before this call)."""
@@ -158,14 +162,22 @@ class SessionInfo:
     seen: Mapping[str, Sequence[str]] = field(default_factory=dict)  # distinct tally id -> the values kept
     history: Sequence[Mapping[str, Any]] = field(default_factory=list)  # last calls, oldest first (flow.py)
 
-    def to_cel(self) -> dict[str, Any]:
-        """The ``session`` map."""
-        return {"id": self.id, "calls": self.calls, "calls_by_tool": self.calls_by_tool,
-                "rejected": self.rejected, "started_at": self.started_at, "implicit": self.implicit,
-                "labels": self.labels if type(self.labels) is list else list(self.labels),
-                "tallies": self.tallies if type(self.tallies) is dict else dict(self.tallies),
-                "seen": _plain_seen(self.seen) if self.seen else {},
-                "history": self.history if type(self.history) is list else list(self.history)}
+    def to_cel(self, flow: frozenset[str] = FLOW_FIELDS) -> dict[str, Any]:
+        """The ``session`` map, with those of the run's flow fields named in ``flow`` (every one by default: a set
+        gives only those its expressions may read, since each costs the engine to bind)."""
+        out = {"id": self.id, "calls": self.calls, "calls_by_tool": self.calls_by_tool,
+               "rejected": self.rejected, "started_at": self.started_at, "implicit": self.implicit}
+        if not flow:
+            return out
+        if "labels" in flow:
+            out["labels"] = self.labels if type(self.labels) is list else list(self.labels)
+        if "tallies" in flow:
+            out["tallies"] = self.tallies if type(self.tallies) is dict else dict(self.tallies)
+        if "seen" in flow:
+            out["seen"] = _plain_seen(self.seen) if self.seen else {}
+        if "history" in flow:
+            out["history"] = self.history if type(self.history) is list else list(self.history)
+        return out
 
 
 @dataclass(frozen=True, slots=True)

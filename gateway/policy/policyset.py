@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.errors import CelEvaluationError
-from gateway.policy.call import ToolCall, ToolInfo
+from gateway.policy.call import FLOW_FIELDS, ToolCall, ToolInfo
 from gateway.policy.cel import VARIABLES, Engine
 from gateway.policy.cel.syntax import may_read, parse
 from gateway.policy.compile import CompiledPolicy, CompiledRule
@@ -72,9 +72,14 @@ class PolicySet:
                             {t.id: [] for t in self.tallies if t.kind == "distinct"})
         # Whether a call may change what its run carries: the pipeline records flow only then.
         self.uses_flow = bool(self.tallies) or any(r.action is Action.LABEL for r in self.rules)
-        # Whether any expression may read ``session.history``: binding a long history costs more than the rest of
-        # a decision, so a set that never reads it gets an empty one (policies read exactly the same values).
-        self.reads_history = _may_read(self, "session", "history")
+        # The run's flow fields (labels, tallies, seen, history) any expression may read: only those are bound,
+        # since binding them costs the engine (64 history entries more than the rest of a decision), and a set
+        # that reads none decides as fast as before them. Policies read exactly the same values either way.
+        flow = {f for f in FLOW_FIELDS if _may_read(self, "session", f)}
+        if flow & {"tallies", "seen"}:
+            flow |= {"tallies", "seen"}  # filled in together (``_fill_tallies``)
+        self.session_flow = frozenset(flow)
+        self.reads_history = "history" in self.session_flow
 
     def tallies_for(self, tool_name: str) -> tuple[CompiledTally, ...]:
         """The tallies that count calls of ``tool_name``, in load order (cached per name)."""
@@ -122,11 +127,9 @@ class PolicySet:
                 "result": call.result.to_cel() if call.result is not None else {}}
         for name in reads:
             if name not in base:
-                base[name] = _INPUTS[name](call)
-        if not self.reads_history and "session" in base:
-            base["session"]["history"] = []
+                base[name] = _INPUTS[name](call) if name != "session" else call.session.to_cel(self.session_flow)
         if self.tallies:
-            if "session" in base:
+            if "tallies" in base.get("session", ()):
                 self._fill_tallies(base["session"])
             for window in base.get("usage", {}).values():
                 self._fill_tallies(window)

@@ -1,5 +1,5 @@
-"""A set binds the run's history only when one of its expressions may read it (binding 64 entries costs more than
-the rest of a decision); what policies read is the same either way."""
+"""A set binds the run's history (and its other flow fields) only when one of its expressions may read it (binding
+64 entries costs more than the rest of a decision); what policies read is the same either way."""
 
 from __future__ import annotations
 
@@ -43,5 +43,12 @@ def test_history_is_bound_only_when_an_expression_may_read_it(tmp_path: Path, en
     policy_set = _set(tmp_path, engine, when)
 
     assert policy_set.reads_history is reads
-    assert policy_set.cel_input(_call())["session"]["history"] == (HISTORY if reads else [])
+    assert policy_set.cel_input(_call())["session"].get("history") == (HISTORY if reads else None)
     assert policy_set.decide(_call()).verdict is Verdict.REJECT  # each rule fires on what it reads
+
+
+def test_a_set_reading_no_flow_field_binds_the_session_as_before_them(tmp_path: Path, engine: str) -> None:
+    policy_set = _set(tmp_path, engine, "session.calls > 2")
+
+    assert set(policy_set.cel_input(_call())["session"]) == {"id", "calls", "calls_by_tool", "rejected",
+                                                              "started_at", "implicit"}
