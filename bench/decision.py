@@ -11,7 +11,8 @@ rule over ``payments_transfer``, decided for a call whose run already carries la
 each sample is the decision and the tally change an admission computes. The **tally** case is the same with the
 label rule over other tools (web fetches, at the response stage), so only the tally adds to the call's work.
 Both are measured in the same rounds as the plain 1-matching case, and their p50 is printed beside that one's
-with the ratio (the target: at most 1.2 times).
+with the ratio (the target: at most 1.2 times). The flow case's label rule is a second rule the call evaluates,
+so its line also gives what a second matching rule alone costs (the plain 2-matching case), for scale.
 
     python bench/decision.py [--engine NAME] [--quick] [--json]
 
@@ -47,6 +48,7 @@ from gateway.policy import (
     SessionInfo,
     ToolCall,
     ToolInfo,
+    Verdict,
     load_policy_set,
 )
 from gateway.policy.cel import get_engine
@@ -149,6 +151,9 @@ _LABEL = {"id": "large-mover", "tools": [TOOL], "action": "label",
 _LABEL_ELSEWHERE = {"id": "web-content-is-untrusted", "tools": ["web_*", "mail_read"], "stage": "response",
                     "action": "label", "labels": ["untrusted"]}
 FLOW_CASES = {"flow": _LABEL, "tally": _LABEL_ELSEWHERE}
+# The verdicts whose call is counted: those of an approved call at its release (the benchmarked call is held for
+# approval), so every sample computes the tally change as an admission does.
+COUNTED = frozenset({Verdict.ALLOW, Verdict.APPROVE})
 FLOW_CALL = replace(CALL, session=SessionInfo(
     "sess-42", calls=12, calls_by_tool={TOOL: 2}, rejected=0, started_at="2025-01-01T00:00:00Z",
     labels=["untrusted", "pii"], tallies={"transferred": 900.0}, seen={},
@@ -302,8 +307,7 @@ def check_decision(policy_set: PolicySet, matching: int) -> str | None:
 
 def flow_step(policy_set: PolicySet) -> tuple[Any, Any]:
     """The flow case's work per call: the decision, then what the call adds to the tallies (on the final args)."""
-    decision = policy_set.decide(FLOW_CALL)
-    return decision, policy_set.tally_change(replace(FLOW_CALL, args=decision.args))
+    return policy_set.decide_counted(FLOW_CALL, COUNTED)
 
 
 def check_flow(policy_set: PolicySet, flow: str) -> str | None:
@@ -428,13 +432,17 @@ def targets(rows: Sequence[Row], default_engine: str) -> list[dict[str, Any]]:
 def flow_ratios(rows: Sequence[Row]) -> list[dict[str, Any]]:
     """Per engine: the flow case's p50 beside the plain case's (same rules, same rounds), PASS or MISS."""
     plain = {r.engine: r for r in rows if not r.flow and r.rules == FLOW_RULES and r.matching == FLOW_MATCHING}
+    # what a second matching rule alone costs (the flow case's label rule is one), for scale
+    second = {r.engine: r for r in rows if not r.flow and r.rules == FLOW_RULES and r.matching == 2}
     out = []
     for row in rows:
         base = plain.get(row.engine)
         if row.flow and base:
             ratio = round(row.p50_us / base.p50_us, 2)
+            two = second.get(row.engine)
             out.append({"engine": row.engine, "case": row.flow, "rules": row.rules, "matching": row.matching,
                         "p50_us": row.p50_us, "plain_p50_us": base.p50_us, "ratio": ratio,
+                        "second_rule_ratio": round(two.p50_us / base.p50_us, 2) if two else None,
                         "target_ratio": FLOW_TARGET_RATIO, "result": "PASS" if ratio <= FLOW_TARGET_RATIO else "MISS"})
     return out
 
@@ -466,7 +474,8 @@ def print_table(rows: Sequence[Row], ratio_rows: Sequence[dict[str, Any]], targe
     for f in flow_rows:
         print(f"{f['result']}  {f['engine']}, {f['rules']:,} rules, {f['matching']} matching + {what[f['case']]}: "
               f"p50 {f['p50_us']:.1f} µs beside {f['plain_p50_us']:.1f} µs = {f['ratio']:.2f} times, "
-              f"target ≤ {f['target_ratio']}")
+              f"target ≤ {f['target_ratio']}" + (f" (a second matching rule alone: {f['second_rule_ratio']:.2f} times)"
+                                                 if f["case"] == "flow" and f["second_rule_ratio"] else ""))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,14 +13,15 @@ from gateway.pipeline.request import CallRequest
 from gateway.pipeline.results import POLICY_FAILED, as_result_info
 from gateway.policy.call import CallInfo, SessionInfo, ToolCall, UsageInfo
 from gateway.policy.decision import Decision, Stage, Verdict
-from gateway.policy.flow import Tallies
+from gateway.policy.flow import Tallies, TallyChange
 from gateway.policy.policyset import PolicySet
+from gateway.policy.tallies import TallyError
 from gateway.store.model import SessionState
 from gateway.store.usage import Totals
 from gateway.upstreams.base import ToolResult
 from gateway.upstreams.registry import ExposedTool
 
-__all__ = ["decide", "evaluate", "noted", "request_stage_call", "response_stage_call", "usage_info"]
+__all__ = ["decide", "evaluate", "evaluate_counted", "noted", "request_stage_call", "response_stage_call", "usage_info"]
 
 log = logging.getLogger("gateway.pipeline")
 
@@ -30,9 +31,23 @@ def evaluate(policy_set: PolicySet, call: ToolCall) -> Decision:
     try:
         return policy_set.decide(call)
     except Exception:
-        log.exception("policy evaluation raised for %s", call.tool.name)
-        return Decision(Verdict.REJECT, call.stage, call.args, call.original_args or call.args,
-                        policy_set.revision, POLICY_FAILED, "engine-error")
+        return _engine_failed(policy_set, call)
+
+
+def evaluate_counted(policy_set: PolicySet, call: ToolCall, counts: frozenset[Verdict]
+                     ) -> tuple[Decision, TallyChange | TallyError | None]:
+    """``PolicySet.decide_counted``: the decision and what admitting the call adds to its tallies; a refusal (that
+    adds nothing) if the engine raises."""
+    try:
+        return policy_set.decide_counted(call, counts)
+    except Exception:
+        return _engine_failed(policy_set, call), None
+
+
+def _engine_failed(policy_set: PolicySet, call: ToolCall) -> Decision:
+    log.exception("policy evaluation raised for %s", call.tool.name)
+    return Decision(Verdict.REJECT, call.stage, call.args, call.original_args or call.args,
+                    policy_set.revision, POLICY_FAILED, "engine-error")
 
 
 def decide(trace: CallTrace, policy_set: PolicySet, call: ToolCall, observer: CallObserver) -> Decision:

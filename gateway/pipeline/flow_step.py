@@ -25,7 +25,7 @@ from gateway.core.limits import MAX_RUN_LABELS
 from gateway.core.values import printable
 from gateway.observe.observer import CallObserver
 from gateway.pipeline.call_trace import CallTrace
-from gateway.pipeline.deciding import decide, evaluate, noted, request_stage_call, usage_info
+from gateway.pipeline.deciding import decide, evaluate_counted, noted, request_stage_call, usage_info
 from gateway.pipeline.request import CallOutcome
 from gateway.pipeline.results import STORE_UNAVAILABLE, refusal
 from gateway.pipeline.verdicts import stopped
@@ -108,17 +108,24 @@ def _judge(policy_set: PolicySet, call: ToolCall, counts: frozenset[Verdict],
 
     def judge(view: TallyView) -> tuple[_Judged, TallyChange | None]:
         decided = _with_view(call, view)
-        decision = evaluate(policy_set, decided)
-        change = None
-        if decision.verdict in counts:
-            try:
-                change = policy_set.tally_change(replace(decided, args=decision.args if args is None else args))
-            except Exception as exc:
-                decision = _tally_refusal(policy_set, decided, decision, exc)
+        decision, counted = evaluate_counted(policy_set, decided, counts)  # counted on the decision's arguments
+        change: TallyChange | Exception | None = counted
+        if change is not None and args is not None and args != decision.args:  # released: on the approved ones
+            change = _change(policy_set, replace(decided, args=args))
+        if isinstance(change, Exception):
+            decision, change = _tally_refusal(policy_set, decided, decision, change), None
         kept = None if change is None or change.empty else change
         return _Judged(decided, decision, view.run.copy(), kept), kept
 
     return judge
+
+
+def _change(policy_set: PolicySet, call: ToolCall) -> TallyChange | Exception:
+    """What ``call`` adds to its tallies on its own arguments, or why it cannot be computed."""
+    try:
+        return policy_set.tally_change(call)
+    except Exception as exc:
+        return exc
 
 
 def _with_view(call: ToolCall, view: TallyView) -> ToolCall:

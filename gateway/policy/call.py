@@ -8,7 +8,7 @@ strings; use ``timestamp(call.time)`` in CEL to compare them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -17,8 +17,8 @@ from urllib.parse import quote
 from gateway.core.values import door_problem
 from gateway.policy.decision import Stage
 
-__all__ = ["ITEM_KINDS", "JWT_KEY_PREFIX", "PRINCIPAL_KINDS", "CallInfo", "ItemInfo", "Principal", "ResultInfo",
-           "SessionInfo", "ToolCall", "ToolInfo", "UsageInfo", "jwt_key"]
+__all__ = ["ITEM_KINDS", "JWT_KEY_PREFIX", "PRINCIPAL_KINDS", "SESSION_FIELDS", "CallInfo", "ItemInfo", "Principal",
+           "ResultInfo", "SessionInfo", "ToolCall", "ToolInfo", "UsageInfo", "jwt_key"]
 
 # What a decision can be about (``request.kind``), and the MCP method behind each.
 ITEM_KINDS: dict[str, str] = {"tool": "tools/call", "resource": "resources/read", "prompt": "prompts/get"}
@@ -145,6 +145,8 @@ def jwt_key(issuer: str, subject: str) -> str:
 
 # The fields of the ``session`` map that hold what the run carries (gateway/policy/flow.py).
 FLOW_FIELDS = frozenset({"labels", "tallies", "seen", "history"})
+# Every field of the ``session`` map.
+SESSION_FIELDS = frozenset({"id", "calls", "calls_by_tool", "rejected", "started_at", "implicit", *FLOW_FIELDS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,22 +164,32 @@ class SessionInfo:
     seen: Mapping[str, Sequence[str]] = field(default_factory=dict)  # distinct tally id -> the values kept
     history: Sequence[Mapping[str, Any]] = field(default_factory=list)  # last calls, oldest first (flow.py)
 
-    def to_cel(self, flow: frozenset[str] = FLOW_FIELDS) -> dict[str, Any]:
-        """The ``session`` map, with those of the run's flow fields named in ``flow`` (every one by default: a set
-        gives only those its expressions may read, since each costs the engine to bind)."""
-        out = {"id": self.id, "calls": self.calls, "calls_by_tool": self.calls_by_tool,
-               "rejected": self.rejected, "started_at": self.started_at, "implicit": self.implicit}
-        if not flow:
-            return out
-        if "labels" in flow:
-            out["labels"] = self.labels if type(self.labels) is list else list(self.labels)
-        if "tallies" in flow:
-            out["tallies"] = self.tallies if type(self.tallies) is dict else dict(self.tallies)
-        if "seen" in flow:
-            out["seen"] = _plain_seen(self.seen) if self.seen else {}
-        if "history" in flow:
-            out["history"] = self.history if type(self.history) is list else list(self.history)
-        return out
+    def to_cel(self, fields: frozenset[str] = SESSION_FIELDS) -> dict[str, Any]:
+        """The ``session`` map, with the fields named in ``fields`` (every one by default: a set gives only those its
+        expressions may read, since the engine converts each field it is given, read or not)."""
+        if fields is SESSION_FIELDS or fields == SESSION_FIELDS:
+            return {"id": self.id, "calls": self.calls, "calls_by_tool": self.calls_by_tool, "rejected": self.rejected,
+                    "started_at": self.started_at, "implicit": self.implicit, "labels": _listed(self.labels),
+                    "tallies": _mapped(self.tallies), "seen": _plain_seen(self.seen) if self.seen else {},
+                    "history": _listed(self.history)}
+        return {name: _SESSION_VALUES[name](self) for name in fields}
+
+
+def _listed(value: Sequence[Any]) -> list[Any]:
+    return value if type(value) is list else list(value)
+
+
+def _mapped(value: Mapping[str, Any]) -> dict[str, Any]:
+    return value if type(value) is dict else dict(value)
+
+
+# How each ``session`` field is read from a SessionInfo (``SessionInfo.to_cel``).
+_SESSION_VALUES: dict[str, Callable[[SessionInfo], Any]] = {
+    "id": lambda s: s.id, "calls": lambda s: s.calls, "calls_by_tool": lambda s: s.calls_by_tool,
+    "rejected": lambda s: s.rejected, "started_at": lambda s: s.started_at, "implicit": lambda s: s.implicit,
+    "labels": lambda s: _listed(s.labels), "tallies": lambda s: _mapped(s.tallies),
+    "seen": lambda s: _plain_seen(s.seen) if s.seen else {}, "history": lambda s: _listed(s.history),
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any
 
 from gateway.core.errors import CelEvaluationError
 from gateway.policy.cel import Engine, ExprType, check_result_type
 from gateway.policy.compile import CompiledPolicy, CompiledRewrite, CompiledRule, Expression
+from gateway.policy.compiled import CompiledTally
 from gateway.policy.decide import DEFAULT_MESSAGES, choose_verdict
 from gateway.policy.decision import (
     ACTION_VERDICT,
@@ -27,10 +29,13 @@ from gateway.policy.decision import (
     Verdict,
     failure_verdict,
 )
+from gateway.policy.flow import TallyChange
+from gateway.policy.fused import UNSET, Fused
 from gateway.policy.labels import checked_labels
 from gateway.policy.rewrite import redact, remove_path, set_path
+from gateway.policy.tallies import TallyError, tally_change_of, tally_change_on
 
-__all__ = ["evaluate_call", "rule_activation"]
+__all__ = ["evaluate_call", "evaluate_counted", "rule_activation"]
 
 # The Python type an expression's value must have, by what it must evaluate to (see check_result_type).
 _WANTED: dict[ExprType, type] = {ExprType.BOOL: bool, ExprType.STRING: str}
@@ -142,11 +147,51 @@ def evaluate_call(
     default: Verdict,
     tool_name: str,
     revision: str,
+    fused: Fused | None = None,
 ) -> Decision:
-    """Decide one call at one stage; ``base`` holds the CEL maps (args and result included)."""
+    """Decide one call at one stage; ``base`` holds the CEL maps (args and result included); ``fused``: the
+    stage's conditions listed as one program (gateway/policy/fused.py)."""
+    started = time.perf_counter()
+    return _decided(_Bindings(engine, policies, base), rules, stage, default, tool_name, revision, started,
+                    fused)[0]
+
+
+def evaluate_counted(
+    engine: Engine,
+    policies: Sequence[CompiledPolicy],
+    rules: Sequence[CompiledRule],
+    base: dict[str, Any],
+    default: Verdict,
+    tool_name: str,
+    revision: str,
+    tallies: Sequence[CompiledTally],
+    counts: frozenset[Verdict],
+    fused: Fused | None = None,
+) -> tuple[Decision, TallyChange | TallyError | None]:
+    """A request-stage decision and, when its verdict is one of ``counts``, what admitting it adds to ``tallies``.
+
+    The tallies read the decision's own activation (its final, rewritten arguments): no second one is built.
+    ``base`` must hold every map the rules and the tallies read. A tally that cannot be computed is returned,
+    not raised: the caller refuses the call (fail closed). ``fused`` lists the rules' conditions and then the
+    tallies' expressions.
+    """
     started = time.perf_counter()
     bindings = _Bindings(engine, policies, base)
-    original_args = base["original_args"]
+    decision, listed = _decided(bindings, rules, _REQUEST, default, tool_name, revision, started, fused)
+    if decision.verdict not in counts or not tallies:
+        return decision, None
+    try:
+        if listed is None:
+            return decision, tally_change_on(bindings.shared(), tallies)
+        return decision, tally_change_of(tallies, listed[len(listed) - len(tallies):])
+    except TallyError as exc:
+        return decision, exc
+
+
+def _decided(bindings: _Bindings, rules: Sequence[CompiledRule], stage: Stage, default: Verdict, tool_name: str,
+             revision: str, started: float, fused: Fused | None) -> tuple[Decision, list[Any] | None]:
+    """The decision, and the values ``fused`` listed (None: not listed, or one of them failed)."""
+    original_args = bindings.base["original_args"]
     target = "args" if stage is _REQUEST else "result"
     results: list[RuleResult] = []
     approvals: list[ApprovalRequirement] = []
@@ -157,10 +202,13 @@ def evaluate_call(
     for rule in rules:  # mutate
         if rule.action is _REWRITE:
             results.append(_rewrite(bindings, rule, target))
-    for rule in rules:  # validate
+    listed = fused.values(bindings.shared()) if fused is not None else None  # on the rewritten arguments
+    # each rule's value from the list, or UNSET (evaluated on its own)
+    given = repeat(UNSET) if listed is None else fused.given(listed)  # type: ignore[union-attr]
+    for rule, value in zip(rules, given, strict=False):  # validate (``given`` may be endless)
         if rule.action is _REWRITE:
             continue
-        result, produced = _validate(bindings, rule, tool_name)
+        result, produced = _validate(bindings, rule, tool_name, value)
         results.append(result)
         if result.effect is _APPROVE and rule.approval is not None:
             approvals.append(_requirement(rule.approval, result.message))
@@ -176,7 +224,7 @@ def evaluate_call(
     # positional, in Decision's field order: keywords cost a tenth of a decision's Python time
     return Decision(verdict, stage, bindings.base["args"], original_args, revision, message, decided_by, outcome,
                     approvals, results, (time.perf_counter() - started) * 1e6,
-                    tuple(dict.fromkeys(labels)) if labels else ())
+                    tuple(dict.fromkeys(labels)) if labels else ()), listed
 
 
 def rule_activation(engine: Engine, policies: Sequence[CompiledPolicy], base: dict[str, Any],
@@ -223,21 +271,26 @@ def _apply(bindings: _Bindings, rule: CompiledRule, rewrite: CompiledRewrite, va
     return value
 
 
-def _validate(bindings: _Bindings, rule: CompiledRule, tool_name: str) -> tuple[RuleResult, Any]:
+def _validate(bindings: _Bindings, rule: CompiledRule, tool_name: str, listed: Any) -> tuple[RuleResult, Any]:
+    """One validate-phase rule; ``listed`` is its condition's value from the listed program, or UNSET."""
     started = time.perf_counter()
     produced: Any = None
     if rule.when_message is not None:  # when and message in one evaluation, if it gives a clear answer
-        try:
-            both = rule.when_message.evaluate(bindings.activation(rule))
-        except CelEvaluationError:
-            both = None  # the two expressions on their own say what failed
+        both = listed
+        if both is UNSET:
+            try:
+                both = rule.when_message.evaluate(bindings.activation(rule))
+            except CelEvaluationError:
+                both = None  # the two expressions on their own say what failed
         if type(both) is list:
             if not both:
                 return RuleResult(rule.id, rule.action, _NOT_FIRED, _since(started), rule.mode), None
             if len(both) == 1 and type(both[0]) is str:
                 return _fired(rule, started, both[0], None), None
+    elif type(listed) is bool and not listed:
+        return RuleResult(rule.id, rule.action, _NOT_FIRED, _since(started), rule.mode), None
     try:
-        if rule.when is not None and not bindings.evaluate(rule, rule.when):  # a bool: evaluate checks
+        if rule.when is not None and listed is not True and not bindings.evaluate(rule, rule.when):
             return RuleResult(rule.id, rule.action, _NOT_FIRED, _since(started), rule.mode), None
         if rule.action is _SKIP_ACTION:
             produced = (bindings.evaluate(rule, rule.result_expression) if rule.result_expression

@@ -14,6 +14,7 @@ from gateway.core.limits import MAX_INDEXED_TOOL_NAMES
 from gateway.policy.cel import VARIABLES
 from gateway.policy.compile import CompiledRule
 from gateway.policy.decision import Stage
+from gateway.policy.fused import Fused
 
 __all__ = ["MatchedRules", "RuleIndex"]
 
@@ -27,14 +28,20 @@ class MatchedRules:
     # binds only these, since binding an unread map costs as much as reading a small one.
     request_reads: frozenset[str] = frozenset(VARIABLES)
     response_reads: frozenset[str] = frozenset(VARIABLES)
+    # each stage's conditions listed as one program (gateway/policy/fused.py), when the index lists them
+    request_fused: Fused | None = None
+    response_fused: Fused | None = None
 
 
 class RuleIndex:
     """Tool name → matching rules, with a bounded cache."""
 
     def __init__(self, rules: Sequence[CompiledRule],
-                 targets: Callable[[CompiledRule], tuple[str, ...] | None] | None = None) -> None:
-        """``targets`` gives a rule's patterns (None: it matches everything); by default the tool index."""
+                 targets: Callable[[CompiledRule], tuple[str, ...] | None] | None = None,
+                 fuse: Callable[[Sequence[CompiledRule]], Fused | None] | None = None) -> None:
+        """``targets`` gives a rule's patterns (None: it matches everything); by default the tool index. ``fuse``
+        lists a stage's conditions as one program, made with the rest when a name is first looked up."""
+        self._fuse = fuse
         if targets is None:
             rules = [r for r in rules if r.decides_tools]
             targets = _tools
@@ -73,7 +80,9 @@ class RuleIndex:
         ordered = sorted(chosen.values(), key=lambda r: r.ordinal)
         request = tuple(r for r in ordered if r.stage is Stage.REQUEST)
         response = tuple(r for r in ordered if r.stage is Stage.RESPONSE)
-        return MatchedRules(request, response, _reads(request), _reads(response))
+        fuse = self._fuse
+        return MatchedRules(request, response, _reads(request), _reads(response),
+                            fuse(request) if fuse else None, fuse(response) if fuse else None)
 
 
 def _tools(rule: CompiledRule) -> tuple[str, ...] | None:

@@ -6,20 +6,23 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.errors import CelEvaluationError
-from gateway.policy.call import FLOW_FIELDS, ToolCall, ToolInfo
+from gateway.core.limits import MAX_INDEXED_TOOL_NAMES
+from gateway.policy.call import SESSION_FIELDS, ToolCall, ToolInfo
 from gateway.policy.cel import VARIABLES, Engine
 from gateway.policy.cel.syntax import may_read, parse
 from gateway.policy.compile import CompiledPolicy, CompiledRule
 from gateway.policy.compiled import CompiledTally
 from gateway.policy.decision import Action, Decision, Mode, Stage, Verdict
-from gateway.policy.evaluate import evaluate_call
+from gateway.policy.evaluate import evaluate_call, evaluate_counted
 from gateway.policy.flow import Tallies, TallyChange
+from gateway.policy.fused import Fused, fuse
 from gateway.policy.match import MatchedRules, RuleIndex
-from gateway.policy.tallies import TallyIndex, tally_change
+from gateway.policy.tallies import TallyError, TallyIndex, tally_change
 
 __all__ = ["PolicySet", "env_revision"]
 
@@ -42,6 +45,7 @@ _INPUTS: dict[str, Callable[[ToolCall], Any]] = {
 _STATIC = frozenset({"tool", "principal", "env", "request", "resource", "prompt"})
 _ADMITTING = frozenset({Action.ALLOW, Action.APPROVE, Action.SKIP})
 _REFUSING = frozenset({Action.REJECT, Action.TERMINATE})
+_Counted = tuple[tuple[CompiledRule, ...], frozenset[str], tuple[CompiledTally, ...], Fused | None]
 
 
 @dataclass
@@ -57,13 +61,15 @@ class PolicySet:
 
     def __post_init__(self) -> None:
         self.rules: tuple[CompiledRule, ...] = tuple(r for p in self.policies for r in p.rules)
-        self.index = RuleIndex(self.rules)
+        self.index = RuleIndex(self.rules, fuse=partial(fuse, self.engine))  # no cycle through self
         self.item_indexes = {
             "resource": RuleIndex([r for r in self.rules if r.resources is not None], lambda r: r.resources),
             "prompt": RuleIndex([r for r in self.rules if r.prompts is not None], lambda r: r.prompts),
         }
         self.tallies: tuple[CompiledTally, ...] = tuple(t for p in self.policies for t in p.tallies)
         self._tally_index = TallyIndex(self.tallies)
+        # per tool a tally counts: its request rules, what they and its tallies read, the tallies, the listed program
+        self._counted: dict[str, _Counted] = {}
         self._kinds: dict[str, type] = {t.id: float if t.kind == "sum" else int for t in self.tallies}
         self._distinct = tuple(t.id for t in self.tallies if t.kind == "distinct")
         # Every declared tally at 0 and no value seen: what a new run (or an empty window) reads. Shared: copy it
@@ -72,14 +78,15 @@ class PolicySet:
                             {t.id: [] for t in self.tallies if t.kind == "distinct"})
         # Whether a call may change what its run carries: the pipeline records flow only then.
         self.uses_flow = bool(self.tallies) or any(r.action is Action.LABEL for r in self.rules)
-        # The run's flow fields (labels, tallies, seen, history) any expression may read: only those are bound,
-        # since binding them costs the engine (64 history entries more than the rest of a decision), and a set
-        # that reads none decides as fast as before them. Policies read exactly the same values either way.
-        flow = {f for f in FLOW_FIELDS if _may_read(self, "session", f)}
-        if flow & {"tallies", "seen"}:
-            flow |= {"tallies", "seen"}  # filled in together (``_fill_tallies``)
-        self.session_flow = frozenset(flow)
-        self.reads_history = "history" in self.session_flow
+        # The fields of ``session`` any expression may read: only those are bound, since the engine converts every
+        # field it is given on the first read of ``session`` (64 history entries cost more than the rest of a
+        # decision; the counters and labels of a run a rule reads for its tally alone cost a third of one).
+        # Policies read exactly the same values either way; a set reading ``session`` whole binds every field.
+        fields = {f for f in SESSION_FIELDS if _may_read(self, "session", f)}
+        if fields & {"tallies", "seen"}:
+            fields |= {"tallies", "seen"}  # filled in together (``_fill_tallies``)
+        self.session_fields = SESSION_FIELDS if fields == SESSION_FIELDS else frozenset(fields)
+        self.reads_history = "history" in self.session_fields
 
     def tallies_for(self, tool_name: str) -> tuple[CompiledTally, ...]:
         """The tallies that count calls of ``tool_name``, in load order (cached per name)."""
@@ -98,6 +105,33 @@ class PolicySet:
             return TallyChange()
         return tally_change(self.engine, tallies, self.cel_input(call, reads))
 
+    def decide_counted(self, call: ToolCall, counts: frozenset[Verdict]
+                       ) -> tuple[Decision, TallyChange | TallyError | None]:
+        """The request-stage decision for ``call`` and, when its verdict is one of ``counts``, what admitting it
+        adds to its tallies on the decision's final arguments (a ``TallyError`` when one cannot be computed: the
+        caller refuses the call). One activation serves both: the same answers as ``decide`` then ``tally_change``.
+        """
+        counted = self._counted.get(call.tool.name) if call.item is None else None
+        if counted is None:
+            counted = self._counted_for(call)
+            if counted is None:
+                return self.decide(call), None
+        rules, reads, tallies, fused = counted
+        return evaluate_counted(self.engine, self.policies, rules, self.cel_input(call, reads), self.default,
+                                call.tool.name, self.revision, tallies, counts, fused)
+
+    def _counted_for(self, call: ToolCall) -> _Counted | None:
+        """What ``decide_counted`` needs for ``call``'s tool, made at its first call (None: nothing to count)."""
+        tallies, tally_reads = self._tally_index.lookup(call.tool.name)
+        if call.item is not None or call.stage is not Stage.REQUEST or not tallies:
+            return None
+        if len(self._counted) >= MAX_INDEXED_TOOL_NAMES:
+            self._counted.clear()
+        matched = self.index.lookup(call.tool.name)
+        fused = fuse(self.engine, matched.request, tallies)
+        found = self._counted[call.tool.name] = (matched.request, matched.request_reads | tally_reads, tallies, fused)
+        return found
+
     def matched(self, call: ToolCall) -> MatchedRules:
         """The rules that apply to ``call``: by tool name, or by resource URI or prompt name."""
         if call.item is None:
@@ -108,12 +142,12 @@ class PolicySet:
         """The decision for one call at its stage."""
         matched = self.matched(call)
         if call.stage is Stage.REQUEST:
-            rules, reads = matched.request, matched.request_reads
+            rules, reads, fused = matched.request, matched.request_reads, matched.request_fused
         else:
-            rules, reads = matched.response, matched.response_reads
+            rules, reads, fused = matched.response, matched.response_reads, matched.response_fused
         subject = call.tool.name if call.item is None else call.item.name
         return evaluate_call(self.engine, self.policies, rules, call.stage, self.cel_input(call, reads),
-                             self.default, subject, self.revision)
+                             self.default, subject, self.revision, fused)
 
     def cel_input(self, call: ToolCall, reads: Iterable[str] = VARIABLES) -> dict[str, Any]:
         """The CEL variables' values for ``call`` (``variables`` still empty).
@@ -127,7 +161,7 @@ class PolicySet:
                 "result": call.result.to_cel() if call.result is not None else {}}
         for name in reads:
             if name not in base:
-                base[name] = _INPUTS[name](call) if name != "session" else call.session.to_cel(self.session_flow)
+                base[name] = _INPUTS[name](call) if name != "session" else call.session.to_cel(self.session_fields)
         if self.tallies:
             if "tallies" in base.get("session", ()):
                 self._fill_tallies(base["session"])

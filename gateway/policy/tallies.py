@@ -23,7 +23,8 @@ from gateway.policy.flow import TallyChange, seen_value
 from gateway.policy.model import PolicyFile, TallySpec
 from gateway.policy.typed_env import TypeEnvironment
 
-__all__ = ["TALLY_VARIABLES", "TallyError", "TallyIndex", "compile_tallies", "tally_change", "tally_rule_id"]
+__all__ = ["TALLY_VARIABLES", "TallyError", "TallyIndex", "compile_tallies", "tally_change", "tally_change_of",
+           "tally_change_on", "tally_rule_id"]
 
 # What a tally expression may read.
 TALLY_VARIABLES = tuple(v for v in VARIABLES if v not in ("variables", "result"))
@@ -141,18 +142,29 @@ def tally_change(engine: Engine, tallies: Sequence[CompiledTally], base: dict[st
     """What one admitted call adds to ``tallies``, from the CEL inputs ``base``; ``TallyError`` on a bad value."""
     if not tallies:
         return TallyChange()
-    activation = engine.activation(base)
-    sums: dict[str, float] = {}
-    distinct: dict[str, tuple[str, ...]] = {}
+    return tally_change_on(engine.activation(base), tallies)
+
+
+def tally_change_on(activation: Any, tallies: Sequence[CompiledTally]) -> TallyChange:
+    """``tally_change`` on an activation already made (the decision's own, when it is the same call)."""
+    values = []
     for tally in tallies:
         try:
-            value = tally.expression.program.evaluate(activation)
+            values.append(tally.expression.program.evaluate(activation))
         except CelEvaluationError as exc:
             raise TallyError(tally.id, f"tally {tally.id} ({tally.policy}): {exc}") from exc
         except RecursionError as exc:  # absurdly deep input
             raise TallyError(tally.id, f"tally {tally.id} ({tally.policy}): the input is too deep") from exc
-        if tally.kind == "sum":
-            sums[tally.id] = _amount(tally, value)
+    return tally_change_of(tallies, values)
+
+
+def tally_change_of(tallies: Sequence[CompiledTally], values: Sequence[Any]) -> TallyChange:
+    """What ``tallies`` add given the values their expressions gave (in order), each checked as it is counted."""
+    sums: dict[str, float] = {}
+    distinct: dict[str, tuple[str, ...]] = {}
+    for tally, value in zip(tallies, values, strict=True):
+        if tally.kind == "sum":  # a double in range needs no more (the usual case: per call, kept cheap)
+            sums[tally.id] = value if type(value) is float and 0.0 <= value < math.inf else _amount(tally, value)
         else:
             distinct[tally.id] = _values(tally, value)
     return TallyChange(sums, distinct)

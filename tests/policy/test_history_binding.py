@@ -47,8 +47,17 @@ def test_history_is_bound_only_when_an_expression_may_read_it(tmp_path: Path, en
     assert policy_set.decide(_call()).verdict is Verdict.REJECT  # each rule fires on what it reads
 
 
-def test_a_set_reading_no_flow_field_binds_the_session_as_before_them(tmp_path: Path, engine: str) -> None:
-    policy_set = _set(tmp_path, engine, "session.calls > 2")
+@pytest.mark.parametrize("when, bound", [
+    ("session.calls > 2", {"calls"}),
+    ('session.calls > 2 && session.id != ""', {"calls", "id"}),
+    ("has(session.rejected) && session.calls > 2", {"calls", "rejected"}),
+    ('session.tallies.size() >= 0 && session.calls > 2', {"calls", "tallies", "seen"}),  # bound together
+    ("size(session) > 100 || session.calls > 2", {"id", "calls", "calls_by_tool", "rejected", "started_at",
+                                                   "implicit", "labels", "tallies", "seen", "history"}),
+])
+def test_a_set_binds_only_the_session_fields_it_may_read(tmp_path: Path, engine: str, when: str,
+                                                          bound: set[str]) -> None:
+    policy_set = _set(tmp_path, engine, when)
 
-    assert set(policy_set.cel_input(_call())["session"]) == {"id", "calls", "calls_by_tool", "rejected",
-                                                              "started_at", "implicit"}
+    assert set(policy_set.cel_input(_call())["session"]) == bound
+    assert policy_set.decide(_call()).verdict is Verdict.REJECT

@@ -53,6 +53,9 @@ MAX_COMPREHENSION_NESTING = 2
 # instead of one per set of variables); a variable read many times, by variables read many times,
 # grows that tree geometrically, so past this many nodes the variable is bound as a value instead.
 MAX_INLINED_NODES = 2_000
+# A call's conditions (its rules' and tallies') are evaluated as one listed program (gateway/policy/fused.py)
+# while together they stay under this many nodes; past it, one by one as before.
+MAX_FUSED_NODES = 8_000
 
 # Parse trees of CEL expressions kept for the typed checker (a reload re-reads mostly the same
 # expressions); a tree is a few kilobytes, so this bounds the cache to a few tens of megabytes.

@@ -10,7 +10,7 @@ knows which engine ran.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -75,6 +75,12 @@ class Engine(Protocol):
 
     def join(self, when: Program, message: Program) -> Program | None:
         """``when ? [message] : []`` as one program, built from the two trees; None if it is too large."""
+        ...
+
+    def fuse(self, programs: Sequence[Program]) -> Program | None:
+        """``[p1, p2, ...]`` as one program, built from the trees: one evaluation instead of several (an error
+        in any makes the whole one fail: the caller then evaluates them one by one). None when the engine does
+        not fuse, or the result would be larger than ``MAX_FUSED_NODES``."""
         ...
 
 

@@ -3,10 +3,11 @@
 cel-expr-python gives a checked expression as a serialized ``cel.expr.CheckedExpr`` inside a
 ``google.protobuf.Any`` and plans one back with ``Env.deserialize``. This module reads that
 protobuf wire format into nested field lists, only as deep as the expression tree goes (every
-other field is carried through as it was), for the three changes the engine makes to what it
+other field is carried through as it was), for the four changes the engine makes to what it
 runs: bind ``matches`` to the gateway's cached-RE2 function (``rename_calls``), write a file
-variable's checked tree in where a rule reads it (``inline``), and join ``when`` and
-``messageExpression`` into one program (``conditional``). Ids stay unique, and the type and
+variable's checked tree in where a rule reads it (``inline``), join ``when`` and
+``messageExpression`` into one program (``conditional``), and list the conditions a call's rules
+and tallies evaluate as one program (``listed``). Ids stay unique, and the type and
 reference maps follow the nodes, so the planner sees a tree the checker could have produced.
 
 Field numbers are those of cel-spec's ``checked.proto`` and ``syntax.proto``.
@@ -14,11 +15,11 @@ Field numbers are those of cel-spec's ``checked.proto`` and ``syntax.proto``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["Checked", "Node", "bound_names", "calls", "conditional", "decode", "encode", "idents", "inline", "nodes",
-           "rename_calls", "selection", "size"]
+__all__ = ["Checked", "Node", "bound_names", "calls", "conditional", "decode", "encode", "idents", "inline", "listed",
+           "nodes", "rename_calls", "selection", "size"]
 
 Field = list[Any]  # [number, wire type, value]: an int, bytes, or a decoded message (list of fields)
 Node = list[Field]  # one decoded message
@@ -296,3 +297,16 @@ def conditional(when: Checked, message: Checked) -> Checked:
             [_ARGS, _LEN, expr(_LIST, [[1, _LEN, tree]])], [_ARGS, _LEN, expr(_LIST, [])]]
     when.expr[:] = expr(_CALL, call)
     return when
+
+
+def listed(trees: Sequence[Checked]) -> Checked:
+    """``[t1, t2, ...]`` from the trees (all used up: the result is the first one's decoding), ids kept unique."""
+    host = trees[0]
+    elements = [list(host.expr)]
+    offset = _max_id(host)
+    for other in trees[1:]:
+        tree = _graft(host, other, offset)
+        offset = max(offset, _max_id_of(tree))
+        elements.append(tree)
+    host.expr[:] = [[_ID, _VARINT, offset + 1], [_LIST, _LEN, [[1, _LEN, tree] for tree in elements]]]
+    return host

@@ -21,7 +21,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_strings
 
 from gateway.core.errors import CelCompileError, CelEvaluationError
-from gateway.core.limits import MAX_INLINED_NODES
+from gateway.core.limits import MAX_FUSED_NODES, MAX_INLINED_NODES
 from gateway.policy.cel import checked
 from gateway.policy.cel.base import VARIABLES, ExprType, Program
 from gateway.policy.cel.functions import FUNCTIONS
@@ -137,6 +137,14 @@ class CppEngine:
         assert isinstance(when, _Program) and isinstance(message, _Program)
         # each side is bounded already (as written, or by MAX_INLINED_NODES): the two stay bounded
         return self._planned(checked.conditional(checked.Checked(when.tree), checked.Checked(message.tree)))
+
+    def fuse(self, programs: Sequence[Program]) -> _Program | None:
+        """``[p1, p2, ...]`` from the checked trees (see ``Engine``)."""
+        assert all(isinstance(p, _Program) for p in programs)
+        trees = [checked.Checked(p.tree) for p in programs]  # type: ignore[attr-defined]
+        if sum(checked.size(t) for t in trees) > MAX_FUSED_NODES:
+            return None
+        return self._planned(checked.listed(trees))
 
     def activation(self, data: Mapping[str, Any]) -> Any:
         try:

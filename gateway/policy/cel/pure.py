@@ -259,6 +259,10 @@ class PureEngine:
         tree = conditional_tree(when.tree, message.tree)
         return self._program(tree) if _runnable(tree) else None
 
+    def fuse(self, programs: Sequence[Program]) -> None:
+        """Not done here (see ``Engine``): celpy's cost is in the evaluation, not in the call; one by one."""
+        del programs
+
     def activation(self, data: Mapping[str, Any]) -> dict[str, Any]:
         """The declared variables present in ``data``, converted to celpy values once per round."""
         bound = {}
