@@ -210,3 +210,46 @@ async def test_a_label_from_a_result_makes_the_next_egress_call_need_a_person(st
         clean = await client.chat.completions.create(model="m", messages=[
             {"role": "user", "content": script(("send_mail", {"to": "x@example.test"}))}], tools=FLOW_TOOLS)
     assert [c.function.name for c in clean.choices[0].message.tool_calls or []] == ["send_mail"]  # another run
+
+
+DAILY = """
+policy: daily
+tallies:
+  - id: transferred
+    tools: [transfer]
+    sum: double(args.amount)
+rules:
+  - id: no-statements-after-a-big-day
+    tools: [statement]
+    stage: response
+    when: usage.day.tallies.transferred > 500.0
+    action: reject
+    message: More than 500 USD moved today; statements are withheld.
+"""
+
+DAILY_TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+               for name in ("transfer", "statement")]
+
+
+async def test_a_results_rules_read_the_principals_window_tallies(stage: Stage) -> None:
+    await stage.start(DAILY, models=models(stage), usage_windows={"day": "24h"})
+
+    async def transfer(amount: int) -> None:  # the model asks for it: handed out, admitted and counted
+        async with gateway_model_client(stage.url, PEOPLE["alice"][0], f"run-{uuid.uuid4().hex}") as client:
+            asked = await client.chat.completions.create(model="m", tools=DAILY_TOOLS, messages=[
+                {"role": "user", "content": script(("transfer", {"amount": amount}))}])
+        assert [c.function.name for c in asked.choices[0].message.tool_calls or []] == ["transfer"]
+
+    async def statement() -> str:  # the agent sends its own tool's result back, in another run each time
+        async with gateway_model_client(stage.url, PEOPLE["alice"][0], f"run-{uuid.uuid4().hex}") as client:
+            messages = conversation(("statement", "balance: 12 USD"))
+            await client.chat.completions.create(model="m", messages=messages, tools=DAILY_TOOLS)
+        [read] = model_read(stage)
+        return read
+
+    await transfer(400)
+    assert await statement() == "balance: 12 USD"  # 400 today: the rule reads the day's tally and lets it through
+    await transfer(400)
+    assert await statement() == "More than 500 USD moved today; statements are withheld."  # 800, over two runs
+    [_, refused] = results_recorded(stage)
+    assert (refused["verdict"], refused["decided_by"]) == ("reject", ["daily/no-statements-after-a-big-day"])
