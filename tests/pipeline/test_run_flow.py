@@ -8,6 +8,7 @@ racing one cap on one gateway admit exactly what fits."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 import uuid
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 import pytest_asyncio
 
 from gateway.auth.keys import hash_key
+from gateway.pipeline.results import APPROVAL_KEPT, STORE_UNAVAILABLE
 
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
@@ -170,6 +172,46 @@ async def test_an_approved_transfer_counts_when_released_and_is_refused_if_the_c
     outcome = [e for e in flows.audit_events() if e.get("call_id") == f"{mark}-fits" and e["event"] == "call.outcome"]
     assert outcome[-1]["flow"]["tallies"] == {"transferred": {"before": 500.0, "after": 1000.0}}
     assert (await transfer(1, f"{mark}-one"))["content"][0]["text"] == SPEND_CAP  # full: 1 USD more is refused
+
+
+
+async def test_a_store_failure_at_release_refuses_the_call_and_the_approval_stays_usable(
+        flows: Any, rest: Any, rest_call: Any, http_api: Any) -> None:
+    alice, mark = rest(flows, "alice"), _marker()
+    call_id = f"{mark}-big"
+
+    async def transfer() -> dict[str, Any]:
+        answer: dict[str, Any] = await rest_call(alice, "payments_transfer", {"amount": 600, "name": call_id},
+                                                 call_id=call_id)
+        return answer
+
+    # held on its connection (admitted as "approve", counting nothing); the store fails before it is released
+    held = asyncio.create_task(alice.post("/v1/tools/payments_transfer/invoke", params={"wait": "30s"}, json={
+        "arguments": {"amount": 600, "name": call_id}, "call_id": call_id}))
+    approval_id = await _pending_of(rest, flows, call_id)
+    database = flows.config.path(flows.config.spec.store.sqlite)
+    with sqlite3.connect(database) as db:  # the tallies' lock table is gone: the admission at release fails
+        db.execute("ALTER TABLE tally_locks RENAME TO tally_locks_away")
+    try:
+        await _approve(rest, flows, approval_id)
+        refused = (await asyncio.wait_for(held, 10)).json()
+    finally:
+        with sqlite3.connect(database) as db:
+            db.execute("ALTER TABLE tally_locks_away RENAME TO tally_locks")
+
+    assert (refused["decision"], refused["is_error"]) == ("tool_failed", True)
+    assert refused["content"][0]["text"] == f"{STORE_UNAVAILABLE} {APPROVAL_KEPT}"
+    assert http_api.seen(call_id) == []  # fail closed: nothing ran, and nothing was counted
+    approval = (await rest(flows, "bob").get(f"/v1/approvals/{approval_id}")).json()
+    assert approval["state"] == "approved"  # given back: the approval was not used up
+    run = await flows.gateway.store.session("alice", alice.headers["X-Gateway-Session"])
+    assert run.tallies.values.get("transferred", 0.0) == 0.0
+
+    ran = await transfer()  # the store is back: the retry is admitted, counted and run, once
+    assert (ran["decision"], ran["is_error"]) == ("approve", False)
+    assert len(http_api.seen(call_id)) == 1
+    outcomes = [e for e in flows.audit_events() if e.get("call_id") == call_id and e["event"] == "call.outcome"]
+    assert outcomes[-1]["flow"]["tallies"] == {"transferred": {"before": 0.0, "after": 600.0}}
 
 
 async def test_caps_and_labels_over_mcp(flows: Any, connect_mcp: Any, rest: Any, http_api: Any) -> None:
