@@ -27,7 +27,7 @@ from gateway.observe.observer import CallObserver
 from gateway.pipeline.call_trace import CallTrace
 from gateway.pipeline.deciding import decide, evaluate, noted, request_stage_call, usage_info
 from gateway.pipeline.request import CallOutcome
-from gateway.pipeline.results import STORE_UNAVAILABLE, refusal
+from gateway.pipeline.results import REFUSED_AT_RELEASE, STORE_UNAVAILABLE, refusal
 from gateway.pipeline.verdicts import stopped
 from gateway.policy.call import ToolCall
 from gateway.policy.decision import Decision, Stage, Verdict
@@ -97,7 +97,10 @@ async def readmitted(trace: CallTrace, store: SessionStore, policy_set: PolicySe
     if judged.decision.verdict in _COUNTS_RELEASED:
         return None
     noted(trace, judged.decision, observer)  # on the record: the rule that refuses it now
-    return stopped(request.call_id, session, judged.decision, store.implicit_runs.idle_timeout)
+    outcome = stopped(request.call_id, session, judged.decision, store.implicit_runs.idle_timeout)
+    if outcome is not None:  # the approval's one execution: refused, not run (the approvals page says so)
+        outcome.meta[REFUSED_AT_RELEASE] = judged.decision.decided_by or ""
+    return outcome
 
 
 def _judge(policy_set: PolicySet, call: ToolCall, counts: frozenset[Verdict],

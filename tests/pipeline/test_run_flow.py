@@ -160,6 +160,11 @@ async def test_an_approved_transfer_counts_when_released_and_is_refused_if_the_c
     approval = (await rest(flows, "bob").get(f"/v1/approvals/{approval_id}")).json()
     assert approval["state"] == "executed"  # the refusal is the approval's one execution
     assert SPEND_CAP in approval["execution"]["outcome"]
+    execution = approval["execution"]  # shown as refused when released, not as "ran"
+    assert (execution["state"], execution["reason"], execution["rule"]) == (
+        "refused_at_release", SPEND_CAP, "flows/spend-cap")
+    assert execution["label"] == f"refused when released at {execution['at']}: {SPEND_CAP}"
+    assert released["meta"]["gateway/refused_at_release"] == "flows/spend-cap"
     event = flows.audit_event(f"{mark}-big")
     assert event["decided_by"] == ["flows/big-transfers-need-a-person", "flows/spend-cap"]
     assert event["flow"]["tallies"] == {}
