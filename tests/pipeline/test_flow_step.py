@@ -15,6 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flow_support import (
+    cap_rule,
+    distinct_tally,
+    egress_rule,
+    function_tools,
+    label_rule,
+    policy,
+    recipient_cap_rule,
+    sum_tally,
+)
 
 from gateway.core.limits import MAX_RUN_LABELS
 from gateway.models.client_tools import client_tools
@@ -30,51 +40,16 @@ from gateway.reload.holder import PolicyHolder
 from gateway.store.sqlite import SqliteStore
 from gateway.upstreams.registry import ToolRegistry
 
-FLOWS = """
-policy: flows
-tallies:
-  - id: transferred
-    tools: [payments_transfer]
-    sum: double(args.amount)
-  - id: recipients
-    tools: [mail_send]
-    distinct: args.to
-rules:
-  - id: web-content-is-untrusted
-    tools: [web_fetch]
-    stage: response
-    action: label
-    labels: [untrusted]
-  - id: nothing-leaves-after-untrusted-content
-    tools: [mail_send]
-    when: '"untrusted" in session.labels'
-    action: approve
-    message: This run read untrusted content; sending data out needs a person.
-  - id: spend-cap
-    tools: [payments_transfer]
-    when: 'session.tallies.transferred + double(args.amount) > 1000.0'
-    action: reject
-    message: This run may move at most 1000 USD.
-  - id: daily-cap
-    tools: [payments_transfer]
-    when: 'usage.day.tallies.transferred + double(args.amount) > 1500.0'
-    action: reject
-    message: At most 1500 USD a day.
-  - id: recipient-cap
-    tools: [mail_send]
-    when: 'session.tallies.recipients >= 3 && !(args.to in session.seen.recipients)'
-    action: reject
-    message: This run may write to at most 3 different people.
-  - id: tagged
-    tools: [tag]
-    action: label
-    labelsExpression: args.tags
-  - id: no-forbidden-tags
-    tools: [tag]
-    when: '"forbidden" in args.tags'
-    action: reject
-    message: Not that tag.
-"""
+FLOWS = policy("flows", tallies=[sum_tally(), distinct_tally(tools=["mail_send"])], rules=[
+    label_rule(tools=["web_fetch"]),
+    egress_rule("nothing-leaves-after-untrusted-content"),
+    cap_rule(),
+    cap_rule(1500, id="daily-cap", window="day", message="At most 1500 USD a day."),
+    recipient_cap_rule(3, tools=["mail_send"], message="This run may write to at most 3 different people."),
+    {"id": "tagged", "tools": ["tag"], "action": "label", "labelsExpression": "args.tags"},
+    {"id": "no-forbidden-tags", "tools": ["tag"], "when": '"forbidden" in args.tags', "action": "reject",
+     "message": "Not that tag."},
+])
 
 PLAIN = """
 policy: plain
@@ -86,14 +61,10 @@ rules:
     message: Not that.
 """
 
-_PROPERTIES: dict[str, dict[str, Any]] = {
-    "payments_transfer": {"amount": {"type": "number"}},
-    "mail_send": {"to": {"type": "string"}},
-    "web_fetch": {"url": {"type": "string"}},
-    "tag": {"tags": {"type": "array", "items": {"type": "string"}}},
-}
-TOOLS = client_tools([{"type": "function", "function": {"name": name, "parameters": {
-    "type": "object", "properties": properties}}} for name, properties in _PROPERTIES.items()])
+TOOLS = client_tools(function_tools(
+    "payments_transfer", "mail_send", "web_fetch", "tag", payments_transfer={"amount": "number"},
+    mail_send={"to": "string"}, web_fetch={"url": "string"},
+    tag={"tags": {"type": "array", "items": {"type": "string"}}}))
 assert isinstance(TOOLS, dict)
 
 
@@ -291,19 +262,10 @@ async def test_a_rule_reading_the_runs_tallies_is_evaluated_in_the_admission_on_
     assert run.tallies.values["transferred"] == 900.0
 
 
-ERRING = """
-policy: erring
-tallies:
-  - id: transferred
-    tools: [payments_transfer]
-    sum: double(args.amount)
-rules:
-  - id: urgent-only-after-100
-    tools: [payments_transfer]
-    when: 'session.tallies.transferred > 100.0 && args.note == "urgent"'
-    action: reject
-    message: Not urgent ones.
-"""
+ERRING = policy("erring", tallies=[sum_tally()], rules=[{
+    "id": "urgent-only-after-100", "tools": ["payments_transfer"],
+    "when": 'session.tallies.transferred > 100.0 && args.note == "urgent"', "action": "reject",
+    "message": "Not urgent ones."}])
 
 
 async def test_a_rule_that_fails_in_the_admission_refuses_the_call_and_counts_nothing(tmp_path: Path) -> None:

@@ -16,66 +16,49 @@ from typing import Any
 import mcp_types as types
 import pytest
 import pytest_asyncio
+from flow_support import (
+    EGRESS_AFTER_UNTRUSTED,
+    SPEND_CAP,
+    TRANSFER,
+    approve_rule,
+    cap_rule,
+    distinct_tally,
+    egress_rule,
+    label_rule,
+    object_schema,
+    policy,
+    recipient_cap_rule,
+    sum_tally,
+)
 
 from gateway.auth.keys import hash_key
 from gateway.pipeline.results import APPROVAL_KEPT, STORE_UNAVAILABLE
 
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
-FLOWS = """
-policy: flows
-tallies:
-  - id: transferred
-    tools: [payments_transfer]
-    sum: double(args.amount)
-  - id: recipients
-    tools: ["mail_*"]
-    distinct: args.to
-rules:
-  - id: web-content-is-untrusted
-    tools: ["web_*"]
-    stage: response
-    action: label
-    labels: [untrusted]
-  - id: nothing-leaves-after-untrusted-content
-    when: '"untrusted" in session.labels && tool.annotations.openWorldHint && !tool.annotations.readOnlyHint'
-    action: approve
-    message: This run read untrusted content; sending data out needs a person.
-    approval: {approvers: ["user:bob"], timeout: 60s}
-  - id: big-transfers-need-a-person
-    tools: [payments_transfer]
-    when: 'double(args.amount) >= 500.0'
-    action: approve
-    message: Transfers of 500 USD or more need a person.
-    approval: {approvers: ["user:bob"], timeout: 60s}
-  - id: spend-cap
-    tools: [payments_transfer]
-    when: 'session.tallies.transferred + double(args.amount) > 1000.0'
-    action: reject
-    message: This run may move at most 1000 USD.
-  - id: recipient-cap
-    tools: ["mail_*"]
-    when: 'session.tallies.recipients >= 3 && !(args.to in session.seen.recipients)'
-    action: reject
-    message: This run may write to at most 3 different people.
-"""
+BOB = {"approvers": ["user:bob"], "timeout": "60s"}
+FLOWS = policy("flows", tallies=[sum_tally(), distinct_tally()], rules=[
+    label_rule(),
+    egress_rule("nothing-leaves-after-untrusted-content", tools=None, when=EGRESS_AFTER_UNTRUSTED, approval=BOB),
+    approve_rule("big-transfers-need-a-person", "double(args.amount) >= 500.0", tools=[TRANSFER],
+                 message="Transfers of 500 USD or more need a person.", approval=BOB),
+    cap_rule(),
+    recipient_cap_rule(3, message="This run may write to at most 3 different people."),
+])
 
-SPEND_CAP = "This run may move at most 1000 USD."
 WORLD = {"openWorldHint": True}
 
 
 def _tools() -> list[dict[str, Any]]:
     """The HTTP API's routes as an agent's tools: a read of the web, a mail out, a payment (all egress but the read)."""
-    def schema(**properties: str) -> dict[str, Any]:
-        return {"type": "object", "properties": {k: {"type": v} for k, v in properties.items()}}
-
     return [
-        {"name": "web_fetch", "method": "GET", "path": "/search", "input_schema": schema(q="string"),
+        {"name": "web_fetch", "method": "GET", "path": "/search", "input_schema": object_schema(q="string"),
          "annotations": {**WORLD, "readOnlyHint": True}},
-        {"name": "mail_send", "method": "POST", "path": "/items", "input_schema": schema(to="string", name="string"),
-         "annotations": {**WORLD, "readOnlyHint": False}},
+        {"name": "mail_send", "method": "POST", "path": "/items",
+         "input_schema": object_schema(to="string", name="string"), "annotations": {**WORLD, "readOnlyHint": False}},
         {"name": "payments_transfer", "method": "POST", "path": "/items",
-         "input_schema": schema(amount="number", name="string"), "annotations": {**WORLD, "readOnlyHint": False}},
+         "input_schema": object_schema(amount="number", name="string"),
+         "annotations": {**WORLD, "readOnlyHint": False}},
     ]
 
 

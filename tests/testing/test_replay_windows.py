@@ -7,33 +7,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flow_support import cap_rule, distinct_tally, policy, sum_tally
 from test_replay_runs import changes, event, write_log
 
 from gateway.cli import main
 from gateway.testing.replay import read_events, replay
 
 # A per-day spend cap over all of a principal's runs.
-DAILY = """
-    policy: daily
-    tallies:
-      - id: transferred
-        tools: [payments_transfer]
-        sum: double(args.amount)
-      - id: recipients
-        tools: [mail_send]
-        distinct: args.to
-    rules:
-      - id: day-cap
-        tools: [payments_transfer]
-        when: usage.day.tallies.transferred + double(args.amount) > 1000.0
-        action: reject
-        message: At most 1000 USD a day.
-      - id: day-recipients
-        tools: [mail_send]
-        when: usage.day.tallies.recipients >= 2 && !(args.to in usage.day.seen.recipients)
-        action: reject
-        message: At most 2 people a day.
-"""
+DAILY = policy("daily", tallies=[sum_tally(), distinct_tally(tools=["mail_send"])], rules=[
+    cap_rule(id="day-cap", window="day", message="At most 1000 USD a day."),
+    {"id": "day-recipients", "tools": ["mail_send"], "action": "reject", "message": "At most 2 people a day.",
+     "when": "usage.day.tallies.recipients >= 2 && !(args.to in usage.day.seen.recipients)"},
+])
 
 DAY = {"day": 24 * 3600.0}
 
