@@ -98,7 +98,7 @@ async def readmitted(trace: CallTrace, store: SessionStore, policy_set: PolicySe
         return None
     noted(trace, judged.decision, observer)  # on the record: the rule that refuses it now
     outcome = stopped(request.call_id, session, judged.decision, store.implicit_runs.idle_timeout)
-    if outcome is not None:  # the approval's one execution: refused, not run (the approvals page says so)
+    if outcome is not None and outcome.is_error:  # the approval's one execution: refused, not run (its page says)
         outcome.meta[REFUSED_AT_RELEASE] = judged.decision.decided_by or ""
     return outcome
 
