@@ -81,6 +81,10 @@ def render(report: ReplayReport) -> str:
         lines.append(f"  not replayed: {count} ({reason})")
     if report.bad_lines:
         lines.append(f"  lines that are not events: {len(report.bad_lines)} (first at line {report.bad_lines[0]})")
+    if report.windows:
+        lines.append(f"  usage windows' tallies rebuilt: {', '.join(report.windows)}")
+    elif report.tallied:
+        lines.append("  usage windows' tallies as logged (pass the gateway's --config to rebuild them)")
     if report.env_mismatch:
         lines.append(f"  warning: {report.env_mismatch} call(s) were recorded under another env "
                      "(pass the gateway's --config)")

@@ -96,6 +96,8 @@ class ReplayReport:
     revisions: Counter[str] = field(default_factory=Counter)  # the recorded policy revisions
     bad_lines: list[int] = field(default_factory=list)
     runs: int = 0  # the runs (principal and session) the replayed calls belong to
+    tallied: bool = False  # the new set declares tallies
+    windows: list[str] = field(default_factory=list)  # the usage windows whose tallies were rebuilt
 
     @property
     def changed(self) -> int:
@@ -111,6 +113,7 @@ class ReplayReport:
         """A JSON-ready view."""
         return {
             "revision": self.revision, "events": self.events, "replayed": self.replayed, "runs": self.runs,
+            "windows_rebuilt": self.windows,
             "unchanged": self.unchanged, "changed": self.changed, "input_redacted": self.redacted_changes,
             "skipped": dict(self.skipped), "env_mismatch": self.env_mismatch,
             "recorded_revisions": dict(self.revisions), "bad_lines": self.bad_lines,
@@ -144,10 +147,11 @@ def replay(policy_set: PolicySet, events: Iterable[tuple[int, dict[str, Any] | N
            env: dict[str, Any], usage_windows: Mapping[str, float] | None = None) -> ReplayReport:
     """Decide every replayable recorded call again under ``policy_set`` with ``env``; with ``usage_windows`` (the
     config's, name to seconds) the principals' window tallies are rebuilt too, else they are read as logged."""
-    report = ReplayReport(policy_set.revision)
+    report = ReplayReport(policy_set.revision, tallied=bool(policy_set.tallies))
     actions = {r.id: str(r.action) for r in policy_set.rules}
     wanted_env = env_revision(env)
     runs = RunFolder(policy_set, window_minutes(usage_windows or {}))
+    report.windows = sorted(runs.windows.windows) if report.tallied else []
     for number, event in events:
         if event is None:
             report.bad_lines.append(number)

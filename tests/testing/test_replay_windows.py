@@ -123,4 +123,8 @@ def test_the_cli_takes_the_windows_from_the_config(write, tmp_path: Path,
     log = write_log(tmp_path / "audit.jsonl", transfers(
         "2026-01-01T09:00:00Z", "2026-01-01T10:00:00Z", "2026-01-01T11:00:00Z"))
     assert main(["replay", "--audit", str(log), "--config", str(config)]) == 1
-    assert "1 changed, 0 differ on redacted input, 2 unchanged, in 3 run(s)" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "1 changed, 0 differ on redacted input, 2 unchanged, in 3 run(s)" in text
+    assert "usage windows' tallies rebuilt: day" in text
+    assert main(["replay", "--audit", str(log), "--policies", str(config.parent / "policies")]) == 0  # as logged
+    assert "usage windows' tallies as logged (pass the gateway's --config to rebuild them)" in capsys.readouterr().out
