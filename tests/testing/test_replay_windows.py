@@ -92,6 +92,17 @@ def test_a_log_starting_mid_day_starts_from_the_logged_day(daily, tmp_path: Path
     assert changes(report) == {("decision", "allow", "reject"): ["c-2026-01-01T09:00:00Z"]}
 
 
+def test_a_log_starting_mid_day_starts_from_the_logged_recipients(daily, tmp_path: Path) -> None:
+    logged = {"day": {"calls": 2, "calls_by_tool": {}, "rejected": 0, "tallies": {"recipients": 2},
+                      "seen": {"recipients": ["a@x.test", "b@x.test"]}}}
+    log = write_log(tmp_path / "audit.jsonl", [
+        at("2026-01-01T09:00:00Z", "mail_send", {"to": "a@x.test"}, usage=logged),  # one already written to
+        at("2026-01-01T10:00:00Z", "mail_send", {"to": "c@x.test"}, session="run-2"),  # a third person
+    ])
+    report = replay(daily, read_events(log), {}, DAY)
+    assert changes(report) == {("decision", "allow", "reject"): ["c-2026-01-01T10:00:00Z"]}
+
+
 def test_the_recorded_decisions_replay_unchanged(daily, tmp_path: Path) -> None:
     # recorded under the day cap itself: the third transfer was refused, the next day's allowed
     recorded = transfers("2026-01-01T09:00:00Z", "2026-01-01T10:00:00Z", "2026-01-01T11:00:00Z",
