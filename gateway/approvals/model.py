@@ -25,6 +25,7 @@ from typing import Any
 
 from gateway.core.clock import rfc3339
 from gateway.core.limits import DEFAULT_APPROVAL_VALID_SECONDS
+from gateway.pipeline.results import REFUSED_AT_RELEASE
 from gateway.policy.call import Principal
 from gateway.policy.decision import REQUESTER
 
@@ -249,7 +250,9 @@ class Approval:
         """What became of the call itself, whatever the decision: {state, at, until, label} (and outcome).
 
         States: "awaiting_decision", "awaiting_call" (approved; runs when the agent calls again, until
-        ``until``), "running", "ran", "expired_unused", "not_run" (denied, or nobody decided in time).
+        ``until``), "running", "ran", "refused_at_release" (approved, but its policies refused it when it was
+        released: a cap filled while it waited; with the ``reason`` and the ``rule``), "expired_unused", "not_run"
+        (denied, or nobody decided in time).
         """
         until = None if self.valid_until_ts is None else rfc3339(self.valid_until_ts)
         lapse = next((v for v in self.votes if v.approver == "validity"), None)
@@ -263,6 +266,11 @@ class Approval:
         if self.state is ApprovalState.EXECUTED:
             outcome = _outcome_of(self.result)
             at = self.executed_at or self.decided_at
+            refused = _refused_at_release(self.result)
+            if refused is not None:
+                reason = _text_of(self.result)
+                return _execution("refused_at_release", at, None, f"refused when released at {at}: {reason}") | {
+                    "outcome": outcome, "reason": reason, "rule": refused}
             return _execution("ran", at, None, f"ran at {at}: {outcome}") | {"outcome": outcome}
         superseded = next((v for v in self.votes if v.approver == POLICY_CHANGE), None)
         if superseded is not None:
@@ -286,5 +294,17 @@ def _outcome_of(result: dict[str, Any] | None) -> str:
     decision = str(result.get("decision", ""))
     if decision in ("allow", "approve", "rewrite"):
         return "tool error"
-    texts = [b.get("text", "") for b in result.get("content") or [] if isinstance(b, dict)]
-    return f"{decision}: {' '.join(texts)}"[:200]
+    return f"{decision}: {_text_of(result)}"[:200]
+
+
+def _text_of(result: dict[str, Any] | None) -> str:
+    """The text of a stored outcome."""
+    content = (result or {}).get("content")
+    return " ".join(str(b.get("text", "")) for b in content or [] if isinstance(b, dict))
+
+
+def _refused_at_release(result: dict[str, Any] | None) -> str | None:
+    """The rule that refused an approved call when it was released (the outcome's ``_meta`` says), else None."""
+    meta = (result or {}).get("meta")
+    rule = meta.get(REFUSED_AT_RELEASE) if isinstance(meta, dict) else None
+    return str(rule) if rule is not None and result is not None and result.get("is_error") else None

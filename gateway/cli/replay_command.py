@@ -25,7 +25,7 @@ def register(sub: Any, engine: Any, fmt: Any) -> None:
     p.add_argument("--audit", required=True, metavar="AUDIT.jsonl", help="the decision log (audit.file)")
     p.add_argument("--policies", nargs="+", metavar="PATH",
                    help="the policy set to replay under (default: the --config's policies)")
-    p.add_argument("--config", help="take env from this gateway config (as the gateway did)")
+    p.add_argument("--config", help="take env and the usage windows from this gateway config (as the gateway did)")
     p.add_argument("--allow-changes", action="store_true", help="exit 0 even when decisions changed")
     engine(p)
     fmt(p)
@@ -35,6 +35,7 @@ def register(sub: Any, engine: Any, fmt: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Replay; print the differences; exit 1 when decisions changed (unless --allow-changes)."""
     env: dict[str, Any] = {}
+    windows: dict[str, float] = {}  # the usage windows: their tallies are rebuilt only with the config's
     policies: list[str | Path] = list(args.policies or [])
     if not policies and not args.config:
         print("gateway replay: error: give --policies, or --config to replay under the config's policies",
@@ -42,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     if args.config:
         from gateway.config.load import check_config
+        from gateway.core.durations import parse_duration
 
         config, problems = check_config(args.config)
         if config is None:
@@ -49,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
                 print(d.format(), file=sys.stderr)
             return EXIT_UNUSABLE
         env = dict(config.spec.env)
+        windows = {name: parse_duration(d) for name, d in config.spec.usage_windows.items()}
         policies = policies or list(config.policy_paths())
     policy_set, diagnostics = check_policies(policies, args.engine)
     if policy_set is None:
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     path = Path(args.audit)
     try:
-        report = replay(policy_set, read_events(path), env)
+        report = replay(policy_set, read_events(path), env, windows)
     except OSError as exc:
         print(f"{path}: error[unreadable]: cannot read the decision log: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_UNUSABLE
@@ -78,6 +81,10 @@ def render(report: ReplayReport) -> str:
         lines.append(f"  not replayed: {count} ({reason})")
     if report.bad_lines:
         lines.append(f"  lines that are not events: {len(report.bad_lines)} (first at line {report.bad_lines[0]})")
+    if report.windows:
+        lines.append(f"  usage windows' tallies rebuilt: {', '.join(report.windows)}")
+    elif report.tallied:
+        lines.append("  usage windows' tallies as logged (pass the gateway's --config to rebuild them)")
     if report.env_mismatch:
         lines.append(f"  warning: {report.env_mismatch} call(s) were recorded under another env "
                      "(pass the gateway's --config)")

@@ -4,9 +4,10 @@ The model proxy (gateway/models/) hands the agent the calls of its own tools; th
 result back in its next request, as a ``role: tool`` message. Before the model reads one:
 
     the run's session (once per request) → the response-stage call: the tool, the arguments the agent was given,
-    the result's text, the run's labels, tallies and history → the policies decide it → the labels it gives added
-    to the run → the first time this tool call id is seen in the run: a rejection or a termination counted and one
-    ``call.result`` audit event → what the model reads: the result as sent, the rewritten result or the refusal;
+    the result's text, the run's labels, tallies and history, the principal's usage windows and their tallies →
+    the policies decide it → the labels it gives added to the run (gateway/pipeline/flow_step.py, as for a
+    gateway-run call) → the first time this tool call id is seen in the run: a rejection or a termination counted
+    and one ``call.result`` audit event → what the model reads: the result as sent, the rewritten result or the refusal;
     a terminate ends the run, and the agent is told instead of the model being asked
 
 Every request repeats the conversation, so every result is decided on every request: the model never reads an
@@ -33,6 +34,7 @@ from gateway.pipeline.audit import Redactor
 from gateway.pipeline.call_events import outcome_event
 from gateway.pipeline.call_trace import CallTrace
 from gateway.pipeline.deciding import decide, request_stage_call
+from gateway.pipeline.flow_step import add_labels, usage_now
 from gateway.pipeline.lifecycle import Gateway
 from gateway.pipeline.request import CallOutcome, CallRequest
 from gateway.pipeline.results import RESULT_WITHHELD, as_result_info, from_response_stage, refusal, tool_result
@@ -40,9 +42,10 @@ from gateway.pipeline.run_end import terminated_text
 from gateway.pipeline.runs import Run
 from gateway.policy.call import Principal
 from gateway.policy.decision import Decision, Stage, Verdict
-from gateway.policy.flow import LabelOverflow
+from gateway.policy.flow import Tallies
 from gateway.policy.policyset import PolicySet
 from gateway.store.model import SessionState
+from gateway.store.usage import Totals
 from gateway.upstreams.base import ToolResult
 from gateway.upstreams.registry import ExposedTool
 
@@ -112,20 +115,20 @@ class AgentResults:
         store = self.gateway.store
         try:
             session = await store.session(principal.key, run.id, run.client)
-            usage = await store.usage_now(principal.key)
+            usage, windows = await usage_now(store, principal.key, policy_set)
         except StoreUnavailable:  # fail closed: the run's labels and counters cannot be seen
             return [Screened(r.call_id, r.tool.name, "store_unavailable", UNREAD) if checked else _unchecked(r)
                     for r, checked in looked]
         out: list[Screened] = []
         for result, checked in looked:
-            out.append(self._one(policy_set, principal, run, session, usage, result) if checked else
+            out.append(self._one(policy_set, principal, run, session, (usage, windows), result) if checked else
                        _unchecked(result))
             if out[-1].ended is not None:
                 break
         return out
 
     def _one(self, policy_set: PolicySet, principal: Principal, run: Run, session: SessionState,
-             usage: dict[str, Any], result: AgentResult) -> Screened:
+             usage: tuple[dict[str, Totals], dict[str, Tallies]], result: AgentResult) -> Screened:
         """One result decided, its labels added, recorded once; what the model reads."""
         request = CallRequest(tool=result.tool.name, arguments=result.arguments, principal=principal,
                               session_id=run.id, run_client=run.client, call_id=result.call_id,
@@ -134,16 +137,16 @@ class AgentResults:
         trace.tool, trace.session = result.tool, session
         trace.upstream = {"status": "ok", "is_error": False, "ran_by": "agent"}
         sent = ToolResult([{"type": "text", "text": result.text}])
-        labels_before = list(session.labels)
         outcome = withheld(result.call_id, sent.content, None, Profile.POLICY)
         decision: Decision | None = None
         if outcome is None:
-            asked = request_stage_call(request, result.tool, session, usage, self.gateway.env)
+            asked = request_stage_call(request, result.tool, session, usage[0], self.gateway.env, usage[1])
             call = trace.decided = replace(asked, stage=Stage.RESPONSE, original_args=result.arguments,
                                            result=as_result_info(sent))
             decision = decide(trace, policy_set, call, self.gateway.observer)
-            outcome = self._labelled(session, decision, self._outcome(session, decision, sent, result.call_id))
-        outcome = self._record(policy_set, trace, session, outcome, labels_before)
+            outcome = self._outcome(session, decision, sent, result.call_id)
+            outcome = add_labels(trace, self.gateway.store, Stage.RESPONSE, decision.labels, LABELS_FULL) or outcome
+        outcome = self._record(policy_set, trace, session, outcome)
         return _screened(result, outcome, decision)
 
     def _outcome(self, session: SessionState, decision: Decision, sent: ToolResult, call_id: str) -> CallOutcome:
@@ -159,17 +162,8 @@ class AgentResults:
         return withheld(call_id, final.content, final.structured, Profile.JSON) or \
             tool_result(call_id, "allow", final, rewritten=True)
 
-    def _labelled(self, session: SessionState, decision: Decision, outcome: CallOutcome) -> CallOutcome:
-        """The decision's labels added to the run (those it has change nothing); a run that would carry too many
-        withholds the result (fail closed: a flood of labels must not push out the one a rule looks for)."""
-        try:
-            self.gateway.store.add_labels(session, decision.labels)
-        except LabelOverflow:
-            return refusal(outcome.call_id, "reject", LABELS_FULL)
-        return outcome
-
-    def _record(self, policy_set: PolicySet, trace: CallTrace, session: SessionState, outcome: CallOutcome,
-                labels_before: list[str]) -> CallOutcome:
+    def _record(self, policy_set: PolicySet, trace: CallTrace, session: SessionState,
+                outcome: CallOutcome) -> CallOutcome:
         """The first time a call id is seen in the run: write its event and count a refusal; a terminate ends the
         run every time (an admin may have reset it since). An event that cannot be written withholds the result
         (and ends nothing, as for any call whose outcome cannot be recorded)."""
@@ -181,8 +175,7 @@ class AgentResults:
                 store.record_outcome(session, rejected=False, terminate_message=terminated, tool=request.tool)
             return outcome
         try:
-            self.gateway.audit.write(_event(policy_set, trace, session, outcome, labels_before,
-                                            self.gateway.audit.redactor))
+            self.gateway.audit.write(_event(policy_set, trace, session, outcome, self.gateway.audit.redactor))
         except AuditWriteError:
             return refusal(outcome.call_id, "audit_failed", UNRECORDED)
         self._recorded[key] = None
@@ -194,15 +187,13 @@ class AgentResults:
 
 
 def _event(policy_set: PolicySet, trace: CallTrace, session: SessionState, outcome: CallOutcome,
-           labels_before: list[str], redactor: Redactor) -> dict[str, Any]:
+           redactor: Redactor) -> dict[str, Any]:
     """The ``call.result`` event: a ``call.outcome``'s fields (the result's decision) and, with flow rules, what
-    the result added to the run. The result's text is not in it (as no tool result is in the decision log)."""
-    event = outcome_event(trace, trace.tool, session, outcome, policy_set.revision, redactor)
+    the result added to the run (``flow``, as a gateway-run call's). The result's text is not in it (as no tool
+    result is in the decision log)."""
+    event = outcome_event(trace, trace.tool, session, outcome, policy_set.revision, redactor,
+                          flow=policy_set.uses_flow)
     event["event"] = RESULT_EVENT
-    if policy_set.uses_flow:
-        added = [label for label in session.labels if label not in labels_before]
-        event["flow"] = {"labels_added": {"request": [], "response": added}, "labels": list(session.labels),
-                         "tallies": {}}
     return event
 
 

@@ -27,7 +27,7 @@ from gateway.observe.observer import CallObserver
 from gateway.pipeline.call_trace import CallTrace
 from gateway.pipeline.deciding import decide, evaluate_counted, noted, request_stage_call, usage_info
 from gateway.pipeline.request import CallOutcome
-from gateway.pipeline.results import STORE_UNAVAILABLE, refusal
+from gateway.pipeline.results import REFUSED_AT_RELEASE, STORE_UNAVAILABLE, refusal
 from gateway.pipeline.verdicts import stopped
 from gateway.policy.call import ToolCall
 from gateway.policy.decision import Decision, Stage, Verdict
@@ -38,7 +38,7 @@ from gateway.store.model import SessionState, TallyView
 from gateway.store.usage import Totals
 from gateway.upstreams.registry import ExposedTool
 
-__all__ = ["LABELS_FULL", "TALLY_FAILED", "add_labels", "admitted", "readmitted", "record_history"]
+__all__ = ["LABELS_FULL", "TALLY_FAILED", "add_labels", "admitted", "readmitted", "record_history", "usage_now"]
 
 log = logging.getLogger("gateway.pipeline")
 
@@ -97,7 +97,10 @@ async def readmitted(trace: CallTrace, store: SessionStore, policy_set: PolicySe
     if judged.decision.verdict in _COUNTS_RELEASED:
         return None
     noted(trace, judged.decision, observer)  # on the record: the rule that refuses it now
-    return stopped(request.call_id, session, judged.decision, store.implicit_runs.idle_timeout)
+    outcome = stopped(request.call_id, session, judged.decision, store.implicit_runs.idle_timeout)
+    if outcome is not None and outcome.is_error:  # the approval's one execution: refused, not run (its page says)
+        outcome.meta[REFUSED_AT_RELEASE] = judged.decision.decided_by or ""
+    return outcome
 
 
 def _judge(policy_set: PolicySet, call: ToolCall, counts: frozenset[Verdict],
@@ -164,8 +167,18 @@ def _note_tallies(trace: CallTrace, judged: _Judged) -> None:
         trace.tallies[tally] = {"before": before.get(tally, 0), "after": after[tally]}
 
 
-def add_labels(trace: CallTrace, store: SessionStore, stage: Stage, labels: tuple[str, ...]) -> CallOutcome | None:
-    """Add a stage's labels to the run; the refusal the call ends with when the run would carry too many."""
+async def usage_now(store: SessionStore, principal: str, policy_set: PolicySet) -> tuple[dict[str, Totals],
+                                                                                       dict[str, Tallies]]:
+    """The principal's usage windows now, and their tallies when the policies declare any (what ``usage.W``
+    shows a call's rules). Raises ``StoreUnavailable`` when either cannot be read."""
+    windows = await store.window_tallies(principal) if policy_set.tallies else {}
+    return await store.usage_now(principal), windows
+
+
+def add_labels(trace: CallTrace, store: SessionStore, stage: Stage, labels: tuple[str, ...],
+               refused: str = LABELS_FULL) -> CallOutcome | None:
+    """Add a stage's labels to the run; the refusal (``refused``) the call ends with when the run would carry too
+    many."""
     if not labels:
         return None
     assert trace.session is not None
@@ -173,7 +186,7 @@ def add_labels(trace: CallTrace, store: SessionStore, stage: Stage, labels: tupl
         store.add_labels(trace.session, labels)
     except LabelOverflow as exc:  # fail closed: a flood of labels must not push out the one a rule looks for
         log.warning("call %s refused: %s", trace.request.call_id, exc)
-        return refusal(trace.request.call_id, "reject", LABELS_FULL)
+        return refusal(trace.request.call_id, "reject", refused)
     trace.labels_added[str(stage)] = list(labels)
     return None
 

@@ -40,7 +40,7 @@ from gateway.pipeline.call_events import outcome_event
 from gateway.pipeline.call_trace import CallTrace
 from gateway.pipeline.deciding import evaluate, request_stage_call
 from gateway.pipeline.execution import Execution
-from gateway.pipeline.flow_step import admitted, readmitted, record_history
+from gateway.pipeline.flow_step import admitted, readmitted, record_history, usage_now
 from gateway.pipeline.principal_limits import PrincipalLimits
 from gateway.pipeline.questions import Questions
 from gateway.pipeline.request import CallOutcome, CallRequest
@@ -238,10 +238,9 @@ class Gateway(Questions):
         request = trace.request
         key = request.principal.key
         try:
-            windows = await self.store.window_tallies(key) if policy_set.tallies else {}
             # Read before the session's counters are taken: from here to counting the call there is no await,
             # but for a call a tally counts, decided and counted inside the store's admission (flow_step.py).
-            usage = await self.store.usage_now(key)
+            usage, windows = await usage_now(self.store, key, policy_set)
             call = request_stage_call(request, tool, session, usage, self.settings.env, windows)
             call, decision = await admitted(trace, self.store, session, policy_set, call, self.observer)
         except StoreUnavailable as exc:

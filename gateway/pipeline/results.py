@@ -12,12 +12,15 @@ from gateway.upstreams.argument_errors import ArgumentProblem
 from gateway.upstreams.base import ToolResult, text_result
 
 __all__ = ["APPROVAL_KEPT", "AUDIT_FAILED", "AUDIT_FAILED_AFTER_RUN", "CANCELLED", "HANDED_OUT", "INTERRUPTED",
-           "META", "NOT_REACHED", "POLICY_FAILED", "RESULT_WITHHELD", "STORE_UNAVAILABLE", "TOOL_FAILED", "UNHELD",
-           "UNRECORDED", "admitted", "as_result_info", "from_response_stage", "handed_out", "needs_client", "pending",
-           "refusal", "schema_refusal", "skipped", "tool_result", "unavailable"]
+           "META", "NOT_REACHED", "POLICY_FAILED", "REFUSED_AT_RELEASE", "RESULT_WITHHELD", "STORE_UNAVAILABLE",
+           "TOOL_FAILED", "UNHELD", "UNRECORDED", "admitted", "as_result_info", "from_response_stage", "handed_out",
+           "needs_client", "pending", "refusal", "schema_refusal", "skipped", "tool_result", "unavailable"]
 
 # Keys of the `_meta` the gateway adds to every result (MCP reserves un-prefixed names).
 META = "gateway/"
+# On the refusal of an approved call its policies refused when it was released (a cap filled while it waited):
+# the refusing rule. Stored with the approval, whose execution it marks "refused_at_release" (not "ran").
+REFUSED_AT_RELEASE = f"{META}refused_at_release"
 
 
 def _meta(call_id: str, decision: str, **extra: Any) -> dict[str, Any]:

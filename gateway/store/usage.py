@@ -57,12 +57,17 @@ class _Principal:
         self.inside: dict[str, deque[int]] = {name: deque() for name in windows}  # minutes in each total
 
 
+def window_minutes(windows: Mapping[str, float]) -> dict[str, int]:
+    """The usage windows (name to seconds, as configured) in whole minute buckets, at least one each."""
+    return {name: max(1, round(seconds / USAGE_BUCKET_SECONDS)) for name, seconds in windows.items()}
+
+
 class UsageCounter:
     """Rolling per-principal counters over named windows (in whole minutes)."""
 
     def __init__(self, windows: Mapping[str, float], changed: Changed, load: Loader,
                  clock: Callable[[], float] = time.time) -> None:
-        self.windows = {name: max(1, round(seconds / USAGE_BUCKET_SECONDS)) for name, seconds in windows.items()}
+        self.windows = window_minutes(windows)
         self.longest = max(self.windows.values(), default=0)
         self._changed = changed
         self._load = load

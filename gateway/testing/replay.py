@@ -4,7 +4,8 @@ The input is the decision log (`call.outcome` events, see docs/gateway.md "The d
 event that a policy decided carries a ``context`` with the rest of the request-stage input (tool
 annotations, principal claims, session counters, call time, the env's digest), so the call can be
 rebuilt as the policies saw it and decided again. Calls are replayed per run (principal and session), in
-log order, with the run's labels, tallies and history rebuilt under the new set (gateway/testing/replay_runs.py).
+log order, with the run's labels, tallies and history rebuilt under the new set (gateway/testing/replay_runs.py),
+and, given the config's usage windows, the principal's window tallies (gateway/testing/replay_windows.py).
 Only the request stage is decided again: results are not in the log (their labels are). Values the log
 redacted or summarised are not the values the policies saw, so a change that a rule reading them explains
 is reported as "input redacted", not as a policy change.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from gateway.policy.call import CallInfo, Principal, SessionInfo, ToolCall, Tool
 from gateway.policy.compile import CompiledRule
 from gateway.policy.decision import Decision, Mode, Outcome
 from gateway.policy.policyset import PolicySet, env_revision
+from gateway.store.usage import window_minutes
 from gateway.testing.replay_runs import RunFolder
 
 __all__ = ["Change", "ReplayReport", "Shadow", "read_events", "replay"]
@@ -94,6 +96,8 @@ class ReplayReport:
     revisions: Counter[str] = field(default_factory=Counter)  # the recorded policy revisions
     bad_lines: list[int] = field(default_factory=list)
     runs: int = 0  # the runs (principal and session) the replayed calls belong to
+    tallied: bool = False  # the new set declares tallies
+    windows: list[str] = field(default_factory=list)  # the usage windows whose tallies were rebuilt
 
     @property
     def changed(self) -> int:
@@ -109,6 +113,7 @@ class ReplayReport:
         """A JSON-ready view."""
         return {
             "revision": self.revision, "events": self.events, "replayed": self.replayed, "runs": self.runs,
+            "windows_rebuilt": self.windows,
             "unchanged": self.unchanged, "changed": self.changed, "input_redacted": self.redacted_changes,
             "skipped": dict(self.skipped), "env_mismatch": self.env_mismatch,
             "recorded_revisions": dict(self.revisions), "bad_lines": self.bad_lines,
@@ -139,12 +144,14 @@ def read_events(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
 
 
 def replay(policy_set: PolicySet, events: Iterable[tuple[int, dict[str, Any] | None]],
-           env: dict[str, Any]) -> ReplayReport:
-    """Decide every replayable recorded call again under ``policy_set`` with ``env``."""
-    report = ReplayReport(policy_set.revision)
+           env: dict[str, Any], usage_windows: Mapping[str, float] | None = None) -> ReplayReport:
+    """Decide every replayable recorded call again under ``policy_set`` with ``env``; with ``usage_windows`` (the
+    config's, name to seconds) the principals' window tallies are rebuilt too, else they are read as logged."""
+    report = ReplayReport(policy_set.revision, tallied=bool(policy_set.tallies))
     actions = {r.id: str(r.action) for r in policy_set.rules}
     wanted_env = env_revision(env)
-    runs = RunFolder(policy_set)
+    runs = RunFolder(policy_set, window_minutes(usage_windows or {}))
+    report.windows = sorted(runs.windows.windows) if report.tallied else []
     for number, event in events:
         if event is None:
             report.bad_lines.append(number)

@@ -7,11 +7,13 @@ the new set does not declare are dropped). Then each call is folded as the pipel
 its tallies, computed again, and its request-stage labels, decided again; its response-stage labels are the
 recording's (``flow.labels_added.response``: results are not in the log), added when the call ran then and would
 run now. A poll or a retry of a held call (``approval.pending`` / ``approval.replayed``) is decided but not folded:
-it was not a new call.
+it was not a new call. The principal's window tallies are rebuilt the same way, across its runs, when the window
+lengths are known (gateway/testing/replay_windows.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -19,6 +21,7 @@ from gateway.policy.call import Principal, ToolCall
 from gateway.policy.decision import Decision, Verdict
 from gateway.policy.flow import LabelOverflow
 from gateway.policy.policyset import PolicySet
+from gateway.testing.replay_windows import WindowFolder
 from gateway.testing.run_state import LABELS_REFUSED, RunState
 
 __all__ = ["RunFolder"]
@@ -29,14 +32,18 @@ RunKey = tuple[str, str]  # (principal key, session id)
 class RunFolder:
     """The runs of one replay: gives each call its run's state, and folds its new decision into it."""
 
-    def __init__(self, policy_set: PolicySet) -> None:
+    def __init__(self, policy_set: PolicySet, windows: Mapping[str, int] | None = None) -> None:
         self.policy_set = policy_set
         self.runs: dict[RunKey, RunState] = {}
         self._ids = [t.id for t in policy_set.tallies]
+        # the principals' window tallies, rebuilt when the window lengths are known (else as logged)
+        self.windows = WindowFolder(windows or {}, self._ids, policy_set.zero)
 
     def with_state(self, event: dict[str, Any], context: dict[str, Any], call: ToolCall) -> ToolCall:
-        """``call`` with its run's labels, tallies and history as the new set leaves them (counters as logged)."""
+        """``call`` with its run's labels, tallies and history, and its principal's window tallies, as the new set
+        leaves them (counters as logged)."""
         state = self._state(event, context)
+        call = self.windows.with_usage(_principal_key(event), call, _dict(context.get("usage")))
         return replace(call, session=state.session(call.session, self.policy_set.zero, counters=False))
 
     def fold(self, event: dict[str, Any], context: dict[str, Any], call: ToolCall, decision: Decision) -> Decision:
@@ -55,7 +62,9 @@ class RunFolder:
         if verdict is not Verdict.ALLOW and verdict is not Verdict.APPROVE:
             state.record(tool, str(verdict), decision.decided_by, [], time, counters=False)
             return decision
-        refusal = state.admit(self.policy_set, call, decision)
+        admitted_at = event.get("time") if approved else time  # an approved call counts when released
+        refusal = state.admit(self.policy_set, call, decision,
+                              lambda change: self.windows.add(_principal_key(event), change, admitted_at))
         labels = [*decision.labels, *(_response_labels(event) if _ran(event, context) else [])]
         if refusal is None:
             try:

@@ -8,7 +8,7 @@ after the result (``add_labels``), and every counted call leaves one history ent
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -16,7 +16,7 @@ from gateway.core.errors import CelEvaluationError
 from gateway.core.limits import MAX_RUN_LABELS
 from gateway.policy.call import SessionInfo, ToolCall, UsageInfo
 from gateway.policy.decision import Decision, Verdict
-from gateway.policy.flow import HistoryEntry, Tallies, appended_history, history_entry, merged_labels
+from gateway.policy.flow import HistoryEntry, Tallies, TallyChange, appended_history, history_entry, merged_labels
 from gateway.policy.policyset import PolicySet
 
 __all__ = ["LABELS_REFUSED", "TALLY_REFUSED", "TALLY_RULE", "RunState", "Window"]
@@ -99,9 +99,11 @@ class RunState:
             out = replace(out, calls=self.calls, calls_by_tool=dict(self.calls_by_tool), rejected=self.rejected)
         return out
 
-    def admit(self, policy_set: PolicySet, call: ToolCall, decision: Decision) -> Decision | None:
-        """Add what the admitted ``call`` counts (on its final arguments) to the tallies; when a tally cannot be
-        computed, nothing is added and this is the refusal the call gets instead of ``decision``."""
+    def admit(self, policy_set: PolicySet, call: ToolCall, decision: Decision,
+              counted: Callable[[TallyChange], None] | None = None) -> Decision | None:
+        """Add what the admitted ``call`` counts (on its final arguments) to the tallies (and hand it to
+        ``counted``, when given); when a tally cannot be computed, nothing is added and this is the refusal the
+        call gets instead of ``decision``."""
         if not policy_set.tallies_for(call.tool.name):
             return None
         try:
@@ -114,6 +116,8 @@ class RunState:
             self.tallies = self.tallies.added(change)
             for window in self.windows.values():
                 window.tallies = window.tallies.added(change)
+            if counted is not None:
+                counted(change)
         return None
 
     def add_labels(self, labels: Iterable[str]) -> None:

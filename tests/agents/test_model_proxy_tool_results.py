@@ -17,6 +17,7 @@ import pytest
 from agent_stage import Stage
 from approval_support import PEOPLE
 from fake_model import script, tool_results_of
+from flow_support import egress_rule, function_tools, label_rule, policy, sum_tally
 from model_proxy_drivers import gateway_model_client
 from test_model_proxy import FRAMEWORKS, audit, models, run
 
@@ -48,8 +49,7 @@ rules:
 SECRET = "sk-live0123456789abcdefXYZ"
 WITHHELD = "The file held instructions for the model, so its content was withheld."
 ENDED = "The file asked for a wipe; this run is over."
-TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
-         for name in ("read_file", "send_mail")]
+TOOLS = function_tools("read_file", "send_mail")
 
 
 def conversation(*results: tuple[str, str]) -> list[Json]:
@@ -170,24 +170,14 @@ async def test_an_agent_frameworks_own_tool_result_is_redacted_for_its_model(sta
     assert any(e["tool"] == "deploy" and e["verdict"] == "allow" for e in audit(stage))
 
 
-FLOW = """
-policy: flow
-rules:
-  - id: web-is-untrusted
-    tools: [fetch]
-    stage: response
-    action: label
-    labels: [untrusted]
-  - id: no-mail-after-untrusted
-    tools: [send_mail]
-    when: '"untrusted" in session.labels'
-    action: approve
-    message: This run read untrusted content; sending mail needs a person.
-    approval: {approvers: ["group:ops"], timeout: 60s}
-"""
+FLOW = policy("flow", rules=[
+    label_rule("web-is-untrusted", ["fetch"]),
+    egress_rule("no-mail-after-untrusted", tools=["send_mail"],
+                message="This run read untrusted content; sending mail needs a person.",
+                approval={"approvers": ["group:ops"], "timeout": "60s"}),
+])
 
-FLOW_TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
-              for name in ("fetch", "send_mail")]
+FLOW_TOOLS = function_tools("fetch", "send_mail")
 
 
 async def test_a_label_from_a_result_makes_the_next_egress_call_need_a_person(stage: Stage) -> None:
@@ -210,3 +200,35 @@ async def test_a_label_from_a_result_makes_the_next_egress_call_need_a_person(st
         clean = await client.chat.completions.create(model="m", messages=[
             {"role": "user", "content": script(("send_mail", {"to": "x@example.test"}))}], tools=FLOW_TOOLS)
     assert [c.function.name for c in clean.choices[0].message.tool_calls or []] == ["send_mail"]  # another run
+
+
+DAILY = policy("daily", tallies=[sum_tally(tools=["transfer"])], rules=[{
+    "id": "no-statements-after-a-big-day", "tools": ["statement"], "stage": "response",
+    "when": "usage.day.tallies.transferred > 500.0", "action": "reject",
+    "message": "More than 500 USD moved today; statements are withheld."}])
+
+DAILY_TOOLS = function_tools("transfer", "statement")
+
+
+async def test_a_results_rules_read_the_principals_window_tallies(stage: Stage) -> None:
+    await stage.start(DAILY, models=models(stage), usage_windows={"day": "24h"})
+
+    async def transfer(amount: int) -> None:  # the model asks for it: handed out, admitted and counted
+        async with gateway_model_client(stage.url, PEOPLE["alice"][0], f"run-{uuid.uuid4().hex}") as client:
+            asked = await client.chat.completions.create(model="m", tools=DAILY_TOOLS, messages=[
+                {"role": "user", "content": script(("transfer", {"amount": amount}))}])
+        assert [c.function.name for c in asked.choices[0].message.tool_calls or []] == ["transfer"]
+
+    async def statement() -> str:  # the agent sends its own tool's result back, in another run each time
+        async with gateway_model_client(stage.url, PEOPLE["alice"][0], f"run-{uuid.uuid4().hex}") as client:
+            messages = conversation(("statement", "balance: 12 USD"))
+            await client.chat.completions.create(model="m", messages=messages, tools=DAILY_TOOLS)
+        [read] = model_read(stage)
+        return read
+
+    await transfer(400)
+    assert await statement() == "balance: 12 USD"  # 400 today: the rule reads the day's tally and lets it through
+    await transfer(400)
+    assert await statement() == "More than 500 USD moved today; statements are withheld."  # 800, over two runs
+    [_, refused] = results_recorded(stage)
+    assert (refused["verdict"], refused["decided_by"]) == ("reject", ["daily/no-statements-after-a-big-day"])

@@ -15,6 +15,7 @@ from typing import Any
 import httpx2
 import pytest
 import yaml
+from flow_support import cap_rule, egress_rule, label_rule, policy, sum_tally
 from loopback import serve_app
 
 from gateway.app import build_app, server_options
@@ -308,35 +309,13 @@ def test_a_rule_reading_redacted_claims_is_put_down_to_redaction(quickstart: Pat
 # --- runs: labels and tallies rebuilt under the new set ---------------------------------------------------------
 
 # Recorded under: search results labelled untrusted, transfers tallied, no cap.
-FLOWS = """
-policy: flows
-tallies:
-  - id: transferred
-    tools: [payments_transfer]
-    sum: double(args.amount)
-rules:
-  - id: notes-are-untrusted
-    tools: [notes_search]
-    stage: response
-    action: label
-    labels: [untrusted]
-"""
+FLOWS = policy("flows", tallies=[sum_tally()], rules=[label_rule("notes-are-untrusted", ["notes_search"])])
 
 # Replayed under: a cap of 25 per run, and a note written after untrusted content needs a person.
-CAPS = """
-policy: caps
-rules:
-  - id: spend-cap
-    tools: [payments_transfer]
-    when: session.tallies.transferred + double(args.amount) > 25.0
-    action: reject
-    message: This run may move at most 25 USD.
-  - id: notes-after-untrusted
-    tools: [notes_add_note]
-    when: '"untrusted" in session.labels'
-    action: approve
-    approval: {approvers: [bob]}
-"""
+CAPS = policy("caps", rules=[
+    cap_rule(25, message="This run may move at most 25 USD."),
+    egress_rule("notes-after-untrusted", tools=["notes_add_note"], message=None, approval={"approvers": ["bob"]}),
+])
 
 TRANSFER = {"from_account": "acc-1", "to_account": "acc-2", "amount": 10, "currency": "USD"}
 RUN_CALLS = [

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,8 @@ import httpx2
 import pytest
 
 from gateway.approvals.model import ApprovalState, Requirement
+from gateway.core.clock import now_rfc3339
+from gateway.pipeline.results import REFUSED_AT_RELEASE, refusal
 
 try:
     from playwright.async_api import Page, async_playwright, expect
@@ -127,6 +131,30 @@ async def test_the_page_shows_whose_tool_it_is_and_who_must_approve(serve: Any, 
         "the agent itself (a tool it runs, through the model proxy)")
     await expect(agent.get_by_test_id("approvers")).to_have_text(
         "the requester, through their own client, group:managers")
+
+
+@needs_browser
+async def test_an_approved_call_refused_at_its_release_shows_as_refused_with_the_reason(
+        serve: Any, approval_desk: Any, phone: Page) -> None:
+    """Approved, then refused when released (a cap filled while it waited: gateway/pipeline/flow_step.py
+    ``readmitted``): the approval's one execution ran nothing, and the page says so, not "ran"."""
+    approval = approval_desk.add(tool="payments_transfer", args={"amount": 600})
+    refused = refusal(approval.call_id, "reject", "This run may move at most 1000 USD.")
+    refused.meta[REFUSED_AT_RELEASE] = "flows/spend-cap"  # as the release's admission marks it
+    done = dataclasses.replace(approval, state=ApprovalState.EXECUTED, decided_at=now_rfc3339(),
+                               decided_ts=time.time(), executed_at=now_rfc3339(), result=refused.to_rest())
+    assert approval_desk.service.store.transition(done, ApprovalState.PENDING)
+    base = await serve(approval_desk.app())
+    await sign_in(phone, base, "bob-key", f"/approvals/{approval.id}")
+
+    card = phone.locator(f'[data-approval-id="{approval.id}"]')
+    await expect(card.get_by_test_id("state")).to_have_text("refused at release")
+    await expect(card.get_by_test_id("execution")).to_have_text(
+        f"refused when released at {done.executed_at}: This run may move at most 1000 USD. (rule flows/spend-cap)")
+    await expect(card.get_by_test_id("approve")).to_be_hidden()
+    shown = approval_desk.service.store.get(approval.id).to_dict()["execution"]  # the API's view
+    assert (shown["state"], shown["reason"], shown["rule"]) == (
+        "refused_at_release", "This run may move at most 1000 USD.", "flows/spend-cap")
 
 
 @needs_browser

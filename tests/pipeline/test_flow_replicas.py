@@ -22,6 +22,7 @@ import httpx2
 import pytest
 import pytest_asyncio
 import yaml
+from flow_support import cap_rule, policy, sum_tally
 from loopback import serve_app
 from postgres_cluster import Cluster, running_cluster
 from starlette.applications import Starlette
@@ -34,18 +35,7 @@ from gateway.auth.keys import hash_key
 pytestmark = [pytest.mark.session_loop, pytest.mark.slow]  # two processes to start: seconds on a loaded machine
 
 KEY = "alice-flow-replicas-key"
-CAP = """policy: caps
-tallies:
-  - id: transferred
-    tools: [up_transfer]
-    sum: double(args.amount)
-rules:
-  - id: spend-cap
-    tools: [up_transfer]
-    when: 'session.tallies.transferred + double(args.amount) > 1000.0'
-    action: reject
-    message: This run may move at most 1000 USD.
-"""
+CAP = policy("caps", tallies=[sum_tally(tools=["up_transfer"])], rules=[cap_rule(tools=["up_transfer"])])
 
 
 def _free_port() -> int:

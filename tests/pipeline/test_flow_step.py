@@ -9,11 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from flow_support import (
+    cap_rule,
+    distinct_tally,
+    egress_rule,
+    function_tools,
+    label_rule,
+    policy,
+    recipient_cap_rule,
+    sum_tally,
+)
 
 from gateway.core.limits import MAX_RUN_LABELS
 from gateway.models.client_tools import client_tools
@@ -24,55 +35,21 @@ from gateway.pipeline.flow_step import LABELS_FULL
 from gateway.pipeline.runs import Run
 from gateway.pipeline.settings import CallSettings
 from gateway.policy.call import Principal
+from gateway.policy.flow import Tallies
 from gateway.reload.holder import PolicyHolder
 from gateway.store.sqlite import SqliteStore
 from gateway.upstreams.registry import ToolRegistry
 
-FLOWS = """
-policy: flows
-tallies:
-  - id: transferred
-    tools: [payments_transfer]
-    sum: double(args.amount)
-  - id: recipients
-    tools: [mail_send]
-    distinct: args.to
-rules:
-  - id: web-content-is-untrusted
-    tools: [web_fetch]
-    stage: response
-    action: label
-    labels: [untrusted]
-  - id: nothing-leaves-after-untrusted-content
-    tools: [mail_send]
-    when: '"untrusted" in session.labels'
-    action: approve
-    message: This run read untrusted content; sending data out needs a person.
-  - id: spend-cap
-    tools: [payments_transfer]
-    when: 'session.tallies.transferred + double(args.amount) > 1000.0'
-    action: reject
-    message: This run may move at most 1000 USD.
-  - id: daily-cap
-    tools: [payments_transfer]
-    when: 'usage.day.tallies.transferred + double(args.amount) > 1500.0'
-    action: reject
-    message: At most 1500 USD a day.
-  - id: recipient-cap
-    tools: [mail_send]
-    when: 'session.tallies.recipients >= 3 && !(args.to in session.seen.recipients)'
-    action: reject
-    message: This run may write to at most 3 different people.
-  - id: tagged
-    tools: [tag]
-    action: label
-    labelsExpression: args.tags
-  - id: no-forbidden-tags
-    tools: [tag]
-    when: '"forbidden" in args.tags'
-    action: reject
-    message: Not that tag.
-"""
+FLOWS = policy("flows", tallies=[sum_tally(), distinct_tally(tools=["mail_send"])], rules=[
+    label_rule(tools=["web_fetch"]),
+    egress_rule("nothing-leaves-after-untrusted-content"),
+    cap_rule(),
+    cap_rule(1500, id="daily-cap", window="day", message="At most 1500 USD a day."),
+    recipient_cap_rule(3, tools=["mail_send"], message="This run may write to at most 3 different people."),
+    {"id": "tagged", "tools": ["tag"], "action": "label", "labelsExpression": "args.tags"},
+    {"id": "no-forbidden-tags", "tools": ["tag"], "when": '"forbidden" in args.tags', "action": "reject",
+     "message": "Not that tag."},
+])
 
 PLAIN = """
 policy: plain
@@ -84,24 +61,21 @@ rules:
     message: Not that.
 """
 
-_PROPERTIES: dict[str, dict[str, Any]] = {
-    "payments_transfer": {"amount": {"type": "number"}},
-    "mail_send": {"to": {"type": "string"}},
-    "web_fetch": {"url": {"type": "string"}},
-    "tag": {"tags": {"type": "array", "items": {"type": "string"}}},
-}
-TOOLS = client_tools([{"type": "function", "function": {"name": name, "parameters": {
-    "type": "object", "properties": properties}}} for name, properties in _PROPERTIES.items()])
+TOOLS = client_tools(function_tools(
+    "payments_transfer", "mail_send", "web_fetch", "tag", payments_transfer={"amount": "number"},
+    mail_send={"to": "string"}, web_fetch={"url": "string"},
+    tag={"tags": {"type": "array", "items": {"type": "string"}}}))
 assert isinstance(TOOLS, dict)
 
 
 class Bench:
     """A gateway on its own files, and the calls a test makes through it."""
 
-    def __init__(self, root: Path, policy: str) -> None:
+    def __init__(self, root: Path, policy: str, **store: Any) -> None:
         (root / "p").mkdir()
         (root / "p" / "flows.yaml").write_text(policy)
-        self.store = SqliteStore(root / "gw.db", usage_windows={"day": 86400})
+        self.path = root / "gw.db"
+        self.store = SqliteStore(self.path, usage_windows={"day": 86400}, **store)
         self.audit = AuditLog(root / "audit.jsonl")
         self.gateway = Gateway(PolicyHolder([root / "p"]), ToolRegistry([]), self.store, self.audit, CallSettings())
         self.count = 0
@@ -255,6 +229,56 @@ async def test_a_policy_without_labels_or_tallies_writes_no_flow_object(tmp_path
         assert outcome.decision == "allow"
         assert "flow" not in bench.event("c-1")
         assert len((await bench.run()).history) == 1  # history is kept whatever the policies read
+    finally:
+        bench.audit.close()
+        bench.store.close()
+
+
+async def test_a_rule_reading_the_runs_tallies_is_evaluated_in_the_admission_on_the_values_locked_there(
+        tmp_path: Path) -> None:
+    bench = Bench(tmp_path, FLOWS, busy_timeout=60.0)
+    locker = sqlite3.connect(bench.path, isolation_level=None)
+    try:
+        assert (await bench.decide("payments_transfer", amount=300)).decision == "allow"
+        await bench.store.flushed()
+        run = await bench.run()
+        locker.execute("BEGIN IMMEDIATE")  # another process holds the write lock, and moves 600 in this run
+        locker.execute("UPDATE sessions SET tallies = ? WHERE principal = 'alice' AND id = 'run-1'",
+                       (json.dumps(Tallies({"transferred": 900.0}).to_json()),))
+        waiting = asyncio.create_task(bench.decide("payments_transfer", amount=200))
+        other = await bench.decide("web_fetch", url="https://example.test")  # no tally: decided on the loop
+        assert other.decision == "allow" and not waiting.done()  # the tallied call waits for the lock, off the loop
+        assert run.tallies.values["transferred"] == 300.0  # what this process knew when the call came in
+        locker.execute("COMMIT")
+        refused = await waiting
+    finally:
+        locker.close()
+        bench.audit.close()
+        bench.store.close()
+    # decided on the 900 read under the lock, not the 300 the call was built with: 900 + 200 > 1000
+    assert (refused.decision, refused.text) == ("reject", "This run may move at most 1000 USD.")
+    event = bench.event("c-3")
+    assert event["context"]["session"]["tallies"]["transferred"] == 900.0 and event["flow"]["tallies"] == {}
+    assert run.tallies.values["transferred"] == 900.0
+
+
+ERRING = policy("erring", tallies=[sum_tally()], rules=[{
+    "id": "urgent-only-after-100", "tools": ["payments_transfer"],
+    "when": 'session.tallies.transferred > 100.0 && args.note == "urgent"', "action": "reject",
+    "message": "Not urgent ones."}])
+
+
+async def test_a_rule_that_fails_in_the_admission_refuses_the_call_and_counts_nothing(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, ERRING)
+    try:
+        # args.note is never given: evaluating it is an error, reached only once the locked tally passes 100
+        outcomes = [await bench.decide("payments_transfer", amount=amount) for amount in (80, 40, 10)]
+        assert [o.decision for o in outcomes] == ["allow", "allow", "reject"]
+        assert outcomes[2].text == ("The policy rule erring/urgent-only-after-100 could not be evaluated, so the call "
+                                 "is denied.")
+        assert (await bench.run()).tallies.values["transferred"] == 120.0  # the refused call moved nothing
+        [rule] = bench.event("c-3")["rules"]
+        assert (rule["rule"], rule["outcome"]) == ("erring/urgent-only-after-100", "error")
     finally:
         bench.audit.close()
         bench.store.close()

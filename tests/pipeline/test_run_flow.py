@@ -8,6 +8,7 @@ racing one cap on one gateway admit exactly what fits."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 import uuid
 from typing import Any
@@ -15,65 +16,49 @@ from typing import Any
 import mcp_types as types
 import pytest
 import pytest_asyncio
+from flow_support import (
+    EGRESS_AFTER_UNTRUSTED,
+    SPEND_CAP,
+    TRANSFER,
+    approve_rule,
+    cap_rule,
+    distinct_tally,
+    egress_rule,
+    label_rule,
+    object_schema,
+    policy,
+    recipient_cap_rule,
+    sum_tally,
+)
 
 from gateway.auth.keys import hash_key
+from gateway.pipeline.results import APPROVAL_KEPT, STORE_UNAVAILABLE
 
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
-FLOWS = """
-policy: flows
-tallies:
-  - id: transferred
-    tools: [payments_transfer]
-    sum: double(args.amount)
-  - id: recipients
-    tools: ["mail_*"]
-    distinct: args.to
-rules:
-  - id: web-content-is-untrusted
-    tools: ["web_*"]
-    stage: response
-    action: label
-    labels: [untrusted]
-  - id: nothing-leaves-after-untrusted-content
-    when: '"untrusted" in session.labels && tool.annotations.openWorldHint && !tool.annotations.readOnlyHint'
-    action: approve
-    message: This run read untrusted content; sending data out needs a person.
-    approval: {approvers: ["user:bob"], timeout: 60s}
-  - id: big-transfers-need-a-person
-    tools: [payments_transfer]
-    when: 'double(args.amount) >= 500.0'
-    action: approve
-    message: Transfers of 500 USD or more need a person.
-    approval: {approvers: ["user:bob"], timeout: 60s}
-  - id: spend-cap
-    tools: [payments_transfer]
-    when: 'session.tallies.transferred + double(args.amount) > 1000.0'
-    action: reject
-    message: This run may move at most 1000 USD.
-  - id: recipient-cap
-    tools: ["mail_*"]
-    when: 'session.tallies.recipients >= 3 && !(args.to in session.seen.recipients)'
-    action: reject
-    message: This run may write to at most 3 different people.
-"""
+BOB = {"approvers": ["user:bob"], "timeout": "60s"}
+FLOWS = policy("flows", tallies=[sum_tally(), distinct_tally()], rules=[
+    label_rule(),
+    egress_rule("nothing-leaves-after-untrusted-content", tools=None, when=EGRESS_AFTER_UNTRUSTED, approval=BOB),
+    approve_rule("big-transfers-need-a-person", "double(args.amount) >= 500.0", tools=[TRANSFER],
+                 message="Transfers of 500 USD or more need a person.", approval=BOB),
+    cap_rule(),
+    recipient_cap_rule(3, message="This run may write to at most 3 different people."),
+])
 
-SPEND_CAP = "This run may move at most 1000 USD."
 WORLD = {"openWorldHint": True}
 
 
 def _tools() -> list[dict[str, Any]]:
     """The HTTP API's routes as an agent's tools: a read of the web, a mail out, a payment (all egress but the read)."""
-    def schema(**properties: str) -> dict[str, Any]:
-        return {"type": "object", "properties": {k: {"type": v} for k, v in properties.items()}}
-
     return [
-        {"name": "web_fetch", "method": "GET", "path": "/search", "input_schema": schema(q="string"),
+        {"name": "web_fetch", "method": "GET", "path": "/search", "input_schema": object_schema(q="string"),
          "annotations": {**WORLD, "readOnlyHint": True}},
-        {"name": "mail_send", "method": "POST", "path": "/items", "input_schema": schema(to="string", name="string"),
-         "annotations": {**WORLD, "readOnlyHint": False}},
+        {"name": "mail_send", "method": "POST", "path": "/items",
+         "input_schema": object_schema(to="string", name="string"), "annotations": {**WORLD, "readOnlyHint": False}},
         {"name": "payments_transfer", "method": "POST", "path": "/items",
-         "input_schema": schema(amount="number", name="string"), "annotations": {**WORLD, "readOnlyHint": False}},
+         "input_schema": object_schema(amount="number", name="string"),
+         "annotations": {**WORLD, "readOnlyHint": False}},
     ]
 
 
@@ -158,6 +143,11 @@ async def test_an_approved_transfer_counts_when_released_and_is_refused_if_the_c
     approval = (await rest(flows, "bob").get(f"/v1/approvals/{approval_id}")).json()
     assert approval["state"] == "executed"  # the refusal is the approval's one execution
     assert SPEND_CAP in approval["execution"]["outcome"]
+    execution = approval["execution"]  # shown as refused when released, not as "ran"
+    assert (execution["state"], execution["reason"], execution["rule"]) == (
+        "refused_at_release", SPEND_CAP, "flows/spend-cap")
+    assert execution["label"] == f"refused when released at {execution['at']}: {SPEND_CAP}"
+    assert released["meta"]["gateway/refused_at_release"] == "flows/spend-cap"
     event = flows.audit_event(f"{mark}-big")
     assert event["decided_by"] == ["flows/big-transfers-need-a-person", "flows/spend-cap"]
     assert event["flow"]["tallies"] == {}
@@ -170,6 +160,46 @@ async def test_an_approved_transfer_counts_when_released_and_is_refused_if_the_c
     outcome = [e for e in flows.audit_events() if e.get("call_id") == f"{mark}-fits" and e["event"] == "call.outcome"]
     assert outcome[-1]["flow"]["tallies"] == {"transferred": {"before": 500.0, "after": 1000.0}}
     assert (await transfer(1, f"{mark}-one"))["content"][0]["text"] == SPEND_CAP  # full: 1 USD more is refused
+
+
+
+async def test_a_store_failure_at_release_refuses_the_call_and_the_approval_stays_usable(
+        flows: Any, rest: Any, rest_call: Any, http_api: Any) -> None:
+    alice, mark = rest(flows, "alice"), _marker()
+    call_id = f"{mark}-big"
+
+    async def transfer() -> dict[str, Any]:
+        answer: dict[str, Any] = await rest_call(alice, "payments_transfer", {"amount": 600, "name": call_id},
+                                                 call_id=call_id)
+        return answer
+
+    # held on its connection (admitted as "approve", counting nothing); the store fails before it is released
+    held = asyncio.create_task(alice.post("/v1/tools/payments_transfer/invoke", params={"wait": "30s"}, json={
+        "arguments": {"amount": 600, "name": call_id}, "call_id": call_id}))
+    approval_id = await _pending_of(rest, flows, call_id)
+    database = flows.config.path(flows.config.spec.store.sqlite)
+    with sqlite3.connect(database) as db:  # the tallies' lock table is gone: the admission at release fails
+        db.execute("ALTER TABLE tally_locks RENAME TO tally_locks_away")
+    try:
+        await _approve(rest, flows, approval_id)
+        refused = (await asyncio.wait_for(held, 10)).json()
+    finally:
+        with sqlite3.connect(database) as db:
+            db.execute("ALTER TABLE tally_locks_away RENAME TO tally_locks")
+
+    assert (refused["decision"], refused["is_error"]) == ("tool_failed", True)
+    assert refused["content"][0]["text"] == f"{STORE_UNAVAILABLE} {APPROVAL_KEPT}"
+    assert http_api.seen(call_id) == []  # fail closed: nothing ran, and nothing was counted
+    approval = (await rest(flows, "bob").get(f"/v1/approvals/{approval_id}")).json()
+    assert approval["state"] == "approved"  # given back: the approval was not used up
+    run = await flows.gateway.store.session("alice", alice.headers["X-Gateway-Session"])
+    assert run.tallies.values.get("transferred", 0.0) == 0.0
+
+    ran = await transfer()  # the store is back: the retry is admitted, counted and run, once
+    assert (ran["decision"], ran["is_error"]) == ("approve", False)
+    assert len(http_api.seen(call_id)) == 1
+    outcomes = [e for e in flows.audit_events() if e.get("call_id") == call_id and e["event"] == "call.outcome"]
+    assert outcomes[-1]["flow"]["tallies"] == {"transferred": {"before": 0.0, "after": 600.0}}
 
 
 async def test_caps_and_labels_over_mcp(flows: Any, connect_mcp: Any, rest: Any, http_api: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from flow_support import approve_rule, distinct_tally, label_rule, policy, sum_tally
 
 from gateway.policy.call import ResultInfo, SessionInfo, ToolCall, ToolInfo
 from gateway.policy.decision import Stage
@@ -12,35 +13,14 @@ from gateway.policy.explain import explain, render_text
 
 pytestmark = pytest.mark.both_engines
 
-POLICY = """\
-policy: flows
-tallies:
-  - id: transferred
-    tools: [pay]
-    sum: double(args.amount)
-  - id: payees
-    tools: [pay]
-    distinct: args.to
-rules:
-  - id: cap
-    tools: [pay]
-    action: rewrite
-    rewrite: {set: {amount: 'args.amount > 900 ? 900 : args.amount'}}
-  - id: ask
-    tools: [pay]
-    when: 'session.tallies.transferred + double(args.amount) > 1000.0'
-    action: approve
-  - id: untrusted
-    tools: [web]
-    stage: response
-    action: label
-    labels: [untrusted]
-  - id: computed
-    tools: [web]
-    stage: response
-    action: label
-    labelsExpression: 'result.text.contains("key") ? ["secret"] : []'
-"""
+POLICY = policy("flows", tallies=[sum_tally(tools=["pay"]), distinct_tally("payees", ["pay"])], rules=[
+    {"id": "cap", "tools": ["pay"], "action": "rewrite",
+     "rewrite": {"set": {"amount": "args.amount > 900 ? 900 : args.amount"}}},
+    approve_rule("ask", "session.tallies.transferred + double(args.amount) > 1000.0", tools=["pay"]),
+    label_rule("untrusted", ["web"]),
+    {"id": "computed", "tools": ["web"], "stage": "response", "action": "label",
+     "labelsExpression": 'result.text.contains("key") ? ["secret"] : []'},
+])
 
 
 def test_label_rules_show_what_they_give_and_what_they_added(load):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flow_support import cap_rule, distinct_tally, policy, recipient_cap_rule, sum_tally
 
 from gateway.core.diagnostics import Diagnostic, Severity
 from gateway.core.errors import CelEvaluationError
@@ -23,31 +24,8 @@ from gateway.policy.tallies import TallyError
 
 pytestmark = pytest.mark.both_engines
 
-FLOWS = """\
-policy: flows
-tallies:
-  - id: transferred
-    description: money moved by the run
-    tools: [payments_transfer]
-    sum: double(args.amount)
-  - id: recipients
-    tools: ["mail_*"]
-    distinct: args.to
-rules:
-  - id: spend-cap
-    tools: [payments_transfer]
-    when: 'session.tallies.transferred + double(args.amount) > 1000.0'
-    action: reject
-    message: This run may move at most 1000 USD.
-  - id: recipient-cap
-    tools: ["mail_*"]
-    when: 'session.tallies.recipients >= 2 && !(args.to in session.seen.recipients)'
-    action: reject
-  - id: daily-cap
-    tools: [payments_transfer]
-    when: 'usage.day.tallies.transferred + double(args.amount) > 5000.0'
-    action: reject
-"""
+FLOWS = policy("flows", tallies=[sum_tally(description="money moved by the run"), distinct_tally()], rules=[
+    cap_rule(), recipient_cap_rule(2), cap_rule(5000, id="daily-cap", window="day", message=None)])
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flow_support import cap_rule, egress_rule, label_rule, policy, sum_tally
 
 from gateway.cli import main
 from gateway.policy.policyset import env_revision
@@ -21,29 +22,11 @@ RECORDED = """
 """
 
 # The new set: a per-run spend cap, and mail held once the run read untrusted content.
-CAPPED = """
-    policy: flows
-    tallies:
-      - id: transferred
-        tools: [payments_transfer]
-        sum: double(args.amount)
-    rules:
-      - id: web-content-is-untrusted
-        tools: ["web_*"]
-        stage: response
-        action: label
-        labels: [untrusted]
-      - id: spend-cap
-        tools: [payments_transfer]
-        when: session.tallies.transferred + double(args.amount) > 1000.0
-        action: reject
-        message: This run may move at most 1000 USD.
-      - id: egress-after-untrusted
-        tools: [mail_send]
-        when: '"untrusted" in session.labels'
-        action: approve
-        approval: {approvers: [bob]}
-"""
+CAPPED = policy("flows", tallies=[sum_tally()], rules=[
+    label_rule(),
+    cap_rule(),
+    egress_rule(message=None, approval={"approvers": ["bob"]}),
+])
 
 
 def event(n: int, tool: str, args: dict[str, Any], *, principal: str = "alice", session: str = "run-1",

@@ -5,50 +5,28 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from flow_support import (
+    TRANSFER,
+    approve_rule,
+    cap_rule,
+    distinct_tally,
+    egress_rule,
+    label_rule,
+    policy,
+    recipient_cap_rule,
+    sum_tally,
+)
 
 from gateway.testing import Status, TestRun, run_tests
 
-FLOWS = """
-    policy: flows
-    tallies:
-      - id: transferred
-        tools: [payments_transfer]
-        sum: double(args.amount)
-      - id: recipients
-        tools: ["mail_*"]
-        distinct: args.to
-    rules:
-      - id: web-content-is-untrusted
-        tools: ["web_*"]
-        stage: response
-        action: label
-        labels: [untrusted]
-      - id: egress-after-untrusted
-        tools: [mail_send]
-        when: '"untrusted" in session.labels'
-        action: approve
-        message: This run read untrusted content; sending data out needs a person.
-        approval: {approvers: [bob]}
-      - id: spend-cap
-        tools: [payments_transfer]
-        when: session.tallies.transferred + double(args.amount) > 1000.0
-        action: reject
-        message: This run may move at most 1000 USD.
-      - id: big-transfer
-        tools: [payments_transfer]
-        when: double(args.amount) > 500.0
-        action: approve
-        approval: {approvers: [bob]}
-      - id: recipient-cap
-        tools: ["mail_*"]
-        when: session.tallies.recipients >= 2 && !(args.to in session.seen.recipients)
-        action: reject
-        message: This run may write to at most 2 different people.
-      - id: no-wipes
-        tools: [files_wipe]
-        action: terminate
-        message: Wiping ends the run.
-"""
+FLOWS = policy("flows", tallies=[sum_tally(), distinct_tally()], rules=[
+    label_rule(),
+    egress_rule(approval={"approvers": ["bob"]}),
+    cap_rule(),
+    approve_rule("big-transfer", "double(args.amount) > 500.0", tools=[TRANSFER], approval={"approvers": ["bob"]}),
+    recipient_cap_rule(2, message="This run may write to at most 2 different people."),
+    {"id": "no-wipes", "tools": ["files_wipe"], "action": "terminate", "message": "Wiping ends the run."},
+])
 
 SUITE = """
     suite: flows

@@ -266,9 +266,12 @@
   function details(a) {
     const link = el("a", { href: `${prefix}/approvals/${encodeURIComponent(a.id)}`, class: "permalink",
       title: "Link to this request" }, "#", a.id);
+    // Approved, then refused by its policies when it was released (a cap filled while it waited): it did not run.
+    const refused = a.execution && a.execution.state === "refused_at_release";
     const head = el("header", { class: "card-head" },
       el("h2", { class: "tool", "data-testid": "tool" }, a.tool),
-      el("span", { class: `state state-${a.state}`, "data-testid": "state" }, a.state),
+      el("span", { class: `state state-${refused ? "refused" : a.state}`, "data-testid": "state" },
+        refused ? "refused at release" : a.state),
       el("span", { class: "countdown", "data-testid": "countdown", "data-expires": a.expires_at }));
     const groups = a.principal.groups.length ? ` (${a.principal.groups.join(", ")})` : "";
     const meta = el("dl", { class: "meta" },
@@ -280,7 +283,9 @@
       el("dt", {}, "If nobody decides"), el("dd", {}, a.on_timeout === "allow" ? "it runs" : "it is refused"),
       // What became of the call itself: an approval only runs when the agent calls again (within valid_until).
       el("dt", {}, "The call"), el("dd", { class: `execution execution-${a.execution ? a.execution.state : ""}`,
-        "data-testid": "execution" }, a.execution ? a.execution.label : "—"),
+        "data-testid": "execution" }, a.execution ? a.execution.label : "—",
+        refused && a.execution.rule ? el("span", { class: "sub", "data-testid": "execution-rule" },
+          ` (rule ${a.execution.rule})`) : null),
       el("dt", {}, "Request"), el("dd", {}, link));
     const nodes = [head, meta, el("h3", {}, "Why"), requirements(a.requirements),
       ...run.section(el, a.run, Date.now() + serverOffset), el("h3", {}, "Arguments"), args(a)];
