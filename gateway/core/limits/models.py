@@ -1,6 +1,6 @@
-"""Limits of the model proxy (POST /v1/chat/completions)."""
+"""Limits of the model proxy (POST /v1/chat/completions, /v1/responses, /v1/messages)."""
 
-# --- the model proxy (POST /v1/chat/completions; each overridable per entry of `models:`) ---
+# --- the model proxy (the three model APIs; each overridable per entry of `models:`) ---
 
 # How many times one request may ask the model: refused or skipped calls, unknown tools and gateway-run
 # tools are resolved server-side and the model is asked again; past this the agent gets a final message.
@@ -21,6 +21,9 @@ MODEL_SPLICES_KEPT = 10_000
 # repeats the conversation's results, and each is recorded once (oldest forgotten first: a forgotten one is
 # recorded again; it is still decided on every request).
 MODEL_RESULTS_KEPT = 10_000
+# Agent tool declarations kept compiled (name, description, schema -> its validator): agents send the same
+# tools with every request, and compiling a schema's validator cost more than deciding three calls.
+MODEL_AGENT_TOOLS_KEPT = 1_024
 
 # The most one streamed model answer may send in all (the bytes of all its events), like
 # MAX_MODEL_RESPONSE_BYTES for a whole answer: past it the stream is cut and the agent gets an error. Its
