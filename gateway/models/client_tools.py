@@ -17,7 +17,7 @@ from gateway.policy.catalog import CLIENT_UPSTREAM
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool
 from gateway.upstreams.registry import ExposedTool, expose
 
-__all__ = ["CLIENT", "AgentRunner", "client_tools", "function_tool", "undeclared_tools"]
+__all__ = ["CLIENT", "AgentRunner", "agent_tool", "client_tools", "function_tool", "undeclared_tools"]
 
 CLIENT = CLIENT_UPSTREAM  # tool.upstream for a tool the agent runs itself
 
@@ -71,6 +71,13 @@ def client_tools(tools: Any) -> dict[str, ExposedTool] | str:
                             parameters if isinstance(parameters, dict) else {"type": "object"})
         found[name] = expose(name, _UPSTREAM, spec)
     return found
+
+
+def agent_tool(name: str, description: Any, parameters: Any) -> ExposedTool:
+    """One of the agent's tools (any API's function-tool shape, read by its dialect) as a tool the pipeline decides."""
+    spec = UpstreamTool(name, description if isinstance(description, str) else "",
+                        parameters if isinstance(parameters, dict) else {"type": "object"})
+    return expose(name, _UPSTREAM, spec)
 
 
 def undeclared_tools(tools: Iterable[str], declared: Sequence[str] | None) -> list[str]:
