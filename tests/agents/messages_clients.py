@@ -39,7 +39,8 @@ class Turn:
 
     @property
     def text(self) -> str:
-        return "".join(b.text for b in self.message.content if b.type == "text")
+        """The last text block (a stream carries the text of every turn the gateway made, each its own block)."""
+        return next((b.text for b in reversed(self.message.content) if b.type == "text"), "")
 
 
 @dataclass
