@@ -144,6 +144,21 @@ async def test_parallel_calls_are_each_decided_and_each_answered_once(
     assert [b["tool_use_id"] for b in answered["messages"][2]["content"]] == ["toolu_0_deploy", "toolu_1_deploy"]
 
 
+@pytest.mark.parametrize("raw", ["{not json", "[1, 2]"])
+async def test_streamed_arguments_that_are_not_a_json_object_fail_closed(
+        stage: Stage, fake: FakeMessages, served: tuple[FakeMessages, str], raw: str) -> None:
+    # a whole Message's input is always an object (the SDK's types say so); a stream's input_json_delta is text
+    url = await start(stage, served)
+    fake.fragments = 2
+    prompt = script(ScriptedCall("deploy", raw=raw), ("deploy", {"service": "staging"}))
+    result = await anthropic_run(url, ALICE, prompt, True, new_run())
+    assert result.ran == ["staging"]  # the unreadable call never reached the agent
+    assert tool_results_of(result.output)[0].startswith("The call was refused: the arguments are not")
+    assert errors_of(result.output) == [True, False]
+    exchange = fake.requests[1]["messages"][1]["content"]  # what the model got back: its call with an empty input
+    assert [(b["type"], b.get("input")) for b in exchange] == [("tool_use", {})]
+
+
 async def test_system_tool_choice_and_betas_reach_the_model_as_sent(
         stage: Stage, fake: FakeMessages, served: tuple[FakeMessages, str]) -> None:
     url = await start(stage, served)
