@@ -7,8 +7,9 @@ order, and whether each said ``is_error``.
 
 It behaves like the real API where the gateway could get it wrong:
 
-- it wants ``x-api-key`` (its ``api_key``; 401 ``authentication_error`` else) and an ``anthropic-version``
-  header (400 else); every request's headers are kept in ``headers``, its body in ``requests``;
+- it wants ``x-api-key`` (its ``api_key``, when it has one; 401 ``authentication_error`` else) and an
+  ``anthropic-version`` header (400 else); every request's headers are kept in ``headers``, its body in
+  ``requests``;
 - every ``tool_use`` block of an assistant turn must be answered by a ``tool_result`` block at the start of
   the next user turn, and a ``tool_result`` must answer such a block (400 ``invalid_request_error`` else), and
   ``is_error`` must be a boolean;
@@ -90,7 +91,7 @@ def _pairing_problem(messages: list[Json]) -> str | None:
 class FakeMessages:
     """The scripted Messages model: an ASGI app, what it was sent, and the hooks a script may await."""
 
-    def __init__(self, api_key: str = API_KEY) -> None:
+    def __init__(self, api_key: str | None = API_KEY) -> None:
         self.api_key = api_key
         self.requests: list[Json] = []
         self.headers: list[dict[str, str]] = []
@@ -117,7 +118,7 @@ class FakeMessages:
 
     async def _messages(self, request: Request) -> Response:
         self.headers.append(dict(request.headers))
-        if request.headers.get("x-api-key") != self.api_key:
+        if self.api_key is not None and request.headers.get("x-api-key") != self.api_key:
             return JSONResponse(error_body("authentication_error", "invalid x-api-key"), 401)
         if not request.headers.get("anthropic-version"):
             return JSONResponse(error_body("invalid_request_error", "anthropic-version: header is required"), 400)
