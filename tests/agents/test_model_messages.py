@@ -237,6 +237,26 @@ async def test_an_upstream_error_reaches_the_client_in_the_messages_format_with_
     assert "the fake failed this request" in body["error"]["message"]
 
 
+async def test_an_upstream_failing_midway_ends_the_stream_with_the_error_event_the_sdk_raises(
+        stage: Stage, fake: FakeMessages, served: tuple[FakeMessages, str]) -> None:
+    url = await start(stage, served)
+    fake.preamble = "On it."
+
+    async def fail_next(seen: list[str]) -> None:  # the model request after this one fails
+        fake.fail = (529, "overloaded_error")
+
+    prompt = script(("deploy", {"service": "prod"}), ScriptedCall("deploy", {"service": "docs"}, before="fail"),
+                    ("deploy", {"service": "staging"}))
+    fake.hooks["fail"] = fail_next
+    async with anthropic_client(url, ALICE, new_run()) as client:
+        with pytest.raises(anthropic.APIStatusError) as raised:
+            await ask(client, [{"role": "user", "content": prompt}], True)
+    # the stream had begun (the first turns' text): the failure is its last event, in the Messages format
+    body = raised.value.body
+    assert isinstance(body, dict) and body["type"] == "error" and body["error"]["type"] == "api_error"
+    assert "overloaded_error" in body["error"]["message"] and len(fake.requests) == 3
+
+
 async def test_the_upstream_refusing_the_gateways_key_never_shows_the_key(
         stage: Stage, fake: FakeMessages, served: tuple[FakeMessages, str], monkeypatch: pytest.MonkeyPatch) -> None:
     wrong = "sk-ant-not-the-upstream-key-0123456789"
