@@ -144,3 +144,43 @@ def test_the_error_event_is_the_one_the_sdk_raises_on() -> None:
     raw = MessagesStream("m").error("model-upstream", "the model upstream failed")
     assert raw.startswith(b"event: error\n")
     assert json.loads(raw.split(b"data: ")[1])["error"]["type"] == "api_error"
+
+
+def test_thinking_and_server_tool_blocks_stream_through_and_are_kept_for_the_next_request() -> None:
+    stream = MessagesStream("claude-x")
+    events = [
+        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                                              "model": "claude-x", "content": [], "stop_reason": None,
+                                              "stop_sequence": None, "usage": {"input_tokens": 3, "output_tokens": 1,
+                                                                               "cache_read_input_tokens": 2}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "",
+                                                                      "signature": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Prod? "}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "No."}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "sig=="}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {
+            "type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta",
+                                                              "partial_json": '{"query": "status"}'}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "content_block_start", "index": 2, "content_block": {**use("toolu_a", "prod"), "input": {}}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta",
+                                                              "partial_json": '{"service": "prod"}'}},
+        {"type": "content_block_stop", "index": 2},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+         "usage": {"output_tokens": 9}}]
+    for event in events:
+        EVENT.validate_python(event)
+    sent = turn(stream, events)
+    assert [(e["type"], e.get("index")) for e in sent][1:] == [
+        ("content_block_start", 0), *[("content_block_delta", 0)] * 3, ("content_block_stop", 0),
+        ("content_block_start", 1), ("content_block_delta", 1), ("content_block_stop", 1)]
+    answer = stream.answer()
+    thinking, server, call = answer.raw["content"]
+    assert thinking == {"type": "thinking", "thinking": "Prod? No.", "signature": "sig=="}
+    assert server["input"] == {"query": "status"} and [c.id for c in answer.calls] == ["toolu_a"]
+    assert call["input"] == {"service": "prod"}
+    assert answer.usage == {"input_tokens": 3, "output_tokens": 9, "cache_read_input_tokens": 2}
+    # the exchange keeps the thinking block, signed, as the API wants it back with the tool results
+    assert DIALECT.exchange(answer, [])[0]["content"][0]["signature"] == "sig=="
