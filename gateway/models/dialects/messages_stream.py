@@ -149,9 +149,10 @@ class MessagesStream:
                                                 "partial_json": json.dumps(arguments, ensure_ascii=False)})
         if reply.text is not None:
             events += self._whole_block({"type": "text", "text": ""}, {"type": "text_delta", "text": reply.text})
-        last = reply.answer.finish if reply.answer is not None else "end_turn"
-        stop = "end_turn" if reply.text is not None else "tool_use" if reply.returned else last
-        events.append(sse({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+        ending = reply.answer if reply.text is None and not reply.returned else None  # the model's own ending
+        stop = "tool_use" if reply.returned else ending.finish if ending is not None else "end_turn"
+        sequence = ending.raw.get("stop_sequence") if ending is not None else None
+        events.append(sse({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": sequence},
                            "usage": with_counts(reply.usage), EXTENSION: reply.extension}, "message_delta"))
         events.append(sse({"type": "message_stop"}, "message_stop"))
         return events

@@ -184,3 +184,13 @@ def test_thinking_and_server_tool_blocks_stream_through_and_are_kept_for_the_nex
     assert answer.usage == {"input_tokens": 3, "output_tokens": 9, "cache_read_input_tokens": 2}
     # the exchange keeps the thinking block, signed, as the API wants it back with the tool results
     assert DIALECT.exchange(answer, [])[0]["content"][0]["signature"] == "sig=="
+
+
+def test_the_models_own_ending_keeps_its_stop_sequence() -> None:
+    stream = MessagesStream("claude-x")
+    events = upstream({"type": "text", "text": "Done. END"}, stop="stop_sequence")
+    events[-2] = {**events[-2], "delta": {"stop_reason": "stop_sequence", "stop_sequence": "END"}}
+    turn(stream, events)
+    answer = stream.answer()
+    finish = read(stream.close(Reply("claude-x", answer, [], None, answer.usage, {"run": "r"})))[-2]
+    assert finish["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
