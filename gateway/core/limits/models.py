@@ -1,6 +1,6 @@
-"""Limits of the model proxy (POST /v1/chat/completions)."""
+"""Limits of the model proxy (POST /v1/chat/completions, /v1/responses, /v1/messages)."""
 
-# --- the model proxy (POST /v1/chat/completions; each overridable per entry of `models:`) ---
+# --- the model proxy (the three model APIs; each overridable per entry of `models:`) ---
 
 # How many times one request may ask the model: refused or skipped calls, unknown tools and gateway-run
 # tools are resolved server-side and the model is asked again; past this the agent gets a final message.
