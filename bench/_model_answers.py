@@ -53,7 +53,31 @@ def _chat() -> Canned:
     return Canned("/chat/completions", request, whole, events, done=True)
 
 
-ANSWERS: dict[str, Canned] = {"chat": _chat()}
+def _messages() -> Canned:
+    tool = {"name": "deploy", "description": "Deploy a service.",
+            "input_schema": {"type": "object", "properties": {"service": {"type": "string"}}}}
+    blocks = [{"type": "tool_use", "id": f"toolu_{i}", "name": "deploy", "input": {"service": s}}
+              for i, s in enumerate(SERVICES)]
+    usage = {"input_tokens": 10, "output_tokens": 30}
+    whole = {"id": "msg_bench", "type": "message", "role": "assistant", "model": "bench-model", "content": blocks,
+             "stop_reason": "tool_use", "stop_sequence": None, "usage": usage}
+    events: list[tuple[str | None, Json]] = [("message_start", {"type": "message_start", "message": {
+        **whole, "content": [], "stop_reason": None, "usage": {"input_tokens": 10, "output_tokens": 1}}})]
+    for i, block in enumerate(blocks):
+        events += [("content_block_start", {"type": "content_block_start", "index": i,
+                                            "content_block": {**block, "input": {}}}),
+                   ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {
+                       "type": "input_json_delta", "partial_json": json.dumps(block["input"])}}),
+                   ("content_block_stop", {"type": "content_block_stop", "index": i})]
+    events += [("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                                  "usage": {"output_tokens": 30}}),
+               ("message_stop", {"type": "message_stop"})]
+    request = {"max_tokens": 1024, "messages": [{"role": "user", "content": "Deploy web, api and worker."}],
+               "tools": [tool]}
+    return Canned("/messages", request, whole, events)
+
+
+ANSWERS: dict[str, Canned] = {"chat": _chat(), "messages": _messages()}
 
 
 def _app() -> Any:
