@@ -205,7 +205,7 @@ async def test_an_approved_run_whose_caller_went_away_still_gives_the_retry_a_fi
                     break
                 await asyncio.sleep(0.02)
         # leaving the block cancelled the call while the tool ran: the client tells the gateway it gave up
-    deadline = time.monotonic() + 1.5  # the run itself takes 0.5 s
+    deadline = time.monotonic() + STEP_SECONDS  # the run itself takes 0.5 s
     while (state := (await bench.approval(gw, approval_id))["state"]) == "executing" and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     retry = await bench.invoke(gw, "ops_slow", {"seconds": "0.5"}, call_id=cid)
