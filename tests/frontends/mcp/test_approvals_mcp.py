@@ -115,7 +115,7 @@ async def test_an_approver_can_decide_while_the_end_user_has_not_answered_the_el
         await asyncio.wait_for(user.asked.wait(), STEP_SECONDS)
         pending = await bench.wait_pending(gw, cid)
         assert (await bench.decide(gw, "bob", pending["id"])).status_code == 200
-        done, _ = await asyncio.wait({call}, timeout=3)
+        done, _ = await asyncio.wait({call}, timeout=STEP_SECONDS)  # the user never answers: only the vote ends it
         user.released.set()
 
     assert done, "the approved call still waits for the end user's answer"
@@ -129,7 +129,7 @@ async def test_an_unanswered_elicitation_does_not_outlive_the_approval_timeout(b
     user = NeverAnswers()
     async with bench.mcp(gw, "alice", elicit=user) as client, in_background(client.call_tool(
             "ops_deploy", {"service": "search"}, meta=call_meta(call_id()))) as call:
-        done, _ = await asyncio.wait({call}, timeout=4)
+        done, _ = await asyncio.wait({call}, timeout=STEP_SECONDS)  # the user never answers: only the timeout ends it
         user.released.set()
 
     assert done, "the call outlived its approval's 1 s timeout"
