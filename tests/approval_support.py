@@ -122,6 +122,8 @@ class CountingUpstream:
                                           _tool("slow", "Take a while (``seconds``) to finish.", "seconds")]}
         self._sessions.clear()
         self.released = asyncio.Event()  # ``slow`` with seconds="until-released" runs until this is set
+        self.running = 0  # runs under way now
+        self.most_at_once = 0  # the most runs ever under way at once since the reset
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -157,12 +159,29 @@ class CountingUpstream:
         args = dict(params.arguments or {})
         self.runs.append((params.name, args))  # counted when it starts: a run cut short still ran
         run = len(self.runs)
-        if params.name == "slow" and args["seconds"] == "until-released":
-            await asyncio.wait_for(self.released.wait(), 120)  # the test says when: no race with a slow machine
-        elif params.name == "slow":
-            await asyncio.sleep(float(args["seconds"]))
+        self.running += 1
+        self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            await self._slow(params.name, str(args.get("seconds", "")))
+        finally:
+            self.running -= 1
         return types.CallToolResult(content=[types.TextContent(type="text", text=f"{params.name} done (run {run})")],
                                     structured_content={"tool": params.name, "args": args, "run": run})
+
+    async def _slow(self, tool: str, seconds: str) -> None:
+        """``slow`` takes ``seconds``; "until-released" runs until the test sets ``released``; "until-N-at-once"
+        runs until N runs were under way at once (or 20 s): concurrency shown by a count, not a clock."""
+        if tool != "slow":
+            return
+        if seconds == "until-released":
+            await asyncio.wait_for(self.released.wait(), 120)  # the test says when: no race with a slow machine
+        elif seconds.startswith("until-") and seconds.endswith("-at-once"):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(20):
+                    while self.most_at_once < int(seconds.split("-")[1]):
+                        await asyncio.sleep(0.01)
+        else:
+            await asyncio.sleep(float(seconds))
 
     def app(self) -> Starlette:
         """A Starlette app serving this server at /mcp (a new session manager each time: they run once)."""

@@ -11,6 +11,7 @@ import asyncio
 import pytest
 from approval_support import (
     PAGE_URL,
+    STEP_SECONDS,
     Progress,
     approve_rule,
     call_meta,
@@ -238,7 +239,7 @@ async def test_two_callers_waiting_on_a_two_rule_call_both_get_the_result_prompt
         assert (await bench.decide(gw, "bob", approval_id)).json()["state"] == "pending"  # wakes both; not done
         await asyncio.sleep(0.1)
         assert (await bench.decide(gw, "carol", approval_id)).json()["state"] == "approved"
-        done, _ = await asyncio.wait({one, two}, timeout=3)  # the waits wake on the decision, not on a timer
+        done, _ = await asyncio.wait({one, two}, timeout=STEP_SECONDS)  # both woken by the decision
         results = [t.result() for t in done]
 
     assert bench.upstream.ran("deploy", service="api") == 1

@@ -165,10 +165,10 @@ def test_exports() -> None:
                                   "1s" * 20_000 + "x"])
 def test_a_hostile_length_parses_in_linear_time(text: str) -> None:
     """``\\d+\\.?\\d*`` has many ways to match a run of digits: a ``?wait=`` of 5000 nines took minutes."""
-    started = time.perf_counter()
+    started = time.thread_time()  # CPU time of this thread: other processes cannot inflate it
     for parse in (seconds, cel_nanoseconds):
         try:
             parse(text)
         except ValueError:
             pass
-    assert time.perf_counter() - started < 5
+    assert time.thread_time() - started < 5

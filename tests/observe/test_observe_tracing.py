@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
 import pytest
 import pytest_asyncio
+from gateway_harness import Configs, run_gateway, write_gateway
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from opentelemetry.sdk.trace import ReadableSpan
@@ -50,19 +52,26 @@ def _config(configs: Any, http_url: str, *, tracing: bool) -> dict[str, Any]:
                         tracing={"enabled": tracing, "exporter": "none"})
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def traced(start_gateway, configs, http_api):
+# One gateway of each kind for the module (each start launches the stdio test server: seconds of CPU); every
+# test reads only the spans and audit events of its own call ids.
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def traced(tmp_path_factory: pytest.TempPathFactory, http_api: Any) -> AsyncIterator[tuple[Any, Any]]:
     """A gateway with tracing on and an in-memory exporter on its tracer provider."""
-    gw = await start_gateway(_config(configs, http_api.url, tracing=True), {"obs.yaml": POLICY})
-    exporter = InMemorySpanExporter()
-    gw.gateway.observer.tracing.provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return gw, exporter
+    root = tmp_path_factory.mktemp("traced")
+    async with run_gateway(write_gateway(root, _config(Configs, http_api.url, tracing=True), {"obs.yaml": POLICY})) \
+            as gw:
+        exporter = InMemorySpanExporter()
+        gw.gateway.observer.tracing.provider.add_span_processor(SimpleSpanProcessor(exporter))
+        yield gw, exporter
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def untraced(start_gateway, configs, http_api):
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def untraced(tmp_path_factory: pytest.TempPathFactory, http_api: Any) -> AsyncIterator[Any]:
     """A gateway with tracing off (the default)."""
-    return await start_gateway(_config(configs, http_api.url, tracing=False), {"obs.yaml": POLICY})
+    root = tmp_path_factory.mktemp("untraced")
+    async with run_gateway(write_gateway(root, _config(Configs, http_api.url, tracing=False), {"obs.yaml": POLICY})) \
+            as gw:
+        yield gw
 
 
 def _spans(exporter: InMemorySpanExporter, call_id: str) -> dict[str, ReadableSpan]:

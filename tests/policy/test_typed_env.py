@@ -401,9 +401,9 @@ def test_a_schema_that_reuses_definitions_is_typed_in_linear_time(loads):
             for i in range(40)}
     defs["L40"] = {"type": "string"}
     hostile = Catalog.of([CatalogTool("deep", input_schema={"$ref": "#/$defs/L0", "$defs": defs})])
-    started = time.perf_counter()
+    started = time.thread_time()  # CPU time of this thread: other processes cannot inflate it
     assert loads(rule("'has(args.a.b.a.b.a)'", "    tools: [deep]\n"), catalog=hostile) == []
-    assert time.perf_counter() - started < 5
+    assert time.thread_time() - started < 5
 
 
 # --- how the caller was recognised ---------------------------------------------------------------

@@ -341,9 +341,9 @@ def test_recursive_schema_is_cut_at_a_depth_limit_with_an_any_schema() -> None:
 def test_references_that_fan_out_stay_bounded() -> None:
     tree = {"type": "object", "properties": {
         side: {"$ref": "#/components/schemas/Tree"} for side in ("a", "b", "c", "d")}}
-    started = time.monotonic()
+    started = time.thread_time()  # CPU time of this thread: other processes cannot inflate it
     schema = only(body_doc("Tree", {"Tree": tree})).tool.input_schema
-    assert time.monotonic() - started < 5
+    assert time.thread_time() - started < 5
     assert len(json.dumps(schema)) < 5_000_000
 
 

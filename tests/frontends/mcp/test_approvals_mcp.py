@@ -115,7 +115,7 @@ async def test_an_approver_can_decide_while_the_end_user_has_not_answered_the_el
         await asyncio.wait_for(user.asked.wait(), STEP_SECONDS)
         pending = await bench.wait_pending(gw, cid)
         assert (await bench.decide(gw, "bob", pending["id"])).status_code == 200
-        done, _ = await asyncio.wait({call}, timeout=3)
+        done, _ = await asyncio.wait({call}, timeout=STEP_SECONDS)  # the user never answers: only the vote ends it
         user.released.set()
 
     assert done, "the approved call still waits for the end user's answer"
@@ -129,7 +129,7 @@ async def test_an_unanswered_elicitation_does_not_outlive_the_approval_timeout(b
     user = NeverAnswers()
     async with bench.mcp(gw, "alice", elicit=user) as client, in_background(client.call_tool(
             "ops_deploy", {"service": "search"}, meta=call_meta(call_id()))) as call:
-        done, _ = await asyncio.wait({call}, timeout=4)
+        done, _ = await asyncio.wait({call}, timeout=STEP_SECONDS)  # the user never answers: only the timeout ends it
         user.released.set()
 
     assert done, "the call outlived its approval's 1 s timeout"
@@ -205,7 +205,7 @@ async def test_an_approved_run_whose_caller_went_away_still_gives_the_retry_a_fi
                     break
                 await asyncio.sleep(0.02)
         # leaving the block cancelled the call while the tool ran: the client tells the gateway it gave up
-    deadline = time.monotonic() + 1.5  # the run itself takes 0.5 s
+    deadline = time.monotonic() + STEP_SECONDS  # the run itself takes 0.5 s
     while (state := (await bench.approval(gw, approval_id))["state"]) == "executing" and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     retry = await bench.invoke(gw, "ops_slow", {"seconds": "0.5"}, call_id=cid)

@@ -13,7 +13,7 @@ import httpx2
 import mcp_types as types
 import pytest
 import pytest_asyncio
-from gateway_harness import KEYS, UPSTREAM_SERVER
+from gateway_harness import KEYS, UPSTREAM_SERVER, RunningGateway, base_config, mcp_upstream, run_gateway, write_gateway
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -48,11 +48,15 @@ rules:
 ERAS = ["legacy", "auto"]  # the handshake era (2025-11-25) and 2026-07-28 where the gateway offers it
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def gateway(start_gateway, configs):
-    # A call timeout far beyond the cancellation test's wait: only the client's cancellation can end linger.
-    return await start_gateway(configs.base(configs.mcp_upstream("up"), limits={"call_timeout": 120}),
-                               {"p.yaml": POLICY})
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def gateway(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningGateway]:
+    """One gateway for the module (each start launches the stdio server: seconds of CPU); every test names its
+    own calls. A call timeout far beyond the cancellation test's wait: only the client's cancellation can end
+    linger."""
+    root = tmp_path_factory.mktemp("passthrough")
+    config = base_config(mcp_upstream("up"), limits={"call_timeout": 120})
+    async with run_gateway(write_gateway(root, config, {"p.yaml": POLICY})) as running:
+        yield running
 
 
 @contextlib.asynccontextmanager
@@ -153,7 +157,7 @@ async def test_a_cancelled_call_is_cancelled_upstream(gateway, mode, tmp_path, u
         call.cancel()  # the SDK client sends notifications/cancelled for an abandoned request
         with contextlib.suppress(asyncio.CancelledError):
             await call
-        assert await until(lambda: says("cancelled"), timeout=5)
+        assert await until(lambda: says("cancelled"), timeout=20)
     # The decision log says what happened: the intent, then an outcome that it was cancelled mid-run.
     events = [e for e in gateway.audit_events() if e.get("tool") == "up_linger"
               and str(marker) in str(e.get("final_args"))]

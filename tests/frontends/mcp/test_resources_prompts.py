@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp_types as types
 import pytest
+import pytest_asyncio
+from gateway_harness import RunningGateway, base_config, mcp_upstream, run_gateway, write_gateway
 from mcp import MCPError
 
 from gateway.frontends.mcp.resources import REFUSED
@@ -53,6 +56,15 @@ async def _gateway(start_gateway: Any, configs: Any, policy: str = POLICY) -> An
     return await start_gateway(configs.base(configs.mcp_upstream("up")), {"items.yaml": policy})
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def items(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningGateway]:
+    """One gateway with ``POLICY`` for the tests that change nothing, in both eras (the era is the client's):
+    each start launches the stdio server, seconds of CPU. A test reads only the audit events it caused."""
+    root = tmp_path_factory.mktemp("items-gateway")
+    async with run_gateway(write_gateway(root, base_config(mcp_upstream("up")), {"items.yaml": POLICY})) as running:
+        yield running
+
+
 async def _refusal(call: Any) -> MCPError:
     with pytest.raises(MCPError) as caught:
         await call
@@ -60,8 +72,8 @@ async def _refusal(call: Any) -> MCPError:
 
 
 async def test_resources_templates_and_prompts_are_listed_under_gateway_names(
-        mode: str, start_gateway: Any, configs: Any, connect_mcp: Any) -> None:
-    gateway = await _gateway(start_gateway, configs)
+        mode: str, items: RunningGateway, connect_mcp: Any) -> None:
+    gateway = items
     async with connect_mcp(gateway, "alice", mode=mode) as conn:
         resources = {r.uri: r for r in (await conn.client.list_resources()).resources}
         templates = [t.uri_template for t in (await conn.client.list_resource_templates()).resource_templates]
@@ -74,9 +86,8 @@ async def test_resources_templates_and_prompts_are_listed_under_gateway_names(
     assert [a.name for a in prompts["up_greet"].arguments or []] == ["name"]
 
 
-async def test_reads_and_gets_reach_the_owning_upstream(mode: str, start_gateway: Any, configs: Any,
-                                                       connect_mcp: Any) -> None:
-    gateway = await _gateway(start_gateway, configs)
+async def test_reads_and_gets_reach_the_owning_upstream(mode: str, items: RunningGateway, connect_mcp: Any) -> None:
+    gateway = items
     async with connect_mcp(gateway, "alice", mode=mode) as conn:
         public = await conn.client.read_resource(PUBLIC)
         templated = await conn.client.read_resource("gateway://up/notes://users/ann")
@@ -88,8 +99,8 @@ async def test_reads_and_gets_reach_the_owning_upstream(mode: str, start_gateway
 
 
 async def test_a_policy_refuses_a_read_and_a_get_and_the_client_reads_why(
-        mode: str, start_gateway: Any, configs: Any, connect_mcp: Any) -> None:
-    gateway = await _gateway(start_gateway, configs)
+        mode: str, items: RunningGateway, connect_mcp: Any) -> None:
+    gateway, before = items, len(items.audit_events())
     async with connect_mcp(gateway, "alice", mode=mode) as conn:
         read = await _refusal(conn.client.read_resource("gateway://up/notes://users/mallory"))
         got = await _refusal(conn.client.get_prompt("up_greet", {"name": "Mallory"}))
@@ -97,7 +108,7 @@ async def test_a_policy_refuses_a_read_and_a_get_and_the_client_reads_why(
     assert (read.code, read.message) == (REFUSED, "not mallory's notes")
     assert (got.code, got.message) == (REFUSED, "do not greet Mallory")
     assert "Bea" in still.messages[0].content.text  # type: ignore[union-attr]
-    events = [e for e in gateway.audit_events() if e["event"] in ("resource.outcome", "prompt.outcome")]
+    events = [e for e in gateway.audit_events()[before:] if e["event"] in ("resource.outcome", "prompt.outcome")]
     refused_read = next(e for e in events if e["name"] == "gateway://up/notes://users/mallory")
     assert refused_read["verdict"] == "reject" and refused_read["decided_by"] == ["items/no-mallory-notes"]
     assert refused_read["upstream_outcome"] == {"status": "not_called"}
@@ -108,9 +119,9 @@ async def test_a_policy_refuses_a_read_and_a_get_and_the_client_reads_why(
     assert allowed["arguments"] == {"name": "Bea"} and allowed["upstream_outcome"] == {"status": "ok"}
 
 
-async def test_hidden_items_are_not_listed_for_bob_but_are_for_alice(mode: str, start_gateway: Any, configs: Any,
+async def test_hidden_items_are_not_listed_for_bob_but_are_for_alice(mode: str, items: RunningGateway,
                                                                      connect_mcp: Any) -> None:
-    gateway = await _gateway(start_gateway, configs)
+    gateway = items
     async with connect_mcp(gateway, "alice", mode=mode) as alice, connect_mcp(gateway, "bob", mode=mode) as bob:
         alice_sees = {r.uri for r in (await alice.client.list_resources()).resources}
         bob_sees = {r.uri for r in (await bob.client.list_resources()).resources}
@@ -122,8 +133,8 @@ async def test_hidden_items_are_not_listed_for_bob_but_are_for_alice(mode: str, 
 
 
 async def test_a_hidden_item_read_by_name_is_refused_exactly_like_an_unknown_one(
-        mode: str, start_gateway: Any, configs: Any, connect_mcp: Any) -> None:
-    gateway = await _gateway(start_gateway, configs)
+        mode: str, items: RunningGateway, connect_mcp: Any) -> None:
+    gateway = items
     async with connect_mcp(gateway, "bob", mode=mode) as bob:
         hidden = await _refusal(bob.client.read_resource(SECRET))
         missing = await _refusal(bob.client.read_resource("gateway://up/notes://missing"))  # the upstream's "no"
@@ -136,14 +147,14 @@ async def test_a_hidden_item_read_by_name_is_refused_exactly_like_an_unknown_one
     assert "secret notes" not in str(gateway.audit_events())
 
 
-async def test_a_uri_that_names_no_upstream_never_reaches_one(mode: str, start_gateway: Any, configs: Any,
+async def test_a_uri_that_names_no_upstream_never_reaches_one(mode: str, items: RunningGateway,
                                                              connect_mcp: Any) -> None:
-    gateway = await _gateway(start_gateway, configs)
+    gateway, before = items, len(items.audit_events())
     async with connect_mcp(gateway, "alice", mode=mode) as conn:
         for uri in ("notes://public", "gateway://other/notes://public", "gateway://up/", "gateway://up"):
             refused = await _refusal(conn.client.read_resource(uri))
             assert (refused.code, refused.message) == (-32602, f"Unknown resource: {uri}")
-    unknown = [e for e in gateway.audit_events() if e.get("verdict") == "unknown"]
+    unknown = [e for e in gateway.audit_events()[before:] if e.get("verdict") == "unknown"]
     assert len(unknown) == 4 and all(e["upstream"] is None for e in unknown)
 
 
@@ -228,7 +239,7 @@ async def test_a_new_upstream_resource_is_listed_after_list_changed(mode: str, s
     async with connect_mcp(gateway, "alice", mode=mode) as conn:
         assert not (await conn.client.call_tool("up_register_note")).is_error
         extra = "gateway://up/notes://extra"
-        for _ in range(100):
+        for _ in range(400):  # up to 20 s on a loaded machine
             if extra in {r.uri for r in (await conn.client.list_resources(cache_mode="refresh")).resources}:
                 break
             await anyio.sleep(0.05)

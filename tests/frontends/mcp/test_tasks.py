@@ -11,10 +11,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import mcp_types as types
 import pytest
+import pytest_asyncio
+from gateway_harness import RunningGateway, base_config, mcp_upstream, run_gateway, write_gateway
 from tasks_support import EXTENSION, NOT_FOUND, TasksClient, raw, refused
 
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
@@ -201,14 +204,20 @@ async def test_modern_tasks_methods_need_the_extension(start_gateway: Any, confi
 # --- our own stdio test server's task-only tool (research) -----------------------------------------------------
 
 
-async def ours(start_gateway: Any, configs: Any) -> Any:
-    return await start_gateway(configs.base(configs.mcp_upstream("up")), {"p.yaml": "policy: open\nrules: []\n"})
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def ours(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningGateway]:
+    """One open gateway on our stdio server for the module (each start launches it: seconds of CPU); each test
+    names its own marker file and reads only its own task's events."""
+    root = tmp_path_factory.mktemp("our-tasks")
+    async with run_gateway(write_gateway(root, base_config(mcp_upstream("up")),
+                                         {"p.yaml": "policy: open\nrules: []\n"})) as running:
+        yield running
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
-async def test_our_task_only_tool_for_plain_and_task_aware_clients(mode: str, start_gateway: Any, configs: Any,
-                                                                  connect_mcp: Any, tmp_path: Any) -> None:
-    gateway = await ours(start_gateway, configs)
+async def test_our_task_only_tool_for_plain_and_task_aware_clients(mode: str, ours: RunningGateway, connect_mcp: Any,
+                                                                  tmp_path: Any) -> None:
+    gateway = ours
     marker = tmp_path / "research"
     args = {"topic": "eels", "seconds": 1.5, "marker": str(marker)}
     async with connect_mcp(gateway, mode=mode) as plain:
@@ -229,10 +238,9 @@ async def test_our_task_only_tool_for_plain_and_task_aware_clients(mode: str, st
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
-async def test_cancelling_the_gateway_task_cancels_the_upstream_task(mode: str, start_gateway: Any, configs: Any,
-                                                                    connect_mcp: Any, tmp_path: Any,
-                                                                    until: Any) -> None:
-    gateway = await ours(start_gateway, configs)
+async def test_cancelling_the_gateway_task_cancels_the_upstream_task(mode: str, ours: RunningGateway, connect_mcp: Any,
+                                                                    tmp_path: Any, until: Any) -> None:
+    gateway = ours
     marker = tmp_path / "research"
     args = {"topic": "eels", "seconds": 30, "marker": str(marker)}
     options = {"extensions": [TasksClient()]} if mode != "legacy" else {}
@@ -280,8 +288,8 @@ async def test_a_task_may_run_longer_than_the_call_timeout(start_gateway: Any, c
 
 
 async def test_modern_a_client_that_declared_tasks_still_gets_a_quick_calls_progress(
-        start_gateway: Any, configs: Any, connect_mcp: Any) -> None:
-    gateway = await ours(start_gateway, configs)
+        ours: RunningGateway, connect_mcp: Any) -> None:
+    gateway = ours
     seen: list[float] = []
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
@@ -293,9 +301,9 @@ async def test_modern_a_client_that_declared_tasks_still_gets_a_quick_calls_prog
     assert seen == [1, 2, 3]
 
 
-async def test_an_upstream_answering_in_the_extensions_shape_is_polled(start_gateway: Any, configs: Any,
-                                                                       connect_mcp: Any, tmp_path: Any) -> None:
-    gateway = await ours(start_gateway, configs)
+async def test_an_upstream_answering_in_the_extensions_shape_is_polled(ours: RunningGateway, connect_mcp: Any,
+                                                                       tmp_path: Any) -> None:
+    gateway = ours
     args = {"topic": "eels", "seconds": 1, "marker": str(tmp_path / "m"), "extension_shape": True}
     async with connect_mcp(gateway, mode="legacy") as conn:
         result = await conn.client.call_tool("up_research", args)

@@ -324,10 +324,10 @@ def test_a_malformed_glob_is_an_evaluation_error(engine: str) -> None:
 
 
 def test_a_hostile_value_cannot_make_a_glob_backtrack(engine: str) -> None:
-    started = time.perf_counter()
+    started = time.thread_time()  # CPU time of this thread: other processes cannot inflate it
     assert evaluate(engine, "glob(args.v, args.p)", v="a" * 200_000, p="*a*a*a*a*a*a*a*a*b") is False
     assert evaluate(engine, "glob(args.v, args.p)", v="a" * 200_000, p="**a**a**a**a**a**a**b") is False
-    assert time.perf_counter() - started < 2.0
+    assert time.thread_time() - started < 2.0
 
 
 def test_a_malformed_tools_glob_is_a_load_error(tmp_path: Path) -> None:

@@ -4,12 +4,16 @@ messages, through the gateway, in both protocol eras (server-everything over std
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import warnings
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import mcp_types as types
 import pytest
 import pytest_asyncio
+from gateway_harness import RunningGateway, base_config, everything_upstream, run_gateway, write_gateway
 
 from tests.frontends.mcp.test_client_requests import ALLOW, User, text
 
@@ -18,11 +22,20 @@ pytestmark = [pytest.mark.parametrize("mode", ["legacy", "2026-07-28"]), pytest.
 ASKING_TOOLS = {"ev_trigger-sampling-request", "ev_trigger-elicitation-request", "ev_get-roots-list"}
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def gateway(start_gateway: Any, configs: Any) -> Any:
+@contextlib.asynccontextmanager
+async def _serving(root: Path, upstream: dict[str, Any], **config: Any) -> AsyncIterator[RunningGateway]:
+    """A gateway on server-everything for the module: each start launches the Node server (seconds of CPU), and
+    what a test asks for lives in its own MCP sessions."""
+    async with run_gateway(write_gateway(root, base_config(upstream, **config), {"p.yaml": ALLOW})) as running:
+        yield running
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def gateway(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningGateway]:
     # a round trip to the client and back runs through a Node server: give it more than the harness's 10 s
-    return await start_gateway(configs.base(configs.everything_upstream("ev"), limits={"call_timeout": 60}),
-                               {"p.yaml": ALLOW})
+    async with _serving(tmp_path_factory.mktemp("everything-asks"), everything_upstream("ev"),
+                        limits={"call_timeout": 60}) as running:
+        yield running
 
 
 class Alice(User):
@@ -69,9 +82,12 @@ async def test_elicitation(gateway: Any, connect_mcp: Any, mode: str) -> None:
     assert alice.questions == ["Please provide inputs for the following fields:"]
 
 
-async def test_roots(gateway: Any, connect_mcp: Any, mode: str) -> None:
+async def test_roots(start_gateway: Any, configs: Any, connect_mcp: Any, mode: str) -> None:
     """The server asks for roots 350 ms after connecting, then again in the call while it has none. The first
-    is refused when no call is in flight then; if the call has already started, both are the caller's."""
+    is refused when no call is in flight then; if the call has already started, both are the caller's.
+    A gateway of its own: a server that was given roots before does not ask again."""
+    gateway = await start_gateway(configs.base(everything_upstream("ev"), limits={"call_timeout": 60}),
+                                  {"p.yaml": ALLOW})
     alice = Alice("alice")
     async with connect_mcp(gateway, mode=mode, **alice.options()) as conn:
         result = await conn.client.call_tool("ev_get-roots-list", {})
@@ -97,7 +113,7 @@ async def test_log_messages_reach_a_client_that_asked(gateway: Any, connect_mcp:
                 await conn.client.set_logging_level("debug")
         try:
             await conn.client.call_tool("ev_toggle-simulated-logging", {})
-            for _ in range(100):
+            for _ in range(1000):  # up to 20 s on a loaded machine
                 if alice.logs:
                     break
                 await asyncio.sleep(0.02)
@@ -116,10 +132,11 @@ NEEDS = {"get-roots-list": ["roots"], "trigger-sampling-request": ["sampling"],
          "trigger-elicitation-request": ["elicitation"]}
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def needing(start_gateway: Any, configs: Any) -> Any:
-    return await start_gateway(configs.base(configs.everything_upstream("ev", tools_need_client=NEEDS)),
-                               {"p.yaml": ALLOW})
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def needing(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningGateway]:
+    async with _serving(tmp_path_factory.mktemp("everything-needing"),
+                        everything_upstream("ev", tools_need_client=NEEDS)) as running:
+        yield running
 
 
 async def test_a_client_that_declared_nothing_is_not_listed_the_tools_that_would_ask_it(
