@@ -65,7 +65,8 @@ class ModelProxy:
             raise RequestProblem(f"the agent's tools {', '.join(map(repr, undeclared))} are not among this model's"
                                  " client_tools in the gateway's configuration")
         gateway = {t.name: t for t in self.gateway.usable_tools(caller.principal, None)  # no client to ask
-                   if t.name not in request.tools and any(glob_match(t.name, g) for g in route.gateway_tools)}
+                   if t.name not in request.tools and any(glob_match(t.name, g) for g in route.gateway_tools)
+                   } if route.gateway_tools else {}
         base = dialect.offer(request, route.model or model, list(gateway.values()))
         items = self.splices.expand(caller.principal.key, caller.run.id, request.conversation, dialect.call_ids)
         return Conversation(caller, route, dialect, request, base, items, gateway)
