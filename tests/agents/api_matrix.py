@@ -56,6 +56,17 @@ POLICY = PROXY_POLICY + r"""
     when: result.text.contains("rm -rf /")
     action: terminate
     message: The result asked for a wipe; this run is over.
+  - id: confidential-output-marks-the-run
+    tools: [deploy]
+    stage: response
+    when: result.text.contains("CONFIDENTIAL")
+    action: label
+    labels: [confidential]
+  - id: nothing-deploys-after-confidential-output
+    tools: [deploy]
+    when: '"confidential" in session.labels'
+    action: reject
+    message: This run read confidential output; nothing more is deployed in it.
 """
 
 UNKNOWN = "Error: there is no tool named 'nosuch_tool'. Call only the tools you were given."
@@ -296,6 +307,23 @@ async def cell_results_terminate(cell: Cell) -> None:
     await cell.start()
     run = await cell.run(script(("deploy", {"service": "rm -rf /"})), _run_id())
     assert run.output == "The result asked for a wipe; this run is over."
+
+
+async def cell_results_label(cell: Cell) -> None:
+    await cell.start()
+    run_id = _run_id()
+    run = await cell.run(script(("deploy", {"service": "CONFIDENTIAL ledger"}), ("deploy", {"service": "web"})), run_id)
+    # the label came from the agent's own result, read before the model saw it; the next call reads it
+    assert run.ran == ["CONFIDENTIAL ledger"]
+    assert cell.seen(run) == ["deployed CONFIDENTIAL ledger",
+                              "This run read confidential output; nothing more is deployed in it."]
+    [result] = run.turns[-1].extension["results"]
+    assert (result["tool"], result["decision"]) == ("deploy", "allow")
+    again = await cell.run(script(("deploy", {"service": "api"})), run_id)  # the label stays with the run
+    assert again.ran == [] and cell.seen(again) == [
+        "This run read confidential output; nothing more is deployed in it."]
+    other = await cell.run(script(("deploy", {"service": "api"})), _run_id())  # another run has no such label
+    assert other.ran == ["api-canary"]
 
 
 async def cell_usage_summed(cell: Cell) -> None:
