@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.types import Scope
 
 from gateway.app.credentials import build_authenticator, build_notifier, build_upstream_credentials
+from gateway.app.model_proxy import build_model_proxy
 from gateway.app.protected_resource import build_protected_resource
 from gateway.app.sso import build_sso
 from gateway.approvals.service import ApprovalService
@@ -37,7 +38,6 @@ from gateway.core.limits import (
 from gateway.frontends.approvals_api import approval_routes
 from gateway.frontends.approvals_page import approvals_page_routes
 from gateway.frontends.challenge import PLAIN, Challenge
-from gateway.frontends.chat import chat_routes
 from gateway.frontends.http.edge import LOOPBACK_NAMES, BodyLimit, HostOriginGuard, HostRules, JsonOnly, is_loopback
 from gateway.frontends.http.errors import json_http_errors
 from gateway.frontends.http.protocol import edge_protocol
@@ -45,13 +45,12 @@ from gateway.frontends.http.shares import ConnectionShares, Shares
 from gateway.frontends.identity import RequireIdentity
 from gateway.frontends.mcp import McpFrontend
 from gateway.frontends.metrics_api import METRICS_PATH, metrics_routes
+from gateway.frontends.model_endpoints import model_routes
 from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.protected_resource import protected_resource_routes
 from gateway.frontends.rest import rest_routes
 from gateway.frontends.sessions_api import session_admin_routes
 from gateway.frontends.sso import SessionCookies, SsoPages
-from gateway.models import ModelProxy, ModelRoute
-from gateway.models.upstream import ModelUpstream
 from gateway.observe import CallObserver, Metrics
 from gateway.observe.metrics import counting_reloads
 from gateway.observe.tracing import build_tracing
@@ -192,22 +191,6 @@ def build_gateway(config: LoadedConfig) -> Gateway:
                    observer=CallObserver(metrics, tracing))
 
 
-def build_model_proxy(config: LoadedConfig, gateway: Gateway) -> ModelProxy:
-    """The model proxy (docs/model-proxy.md) for `models:`; without entries it serves nothing."""
-    routes = []
-    for spec in config.spec.models:
-        try:
-            key = resolve_secret(spec.api_key, config.base) if spec.api_key is not None else None
-        except ValueError as exc:
-            raise ConfigError([Diagnostic("model-key", f"model {spec.name!r}: {exc}", str(config.file))]) from None
-        routes.append(ModelRoute(
-            spec.name, ModelUpstream(spec.base_url, key, parse_duration(spec.timeout)), spec.model,
-            tuple(spec.gateway_tools), spec.tool_concurrency, spec.max_turns,
-            0.0 if spec.approval == "answer" else parse_duration(spec.approval_wait),
-            None if spec.client_tools is None else tuple(spec.client_tools)))
-    return ModelProxy(gateway, routes)
-
-
 def build_store(config: LoadedConfig) -> SqlStore:
     """The store `store:` names: the SQLite file (the default) or PostgreSQL (docs/store.md)."""
     spec = config.spec
@@ -299,7 +282,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
         return JSONResponse(body, status_code=200 if ready else 503)
 
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway),
-           *session_admin_routes(gateway, gateway.store), *(chat_routes(models) if models.routes else [])]
+           *session_admin_routes(gateway, gateway.store), *(model_routes(models) if models.routes else [])]
     open_routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/readyz", readyz), *openapi_routes(),
                                     *(protected_resource_routes(resource) if resource is not None else [])]
     scrape_routes: list[BaseRoute] = []

@@ -134,13 +134,18 @@ class SupervisionSpec(StrictModel):
 
 
 class ModelSpec(StrictModel):
-    """A model upstream behind `POST /v1/chat/completions` (docs/model-proxy.md): requests whose `model` matches
-    `name` (a glob) go to `base_url` as `model`, and every tool call the model makes is decided by the policies."""
+    """A model upstream behind the model proxy (docs/model-proxy.md): requests whose `model` matches `name` (a
+    glob) go to `base_url` as `model`, in the entry's `api`; every tool call the model makes is decided by policy."""
 
     name: str = Field(min_length=1)  # the model name agents ask for; a glob ("*" serves every name)
-    base_url: str = Field(pattern=r"^https?://")  # the OpenAI-compatible API root, e.g. https://api.openai.com/v1
+    # The API the upstream speaks, and the only endpoint serving this entry: /v1/chat/completions, /v1/responses
+    # (OpenAI Responses) or /v1/messages (Anthropic Messages). No translation between APIs.
+    api: Literal["chat", "responses", "messages"] = "chat"
+    # The API root with its version, e.g. https://api.openai.com/v1, https://api.anthropic.com/v1; requests go to
+    # {base_url}/chat/completions, /responses or /messages.
+    base_url: str = Field(pattern=r"^https?://")
     model: str | None = None  # the upstream's name for it (default: the name the agent asked for)
-    api_key: SecretRef | None = None  # sent as `Authorization: Bearer`
+    api_key: SecretRef | None = None  # sent as `Authorization: Bearer` (messages: `x-api-key`)
     timeout: str | int | float = limits.MODEL_TIMEOUT_SECONDS
     # Tools the gateway fronts (exposed names, globs) offered to the model and run by the gateway itself.
     gateway_tools: list[str] = Field(default_factory=list)

@@ -26,7 +26,7 @@ from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.request import call_id_of, gave_call_id, iteration_of
 from gateway.pipeline.runs import client_of, explicit_run_id
 
-__all__ = ["error_response", "rest_routes"]
+__all__ = ["error_response", "json_object_or_problem", "read_json_object", "rest_routes"]
 
 
 log = logging.getLogger("gateway.frontends.rest")
@@ -41,7 +41,7 @@ def error_response(status: int, code: str, message: str) -> JSONResponse:
 _STATUS = {"invalid_input": (400, "invalid-input"), "rate_limited": (429, "rate-limited")}
 
 
-async def _json_object(request: Request) -> dict[str, Any] | str:
+async def json_object_or_problem(request: Request) -> dict[str, Any] | str:
     """The request body as a JSON object, or why it is not one."""
     try:
         body = loads(await request.body())
@@ -54,7 +54,7 @@ async def _json_object(request: Request) -> dict[str, Any] | str:
 
 async def read_json_object(request: Request) -> dict[str, Any] | JSONResponse:
     """The request body as a JSON object, or a 400 response saying what is wrong."""
-    body = await _json_object(request)
+    body = await json_object_or_problem(request)
     return error_response(400, "invalid-json", f"{body[0].upper()}{body[1:]}.") if isinstance(body, str) else body
 
 
@@ -72,7 +72,7 @@ def rest_routes(gateway: Gateway) -> list[Route]:
     async def invoke(request: Request) -> JSONResponse:
         identity = identity_of(request.scope)
         # A body that cannot be read is still a call: the gateway refuses it, and audits it.
-        body = await _json_object(request)
+        body = await json_object_or_problem(request)
         refused, body = (body, {}) if isinstance(body, str) else (None, body)
         arguments = body.get("arguments", {})
         if not isinstance(arguments, dict):

@@ -1,4 +1,4 @@
-"""The agent's own tools (its request's ``tools`` list) as tools the pipeline can decide.
+"""The agent's own tools (its request's ``tools``, read by the API's dialect) as tools the pipeline can decide.
 
 Each is an ``ExposedTool`` of the upstream ``client`` (what ``tool.upstream`` reads in CEL and the audit
 names). The gateway never runs one: the model proxy sends its calls through ``Gateway.decide``, the
@@ -17,7 +17,7 @@ from gateway.policy.catalog import CLIENT_UPSTREAM
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool
 from gateway.upstreams.registry import ExposedTool, expose
 
-__all__ = ["CLIENT", "AgentRunner", "client_tools", "function_tool", "undeclared_tools"]
+__all__ = ["CLIENT", "AgentRunner", "agent_tool", "undeclared_tools"]
 
 CLIENT = CLIENT_UPSTREAM  # tool.upstream for a tool the agent runs itself
 
@@ -51,26 +51,11 @@ class AgentRunner:
 _UPSTREAM = AgentRunner()
 
 
-def client_tools(tools: Any) -> dict[str, ExposedTool] | str:
-    """The request's function tools by name, or why the list cannot be read."""
-    if tools is None:
-        return {}
-    if not isinstance(tools, list):
-        return "'tools' must be a list"
-    found: dict[str, ExposedTool] = {}
-    for entry in tools:
-        function = entry.get("function") if isinstance(entry, dict) else None
-        if not isinstance(entry, dict) or entry.get("type") != "function" or not isinstance(function, dict):
-            # Other kinds (custom tools, a provider's built-ins) would give calls no rule could read: refused.
-            return "only function tools ('type': 'function') are served"
-        name, parameters = function.get("name"), function.get("parameters")
-        if not isinstance(name, str) or not name:
-            return "every function tool needs a name"
-        description = function.get("description")
-        spec = UpstreamTool(name, description if isinstance(description, str) else "",
-                            parameters if isinstance(parameters, dict) else {"type": "object"})
-        found[name] = expose(name, _UPSTREAM, spec)
-    return found
+def agent_tool(name: str, description: Any, parameters: Any) -> ExposedTool:
+    """One of the agent's tools (any API's function-tool shape, read by its dialect) as a tool the pipeline decides."""
+    spec = UpstreamTool(name, description if isinstance(description, str) else "",
+                        parameters if isinstance(parameters, dict) else {"type": "object"})
+    return expose(name, _UPSTREAM, spec)
 
 
 def undeclared_tools(tools: Iterable[str], declared: Sequence[str] | None) -> list[str]:
@@ -78,10 +63,3 @@ def undeclared_tools(tools: Iterable[str], declared: Sequence[str] | None) -> li
     if declared is None:
         return []
     return [name for name in tools if not any(glob_match(name, g) for g in declared)]
-
-
-def function_tool(tool: ExposedTool) -> dict[str, Any]:
-    """A gateway tool as a chat-completions function tool."""
-    return {"type": "function", "function": {"name": tool.name, "description": tool.spec.description,
-                                             "parameters": tool.spec.input_schema}}
-

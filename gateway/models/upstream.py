@@ -1,4 +1,7 @@
-"""One OpenAI-compatible model upstream: a chat completion, whole or as its stream of chunks (httpx2).
+"""One model upstream: an answer of its API, whole or as its stream of events (httpx2).
+
+Which API, at which path and with which headers, is its dialect's (gateway/models/dialects/); this module
+only sends, times and reads.
 
 What the upstream sends is read as untrusted. Its size is capped as it arrives (MAX_MODEL_RESPONSE_BYTES
 for a whole answer, MAX_MODEL_STREAM_BYTES for all of a stream's events) and so is the whole request's
@@ -46,11 +49,11 @@ _REFUSED = {
 
 
 class ModelUpstream:
-    """``{base_url}/chat/completions`` with the configured key; errors become ``ModelUpstreamError``."""
+    """``url`` (base_url and the API's path) with the key's ``headers``; errors become ``ModelUpstreamError``."""
 
-    def __init__(self, base_url: str, api_key: str | None, timeout: float) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    def __init__(self, url: str, headers: dict[str, str], api_key: str | None, timeout: float) -> None:
+        self.url = url
+        self._headers = headers
         self._timeout = timeout
         self._scrub = Scrubber([api_key])
         self._client: httpx2.AsyncClient | None = None
@@ -67,12 +70,12 @@ class ModelUpstream:
             await self._client.aclose()
             self._client = None
 
-    async def complete(self, body: Json) -> Json:
-        """One chat completion (``stream`` off)."""
+    async def complete(self, body: Json, headers: dict[str, str] | None = None) -> Json:
+        """One whole answer (``stream`` off); ``headers`` are the agent's passed on (the dialect's)."""
         try:
             # One deadline for the whole answer (httpx's timeout is per read), and a size read as it arrives.
             async with asyncio.timeout(self._timeout), self._http().stream(
-                    "POST", self.url, json={**body, "stream": False}, headers=self._headers,
+                    "POST", self.url, json={**body, "stream": False}, headers={**self._headers, **(headers or {})},
                     timeout=self._timeout) as response:
                 content = await _read(response)
         except TimeoutError as exc:
@@ -81,17 +84,16 @@ class ModelUpstream:
             raise _unreachable(exc) from exc
         if response.status_code >= 400:
             raise self._error(response.status_code, _object_or_none(content))
-        answer = self._event(content, "response")
-        if not isinstance(answer.get("choices"), list) or not answer["choices"]:
-            raise ModelUpstreamError("the model upstream's response is not a chat completion")
-        return answer
+        return self._event(content, "response")
 
-    async def stream(self, body: Json) -> AsyncIterator[Json]:
-        """The chunks of one streamed chat completion, as they arrive (``[DONE]`` ends it)."""
+    async def stream(self, body: Json, headers: dict[str, str] | None = None) -> AsyncIterator[Json]:
+        """The events of one streamed answer, as they arrive: each ``data:`` line's JSON (``event:`` lines are
+        skipped, the JSON names its type; ``[DONE]`` or the end of the body ends it)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout
         http = self._http()
-        request = http.build_request("POST", self.url, json={**body, "stream": True}, headers=self._headers,
+        request = http.build_request("POST", self.url, json={**body, "stream": True},
+                                     headers={**self._headers, **(headers or {})},
                                      timeout=self._timeout)
         try:
             async with asyncio.timeout_at(deadline):

@@ -1,5 +1,5 @@
 """The results of the agent's own tools go through the response stage before the model reads them
-(gateway/pipeline/agent_results.py, gateway/models/tool_results.py).
+(gateway/pipeline/agent_results.py, gateway/models/dialects/chat_results.py).
 
 The gateway runs on uvicorn in front of the scripted model (tests/agents/fake_model.py), which answers with
 every tool result it read: what the model saw is read from its final answer and from the requests it got.

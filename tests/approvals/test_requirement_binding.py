@@ -15,7 +15,7 @@ import pytest
 
 from gateway.approvals.service import ApprovalService
 from gateway.core.errors import ApprovalForbidden
-from gateway.models.client_tools import client_tools
+from gateway.models.dialects.chat_tools import client_tools
 from gateway.pipeline.approvals import HeldCall
 from gateway.pipeline.request import CallRequest
 from gateway.policy.call import Principal, ToolInfo

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gateway.core.limits import MAX_RUN_LABELS
-from gateway.models.client_tools import client_tools
+from gateway.models.dialects.chat_tools import client_tools
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.agent_results import AgentResult, AgentResults
 from gateway.pipeline.audit import AuditLog

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.models.client_tools import client_tools
+from gateway.models.dialects.chat_tools import client_tools
 from gateway.pipeline import CallRequest, Gateway
 from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.settings import CallSettings

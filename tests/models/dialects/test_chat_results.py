@@ -1,11 +1,12 @@
-"""gateway/models/tool_results.py: which tool messages of a conversation are results of the agent's own tools."""
+"""dialects/chat_results.py: which tool messages of a conversation are results of the agent's own tools."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway.models.client_tools import client_tools
-from gateway.models.tool_results import content_text, sent_results, with_screened
+from gateway.models.dialects.base import content_text
+from gateway.models.dialects.chat_results import sent_results, with_screened
+from gateway.models.dialects.chat_tools import client_tools
 from gateway.pipeline.agent_results import Screened
 
 Json = dict[str, Any]

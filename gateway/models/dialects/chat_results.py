@@ -1,4 +1,4 @@
-"""The results of the agent's own tools in the conversation it sends, read for the response stage and replaced.
+"""The results of the agent's own tools in the chat conversation it sends, read for the response stage and replaced.
 
 Each ``role: tool`` message the agent sent is matched by its ``tool_call_id`` to the tool call of an earlier
 assistant message, which names the tool and its arguments; one whose call names a tool of this request's
@@ -13,22 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.models.answer import as_object, call_arguments
+from gateway.models.dialects.base import Json, as_object, call_arguments, content_text
 from gateway.pipeline.agent_results import AgentResult, Screened
 from gateway.upstreams.registry import ExposedTool
 
-__all__ = ["content_text", "sent_results", "with_screened"]
-
-Json = dict[str, Any]
-
-
-def content_text(content: Any) -> str:
-    """A message's content as the text a rule reads: a string, or its text parts joined."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return ""
+__all__ = ["sent_results", "with_screened"]
 
 
 def sent_results(messages: Sequence[Json], sent: Sequence[Json], tools: Mapping[str, ExposedTool]

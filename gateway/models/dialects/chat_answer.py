@@ -1,4 +1,4 @@
-"""The model's assistant message as the proxy decides it: read whole, or assembled from streamed deltas.
+"""The chat model's assistant message as the proxy decides it: read whole, or assembled from streamed deltas.
 
 Every tool call the model makes must reach the policies, so the shapes that could carry one past them
 are settled here, once, for both paths:
@@ -13,22 +13,14 @@ Streamed text and arguments are kept as lists of pieces and joined once: linear 
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from gateway.core.errors import ModelUpstreamError
-from gateway.core.values import loads
+from gateway.models.dialects.base import Json, as_object, new_call_id
 
-__all__ = ["StreamedMessage", "as_object", "assistant_message", "call_arguments"]
-
-Json = dict[str, Any]
+__all__ = ["StreamedMessage", "assistant_message"]
 
 _LEGACY = "function_call"
-
-
-def as_object(value: Any) -> Json:
-    """A JSON object as read, or an empty one for anything else."""
-    return value if isinstance(value, dict) else {}
 
 
 def assistant_message(message: Json) -> Json:
@@ -46,22 +38,7 @@ def assistant_message(message: Json) -> Json:
     if calls:
         raise ModelUpstreamError(f"the model upstream's answer holds both 'tool_calls' and a legacy '{_LEGACY}'")
     read = {k: v for k, v in message.items() if k != _LEGACY}
-    return {**read, "tool_calls": [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": legacy}]}
-
-
-def call_arguments(raw: Any) -> tuple[Json, str | None]:
-    """A tool call's parsed arguments, or {} and why they cannot be read (the pipeline then refuses the call)."""
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}, None  # some models send no arguments for a tool that takes none
-    if not isinstance(raw, str):
-        return {}, "the arguments are not a JSON text"
-    try:
-        value = loads(raw)
-    except ValueError as exc:
-        return {}, f"the arguments are not valid JSON ({exc})"
-    if not isinstance(value, dict):
-        return {}, "the arguments are not a JSON object"
-    return value, None
+    return {**read, "tool_calls": [{"id": new_call_id(), "type": "function", "function": legacy}]}
 
 
 class _Pieces:

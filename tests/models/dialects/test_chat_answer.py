@@ -1,4 +1,4 @@
-"""gateway/models/answer.py: every tool call in a model's answer ends up in ``tool_calls``, or the answer is refused."""
+"""dialects/chat_answer.py: every tool call in a model's answer ends up in ``tool_calls``, or the answer is refused."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gateway.core.errors import ModelUpstreamError
-from gateway.models.answer import StreamedMessage, assistant_message
+from gateway.models.dialects.chat_answer import StreamedMessage, assistant_message
 
 CALL = {"name": "deploy", "arguments": '{"service": "prod"}'}
 
