@@ -8,11 +8,14 @@ arguments. An approved call is handed out once, like any approved call runs once
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gateway.core.errors import UpstreamError
 from gateway.core.globs import glob_match
+from gateway.core.limits import MODEL_AGENT_TOOLS_KEPT
 from gateway.policy.catalog import CLIENT_UPSTREAM
 from gateway.upstreams.base import ToolProgress, ToolResult, UpstreamTool
 from gateway.upstreams.registry import ExposedTool, expose
@@ -52,10 +55,18 @@ _UPSTREAM = AgentRunner()
 
 
 def agent_tool(name: str, description: Any, parameters: Any) -> ExposedTool:
-    """One of the agent's tools (any API's function-tool shape, read by its dialect) as a tool the pipeline decides."""
-    spec = UpstreamTool(name, description if isinstance(description, str) else "",
-                        parameters if isinstance(parameters, dict) else {"type": "object"})
-    return expose(name, _UPSTREAM, spec)
+    """One of the agent's tools (any API's function-tool shape, read by its dialect) as a tool the pipeline decides.
+
+    The same declaration comes with every request of a conversation: its compiled form is kept (bounded), keyed
+    by its canonical JSON, so a schema is checked and its validator built once, not per request."""
+    text = description if isinstance(description, str) else ""
+    schema = parameters if isinstance(parameters, dict) else {"type": "object"}
+    return _compiled(name, text, json.dumps(schema, sort_keys=True, ensure_ascii=False))
+
+
+@functools.lru_cache(maxsize=MODEL_AGENT_TOOLS_KEPT)
+def _compiled(name: str, description: str, schema: str) -> ExposedTool:
+    return expose(name, _UPSTREAM, UpstreamTool(name, description, json.loads(schema)))
 
 
 def undeclared_tools(tools: Iterable[str], declared: Sequence[str] | None) -> list[str]:

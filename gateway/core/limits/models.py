@@ -21,6 +21,9 @@ MODEL_SPLICES_KEPT = 10_000
 # repeats the conversation's results, and each is recorded once (oldest forgotten first: a forgotten one is
 # recorded again; it is still decided on every request).
 MODEL_RESULTS_KEPT = 10_000
+# Agent tool declarations kept compiled (name, description, schema -> its validator): agents send the same
+# tools with every request, and compiling a schema's validator cost more than deciding three calls.
+MODEL_AGENT_TOOLS_KEPT = 1_024
 
 # The most one streamed model answer may send in all (the bytes of all its events), like
 # MAX_MODEL_RESPONSE_BYTES for a whole answer: past it the stream is cut and the agent gets an error. Its

@@ -1,0 +1,90 @@
+"""What the model proxy benchmark's model answers, per API: a canned answer carrying three tool calls.
+
+One entry per model API in ``ANSWERS`` (bench/model_proxy.py times every entry whose API the gateway speaks):
+the path under ``/v1``, the agent's request (the three tools offered), the whole answer, and the same answer
+as the stream's ``(event name, data)`` pairs. Adding an API is one entry here.
+
+    python bench/_model_answers.py PORT     serves every entry at /v1 + path (whole, or streamed when asked)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+Json = dict[str, Any]
+
+SERVICES = ("web", "api", "worker")  # one deploy call each, every one allowed by the benchmark's policy
+
+
+@dataclass(frozen=True)
+class Canned:
+    """One API's side of the benchmark."""
+
+    path: str
+    request: Json  # what the agent sends (``model`` and ``stream`` are set per request)
+    whole: Json
+    events: list[tuple[str | None, Json]]  # the streamed answer; a None name sends no ``event:`` line
+    done: bool = False  # end the stream with ``data: [DONE]``
+
+
+def _chat() -> Canned:
+    tool = {"type": "function", "function": {"name": "deploy", "description": "Deploy a service.",
+                                             "parameters": {"type": "object",
+                                                            "properties": {"service": {"type": "string"}}}}}
+    calls = [{"id": f"call_{i}", "type": "function",
+              "function": {"name": "deploy", "arguments": json.dumps({"service": s})}} for i, s in enumerate(SERVICES)]
+    base = {"id": "chatcmpl-bench", "created": 1, "model": "bench-model"}
+    usage = {"prompt_tokens": 10, "completion_tokens": 30, "total_tokens": 40}
+    whole = {**base, "object": "chat.completion", "usage": usage,
+             "choices": [{"index": 0, "finish_reason": "tool_calls", "logprobs": None,
+                          "message": {"role": "assistant", "content": None, "tool_calls": calls}}]}
+    head = {**base, "object": "chat.completion.chunk"}
+
+    def chunk(delta: Json, finish: str | None = None) -> Json:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+    events: list[tuple[str | None, Json]] = [(None, chunk({"role": "assistant", "content": ""}))]
+    events += [(None, chunk({"tool_calls": [{"index": i, **c}]})) for i, c in enumerate(calls)]
+    events.append((None, chunk({}, "tool_calls")))
+    request = {"messages": [{"role": "user", "content": "Deploy web, api and worker."}], "tools": [tool]}
+    return Canned("/chat/completions", request, whole, events, done=True)
+
+
+ANSWERS: dict[str, Canned] = {"chat": _chat()}
+
+
+def _app() -> Any:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    def endpoint(canned: Canned) -> Any:
+        stream = b"".join((f"event: {name}\n" if name else "").encode() + f"data: {json.dumps(data)}\n\n".encode()
+                          for name, data in canned.events) + (b"data: [DONE]\n\n" if canned.done else b"")
+        whole = json.dumps(canned.whole).encode()
+
+        async def answer(request: Request) -> Response:
+            body = await request.json()
+            if body.get("stream"):
+                return StreamingResponse(iter([stream]), media_type="text/event-stream")
+            return Response(whole, media_type="application/json")
+
+        return answer
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    return Starlette(routes=[*(Route(f"/v1{c.path}", endpoint(c), methods=["POST"]) for c in ANSWERS.values()),
+                             Route("/healthz", healthz)])
+
+
+if __name__ == "__main__":
+    import uvicorn
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python bench/_model_answers.py PORT")
+    uvicorn.run(_app(), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
