@@ -131,7 +131,8 @@ class Side:
     error_body: Callable[[str], Json]  # an upstream error body of the API carrying this message
     read_error: Callable[[Any], str]  # the message of an error body the client got (raises if not the API's shape)
     tool_results: Callable[[str], list[str]] = tool_results_of
-    skip: dict[str, str] = field(default_factory=dict)  # cell name -> why this API has no such cell
+    # cell name (or "<cell>:whole" / "<cell>:streamed") -> why this API has no such cell
+    skip: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
