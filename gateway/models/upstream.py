@@ -31,6 +31,7 @@ from gateway.core.limits import (
 )
 from gateway.core.scrub import Scrubber
 from gateway.core.values import Profile, loads, problem
+from gateway.upstreams.http_transport import lean_transport
 
 __all__ = ["ModelUpstream"]
 
@@ -60,8 +61,11 @@ class ModelUpstream:
 
     def _http(self) -> httpx2.AsyncClient:
         if self._client is None:  # made on first use, in the serving event loop
-            self._client = httpx2.AsyncClient(follow_redirects=False, limits=httpx2.Limits(
-                max_connections=UPSTREAM_MAX_CONNECTIONS, keepalive_expiry=UPSTREAM_KEEPALIVE_SECONDS))
+            limits = httpx2.Limits(max_connections=UPSTREAM_MAX_CONNECTIONS,
+                                   keepalive_expiry=UPSTREAM_KEEPALIVE_SECONDS)
+            # plain http:// (a local model server) on the lean wire (gateway/upstreams/http_transport.py);
+            # https and proxies stay with httpx2's own transport
+            self._client = httpx2.AsyncClient(follow_redirects=False, limits=limits, transport=lean_transport(limits))
         return self._client
 
     async def close(self) -> None:
