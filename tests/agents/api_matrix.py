@@ -3,9 +3,10 @@
 A ``Side`` is one API (tests/agents/matrix_<api>.py defines ``SIDE``): its ``Driver``, the agent loop of the
 API's official client (whole or streamed), and its scripted fake model, which follows fake_model.py's
 script convention and answers with every tool result it read. A ``Cell`` starts a gateway in front of that
-fake with ``POLICY`` and runs an agent whose one local tool is ``deploy(service)``; each cell asserts what the
-local tool ran, what the model read and what the gateway said (tests/agents/test_model_api_matrix.py runs
-every cell for every side, whole and streamed).
+fake with ``POLICY`` (test_model_proxy.py's rules and three response-stage rules) and runs an agent whose
+one local tool is ``deploy(service)``; each cell asserts what the local tool ran, what the model read and
+what the gateway said (tests/agents/test_model_api_matrix.py runs every cell for every side, whole and
+streamed).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from test_model_proxy import POLICY as PROXY_POLICY
+from test_model_proxy import REFUSAL, TERMINATED
 
 __all__ = ["CELLS", "DEPLOY", "POLICY", "AgentRun", "Cell", "Driver", "Side", "Turn"]
 
@@ -34,41 +37,7 @@ Json = dict[str, Any]
 DEPLOY: Json = {"name": "deploy", "description": "Deploy a service.",
                 "parameters": {"type": "object", "properties": {"service": {"type": "string"}}}}
 
-POLICY = r"""
-policy: matrix
-rules:
-  - id: no-prod
-    tools: [deploy]
-    when: args.service == "prod"
-    action: reject
-    message: Deploying to prod is not allowed from an agent.
-  - id: api-goes-canary
-    tools: [deploy]
-    when: args.service == "api"
-    action: rewrite
-    rewrite:
-      set: {service: '"api-canary"'}
-  - id: docs-dry-run
-    tools: [deploy]
-    when: args.service == "docs" && tool.upstream == "client"
-    action: skip
-    result: {deployed: false, note: docs deploys are a dry run}
-  - id: stop-word
-    tools: [deploy]
-    when: args.service == "stop"
-    action: terminate
-    message: This run is over; no more deploys.
-  - id: payments-need-a-human
-    tools: [deploy]
-    when: args.service == "payments"
-    action: approve
-    message: Deploying payments needs someone from ops.
-    approval: {approvers: ["group:ops"], timeout: 60s}
-  - id: gateway-prod
-    tools: [ops_deploy]
-    when: args.service == "prod"
-    action: reject
-    message: The gateway will not deploy prod.
+POLICY = PROXY_POLICY + r"""
   - id: keys-never-reach-the-model
     tools: [deploy]
     stage: response
@@ -89,8 +58,6 @@ rules:
     message: The result asked for a wipe; this run is over.
 """
 
-REFUSAL = "Deploying to prod is not allowed from an agent."
-TERMINATED = "This run is over; no more deploys."
 UNKNOWN = "Error: there is no tool named 'nosuch_tool'. Call only the tools you were given."
 SECRET = "sk-live0123456789abcdefXYZ"
 
