@@ -37,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-__all__ = ["FakeModel", "ScriptedCall", "script", "tool_results_of"]
+__all__ = ["FakeModel", "Hook", "ScriptedCall", "next_turn", "script", "text_of", "tool_results_of"]
 
 Json = dict[str, Any]
 Hook = Callable[[list[str]], Awaitable[None]]
@@ -74,13 +74,35 @@ def tool_results_of(final_output: str) -> list[str]:
     return results
 
 
-def _text(content: Any) -> str:
+def text_of(content: Any) -> str:
     """A message's content as text: a string, or a list of content parts (text parts joined)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return "" if content is None else json.dumps(content)
+
+
+async def next_turn(prompt: str, seen: list[str], offered: list[str], hooks: dict[str, Hook]
+                    ) -> list[tuple[int, Json]] | str:
+    """What the scripted model says next, given its prompt and the tool results it read so far: the turn's
+    calls (each with its position in the script, for its id), or its text (the report, or why it cannot)."""
+    try:
+        calls = json.loads(prompt)["calls"]
+    except (ValueError, KeyError, TypeError):
+        return f"not a script: {prompt[:200]!r}"
+    if len(seen) >= len(calls):
+        return json.dumps({"tool_results": seen})
+    first = len(seen)
+    turn = [calls[first]]
+    while turn[-1].get("with_next") and first + len(turn) < len(calls):
+        turn.append(calls[first + len(turn)])
+    if turn[0].get("before"):
+        await hooks[turn[0]["before"]](seen)
+    missing = [s["tool"] for s in turn if s["tool"] not in offered and not s.get("force")]
+    if missing:
+        return json.dumps({"tool_results": seen, "not_offered": missing[0], "offered": offered})
+    return [(first + i, step) for i, step in enumerate(turn)]
 
 
 class FakeModel:
@@ -122,28 +144,15 @@ class FakeModel:
     async def _answer(self, body: Json) -> Json:
         """The assistant message for this conversation: the next scripted call, or the report."""
         messages: list[Json] = body.get("messages") or []
-        prompt = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
-        try:
-            calls = json.loads(prompt)["calls"]
-        except (ValueError, KeyError, TypeError):
-            return {"role": "assistant", "content": f"not a script: {prompt[:200]!r}"}
-        seen = [_text(m.get("content")) for m in messages if m.get("role") == "tool"]
-        if len(seen) >= len(calls):
-            return {"role": "assistant", "content": json.dumps({"tool_results": seen})}
-        first = len(seen)
-        turn = [calls[first]]
-        while turn[-1].get("with_next") and first + len(turn) < len(calls):
-            turn.append(calls[first + len(turn)])
-        if turn[0].get("before"):
-            await self.hooks[turn[0]["before"]](seen)
-        missing = [s["tool"] for s in turn if s["tool"] not in self.offered_tools(body) and not s.get("force")]
-        if missing:
-            report = {"tool_results": seen, "not_offered": missing[0], "offered": self.offered_tools(body)}
-            return {"role": "assistant", "content": json.dumps(report)}
-        tool_calls = [{"id": f"call_{first + i}_{step['tool']}", "type": "function",
+        prompt = next((text_of(m.get("content")) for m in messages if m.get("role") == "user"), "")
+        seen = [text_of(m.get("content")) for m in messages if m.get("role") == "tool"]
+        turn = await next_turn(prompt, seen, self.offered_tools(body), self.hooks)
+        if isinstance(turn, str):
+            return {"role": "assistant", "content": turn}
+        tool_calls = [{"id": f"call_{n}_{step['tool']}", "type": "function",
                        "function": {"name": step["tool"], "arguments": step.get("raw", json.dumps(step["args"]))}}
-                      for i, step in enumerate(turn)]
-        if turn[0].get("legacy"):
+                      for n, step in turn]
+        if turn[0][1].get("legacy"):
             return {"role": "assistant", "content": None, "function_call": tool_calls[0]["function"]}
         return {"role": "assistant", "content": None, "tool_calls": tool_calls}
 
