@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -81,7 +82,9 @@ class FakeResponses:
         self.fragments = 1
         self.preamble: str | None = None
         self.gate: asyncio.Event | None = None
+        self.ids: list[str] = []  # every response's id, in order (unique across fakes, as the API's are)
         self._ids = 0
+        self._prefix = uuid.uuid4().hex[:12]
 
     def app(self) -> Starlette:
         """The Starlette app to serve (tests/loopback.py ``serve_app``)."""
@@ -104,6 +107,7 @@ class FakeResponses:
             return JSONResponse(error_body(problem), 400)
         self._ids += 1
         answer = self._response(body, await self._output(body, items))
+        self.ids.append(answer["id"])
         if body.get("store") is not False:
             self.stored[answer["id"]] = [*items, *answer["output"]]
         if body.get("stream"):
@@ -124,7 +128,7 @@ class FakeResponses:
                              "arguments": step.get("raw", json.dumps(step["args"]))} for n, step in turn)]
 
     def _response(self, body: Json, output: list[Json]) -> Json:
-        return {"id": f"resp_fake_{self._ids}", "object": "response", "created_at": int(time.time()),
+        return {"id": f"resp_{self._prefix}_{self._ids}", "object": "response", "created_at": int(time.time()),
                 "model": MODEL, "status": "completed", "output": output, "error": None, "incomplete_details": None,
                 "instructions": body.get("instructions"), "metadata": {}, "temperature": None, "top_p": None,
                 "parallel_tool_calls": body.get("parallel_tool_calls", True),

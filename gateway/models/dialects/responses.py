@@ -25,7 +25,7 @@ from gateway.models.dialects.base import (
     Reply,
     RequestProblem,
 )
-from gateway.models.dialects.responses_stream import ResponsesStream
+from gateway.models.dialects.responses_stream import ResponsesStream, chained_on
 from gateway.models.dialects.responses_wire import (
     CALL,
     OUTPUT,
@@ -97,6 +97,8 @@ class ResponsesDialect:
     def offer(self, request: AgentRequest, model: str, gateway_tools: Sequence[ExposedTool]) -> Json:
         """The agent's body with the upstream's model name and the gateway's tools."""
         body = {**request.body, "model": model}
+        if body.get("previous_response_id") is not None:
+            body["previous_response_id"] = chained_on(body["previous_response_id"])
         body.pop("stream", None)
         body.pop("stream_options", None)
         if gateway_tools:
