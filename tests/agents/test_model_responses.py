@@ -9,6 +9,7 @@ its final answer (every function_call_output it got).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -72,6 +73,22 @@ async def test_frameworks_on_responses_get_every_call_decided(
     assert run.ran == ["web", "api-canary"]  # prod was refused, api rewritten
     assert tool_results_of(run.output) == ["deployed web", REFUSAL, "deployed api-canary"]
     assert all(r["model"] == MODEL for r in fake.requests)
+
+
+@STREAMS
+@pytest.mark.parametrize("client", ["openai-agents", "langchain"])
+async def test_an_approved_call_reaches_the_frameworks_tool(
+        stage: Stage, fake: FakeResponses, served: tuple[FakeResponses, str], client: str, stream: bool) -> None:
+    url = await start(stage, served)
+
+    async def approve() -> None:
+        pending = await stage.wait_pending("deploy")
+        await stage.decide(pending["id"], True, who="dave")
+
+    deciding = asyncio.create_task(approve())
+    run = await CLIENTS[client](url, ALICE, new_run(), script(("deploy", {"service": "payments"})), stream)
+    await deciding
+    assert run.ran == ["payments"] and tool_results_of(run.output) == ["deployed payments"]
 
 
 @STREAMS
