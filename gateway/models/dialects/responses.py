@@ -25,6 +25,7 @@ from gateway.models.dialects.base import (
     Reply,
     RequestProblem,
 )
+from gateway.models.dialects.chat import ChatDialect
 from gateway.models.dialects.responses_stream import ResponsesStream, chained_on
 from gateway.models.dialects.responses_wire import (
     CALL,
@@ -66,14 +67,10 @@ class ResponsesDialect:
     api = "responses"
     path = "/responses"
 
-    def upstream_headers(self, api_key: str | None) -> dict[str, str]:
-        """``Authorization: Bearer`` with the model's key."""
-        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-    def passed_headers(self, agent: Mapping[str, str]) -> dict[str, str]:
-        """None of the agent's headers go on."""
-        del agent
-        return {}
+    # OpenAI's own: the key as a Bearer token, none of the agent's headers on, OpenAI's error shape.
+    upstream_headers = ChatDialect.upstream_headers
+    passed_headers = ChatDialect.passed_headers
+    error_body = ChatDialect.error_body
 
     def read_request(self, body: Json, headers: Mapping[str, str]) -> AgentRequest:
         """``input`` and the tools; a ``conversation`` object (kept by the provider, unseen here) is refused."""
@@ -154,11 +151,6 @@ class ResponsesDialect:
     def add_usage(self, total: Json | None, usage: Json | None) -> Json | None:
         """``input_tokens``, ``output_tokens``, ``total_tokens`` and their details summed."""
         return add_usage(total, usage)
-
-    def error_body(self, status: int, code: str, message: str) -> Json:
-        """OpenAI's error shape (``code`` the gateway's stable code)."""
-        kind = "invalid_request_error" if 400 <= status < 500 else "api_error"
-        return {"error": {"message": message, "type": kind, "code": code, "param": None}}
 
 
 DIALECT = ResponsesDialect()
