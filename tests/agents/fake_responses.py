@@ -15,7 +15,7 @@ It behaves like the real API where the gateway could get it wrong:
 
 Every request body is kept in ``requests``. ``fragments`` splits a streamed call's arguments into that many
 ``function_call_arguments.delta`` events; ``preamble`` opens every tool-calling answer with a message item;
-``gate`` (when set) holds a streamed text answer before its end.
+``gate`` (when set) holds a streamed text answer before its end; ``broken`` fails a stream midway.
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ class FakeResponses:
         self.fragments = 1
         self.preamble: str | None = None
         self.gate: asyncio.Event | None = None
+        self.broken = False  # a stream fails after its opening events, with the API's ``error`` event
         self.ids: list[str] = []  # every response's id, in order (unique across fakes, as the API's are)
         self._ids = 0
         self._prefix = uuid.uuid4().hex[:12]
@@ -153,6 +154,9 @@ class FakeResponses:
         started = {**answer, "status": "in_progress", "output": [], "usage": None}
         yield event({"type": "response.created", "response": started})
         yield event({"type": "response.in_progress", "response": started})
+        if self.broken:
+            yield event({"type": "error", "code": "server_error", "message": "the fake broke midway", "param": None})
+            return
         for index, item in enumerate(answer["output"]):
             for data in self._item_events(index, item):
                 yield event(data)

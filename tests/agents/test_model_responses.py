@@ -158,3 +158,14 @@ async def test_a_gateway_text_streams_as_a_message_item(
     assert response.output_text == "This run is over; no more deploys."
     assert [i.type for i in response.output] == ["message"]
     assert response.model_extra["gateway"]["calls"][0]["decision"] == "terminate"
+
+
+async def test_an_upstream_failing_midway_ends_the_agents_stream_with_an_error_event(
+        stage: Stage, fake: FakeResponses, served: tuple[FakeResponses, str]) -> None:
+    url = await start(stage, served)
+    fake.broken = True
+    async with gateway_model_client(url, ALICE, None) as client:
+        async with client.responses.stream(model="any", input="hi", tools=TOOLS) as stream:
+            seen = [event async for event in stream]
+    assert [e.type for e in seen] == ["response.created", "response.in_progress", "error"]
+    assert "the fake broke midway" in seen[-1].message and seen[-1].sequence_number == 2
