@@ -77,7 +77,36 @@ def _messages() -> Canned:
     return Canned("/messages", request, whole, events)
 
 
-ANSWERS: dict[str, Canned] = {"chat": _chat(), "messages": _messages()}
+def _responses() -> Canned:
+    tool = {"type": "function", "name": "deploy", "description": "Deploy a service.",
+            "parameters": {"type": "object", "properties": {"service": {"type": "string"}}}}
+    calls = [{"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{i}", "name": "deploy",
+              "arguments": json.dumps({"service": s}), "status": "completed"} for i, s in enumerate(SERVICES)]
+    usage = {"input_tokens": 10, "output_tokens": 30, "total_tokens": 40,
+             "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+             "output_tokens_details": {"reasoning_tokens": 0}}
+    base = {"id": "resp_bench", "object": "response", "created_at": 1, "model": "bench-model", "error": None,
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [tool], "store": False}
+    whole = {**base, "status": "completed", "output": calls, "usage": usage}
+    started = {**base, "status": "in_progress", "output": [], "usage": None}
+    data: list[Json] = [{"type": "response.created", "response": started},
+                        {"type": "response.in_progress", "response": started}]
+    for i, call in enumerate(calls):
+        at = {"output_index": i, "item_id": call["id"]}
+        data += [{"type": "response.output_item.added", "output_index": i,
+                  "item": {**call, "arguments": "", "status": "in_progress"}},
+                 {"type": "response.function_call_arguments.delta", **at, "delta": call["arguments"]},
+                 {"type": "response.function_call_arguments.done", **at, "arguments": call["arguments"]},
+                 {"type": "response.output_item.done", "output_index": i, "item": call}]
+    data.append({"type": "response.completed", "response": whole})
+    events: list[tuple[str | None, Json]] = [(d["type"], {**d, "sequence_number": n}) for n, d in enumerate(data)]
+    request = {"input": "Deploy web, api and worker.", "tools": [tool], "store": False}
+    return Canned("/responses", request, whole, events)
+
+
+
+
+ANSWERS: dict[str, Canned] = {"chat": _chat(), "responses": _responses(), "messages": _messages()}
 
 
 def _app() -> Any:
