@@ -104,8 +104,6 @@ def _responses() -> Canned:
     return Canned("/responses", request, whole, events)
 
 
-
-
 ANSWERS: dict[str, Canned] = {"chat": _chat(), "responses": _responses(), "messages": _messages()}
 
 
