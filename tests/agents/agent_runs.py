@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent_framework import Agent as MafAgent
-from agents import Agent, RunConfig, Runner
+from agents import Agent, ModelProvider, RunConfig, Runner
 from pydantic_ai import Agent as PydanticAgent
 
 __all__ = ["INSTRUCTIONS", "maf_output", "openai_agents_output", "pydantic_ai_output"]
@@ -17,10 +17,13 @@ __all__ = ["INSTRUCTIONS", "maf_output", "openai_agents_output", "pydantic_ai_ou
 INSTRUCTIONS = "Follow the JSON script in the user's message."
 
 
-async def openai_agents_output(agent: Agent[Any], prompt: str, stream: bool) -> str:
-    """An OpenAI Agents SDK agent's final output (its events read to the end, if streamed)."""
+async def openai_agents_output(agent: Agent[Any], prompt: str, stream: bool,
+                                provider: ModelProvider | None = None) -> str:
+    """An OpenAI Agents SDK agent's final output (its events read to the end, if streamed); `provider` resolves
+    an agent's model given by name (the SDK's default provider when None)."""
     # Tracing would export spans to OpenAI's servers; these tests never leave 127.0.0.1.
-    config = RunConfig(tracing_disabled=True)
+    config = RunConfig(tracing_disabled=True) if provider is None else \
+        RunConfig(tracing_disabled=True, model_provider=provider)
     if stream:
         streamed = Runner.run_streamed(agent, prompt, run_config=config)
         async for _ in streamed.stream_events():

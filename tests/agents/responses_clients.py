@@ -14,13 +14,13 @@ from typing import Any
 from agent_framework import Agent as MafAgent
 from agent_framework.openai import OpenAIChatClient
 from agent_runs import INSTRUCTIONS, maf_output, openai_agents_output
-from agents import Agent, OpenAIResponsesModel, function_tool
+from agents import Agent, OpenAIProvider, OpenAIResponsesModel, function_tool
 from fake_responses import MODEL
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_openai import ChatOpenAI
 from model_proxy_drivers import LocalTool, ProxyRun, gateway_model_client
 
-__all__ = ["langchain_run", "maf_run", "openai_agents_run"]
+__all__ = ["langchain_run", "maf_run", "openai_agents_by_name_run", "openai_agents_run"]
 
 
 async def openai_agents_run(url: str, key: str, run_id: str | None, prompt: str, stream: bool) -> ProxyRun:
@@ -36,6 +36,22 @@ async def openai_agents_run(url: str, key: str, run_id: str | None, prompt: str,
         model = OpenAIResponsesModel(model=MODEL, openai_client=client)
         agent = Agent(name="tester", instructions=INSTRUCTIONS, tools=[deploy], model=model)
         output = await openai_agents_output(agent, prompt, stream)
+    return ProxyRun(output, local.ran)
+
+
+async def openai_agents_by_name_run(url: str, key: str, run_id: str | None, prompt: str, stream: bool) -> ProxyRun:
+    """An OpenAI Agents SDK run whose model is only a name: the SDK's own provider picks its default model class
+    (Responses) over the gateway's client, as ``set_default_openai_client`` would, without the global."""
+    local = LocalTool()
+
+    @function_tool
+    def deploy(service: str) -> str:
+        """Deploy a service."""
+        return local.deploy(service)
+
+    async with gateway_model_client(url, key, run_id) as client:
+        agent = Agent(name="tester", instructions=INSTRUCTIONS, tools=[deploy], model=MODEL)
+        output = await openai_agents_output(agent, prompt, stream, OpenAIProvider(openai_client=client))
     return ProxyRun(output, local.ran)
 
 

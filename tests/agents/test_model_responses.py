@@ -25,14 +25,15 @@ from fake_responses import MODEL, FakeResponses
 from loopback import serve_app
 from matrix_responses import TOOLS, read_turn, streamed
 from model_proxy_drivers import gateway_model_client
-from responses_clients import langchain_run, maf_run, openai_agents_run
+from responses_clients import langchain_run, maf_run, openai_agents_by_name_run, openai_agents_run
 from test_model_proxy import REFUSAL
 
 Json = dict[str, Any]
 
 ALICE = PEOPLE["alice"][0]
 STREAMS = pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-CLIENTS = {"openai-agents": openai_agents_run, "maf": maf_run, "langchain": langchain_run}
+CLIENTS = {"openai-agents": openai_agents_run, "openai-agents-by-name": openai_agents_by_name_run, "maf": maf_run,
+           "langchain": langchain_run}
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
