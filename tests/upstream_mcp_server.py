@@ -334,6 +334,18 @@ async def ask_roots(ctx: Context) -> str:
     return "roots: " + " ".join(str(root.uri) for root in answer.roots)
 
 
+@server.tool()
+async def ask_roots_briefly(ctx: Context, seconds: float) -> str:
+    """Ask the client for its roots (as ``ask_roots``), but give up after ``seconds`` and finish without them."""
+    with anyio.move_on_after(seconds):
+        try:
+            answer = await _ask(ctx, types.ListRootsRequest(), types.ListRootsResult)
+        except MCPError as exc:
+            return f"refused: {exc.code} {exc}"
+        return "roots: " + " ".join(str(root.uri) for root in answer.roots)
+    return "no roots in time"
+
+
 _later: set[Any] = set()
 
 

@@ -3,6 +3,9 @@
 # Calls of 2026-07-28 clients waiting for the client's answers to an upstream's question (gateway/
 # frontends/mcp/round_trips.py); past this, the oldest can no longer be resumed and waits out its call timeout.
 MAX_PENDING_ROUND_TRIPS = 10_000
+# How long a 2026-07-28 call that ended while its client was being asked keeps its outcome for the client's
+# next request (with the answers and the state it was given); past it, the state is expired.
+ROUND_TRIP_RESULT_SECONDS = 60.0
 
 # The longest text of an upstream failure kept in the audit log.
 MAX_AUDIT_ERROR_CHARS = 2_000

@@ -23,7 +23,7 @@ from mcp.server import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
-from gateway.core.limits import MAX_PENDING_ROUND_TRIPS
+from gateway.core.limits import MAX_PENDING_ROUND_TRIPS, ROUND_TRIP_RESULT_SECONDS
 from gateway.frontends.mcp.client_channel import McpClientChannel, request_of
 from gateway.pipeline.request import CallOutcome, CallRequest
 from gateway.upstreams.client_requests import ClientRequestKind
@@ -151,5 +151,15 @@ class RoundTrips:
             input_requests={q.key: q.request for q in questions if not q.answer.done()}, request_state=state))
 
     def _forget(self, call: _Suspended) -> None:
-        if call.state is not None:
-            self._waiting.pop(call.state, None)
+        """The call is over. One whose client is being asked stays resumable for ROUND_TRIP_RESULT_SECONDS: the
+        client's next request (the answers, with the state it was given) gets the call's outcome, not "expired"
+        (the upstream may finish without the answers: it gave up waiting, or did not need them)."""
+        state = call.state
+        if state is None:
+            return
+
+        def drop() -> None:
+            if self._waiting.get(state) is call:
+                del self._waiting[state]
+
+        asyncio.get_running_loop().call_later(ROUND_TRIP_RESULT_SECONDS, drop)

@@ -16,7 +16,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 import pytest_asyncio
-from gateway_harness import RunningGateway, base_config, mcp_upstream, run_gateway, write_gateway
+from gateway_harness import RunningGateway, base_config, eventually, mcp_upstream, run_gateway, write_gateway
 from mcp import MCPError
 
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
@@ -144,6 +144,36 @@ async def test_a_2026_call_asks_through_input_required_and_its_state_is_good_onc
             await a.client.session.call_tool("up_ask_model", args, input_responses=answer,
                                              request_state=first.request_state)
     assert alice.asked == 0 and bob.asked == 0  # driven by hand here, not through the callbacks
+
+
+async def test_a_2026_call_that_ends_while_its_client_is_asked_gives_the_clients_next_request_its_result(
+        gateway: Any, connect_mcp: Any) -> None:
+    """The upstream gives up on its question and finishes before the client answers: the client's request with the
+    answers (and the state it was given) gets the call's result, not "expired"."""
+    alice = User("alice")
+    async with connect_mcp(gateway, "alice", mode="2026-07-28", **alice.options()) as a:
+        args = {"seconds": 0.2}
+        first = await a.client.session.call_tool("up_ask_roots_briefly", args, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult) and first.request_state
+        [key] = first.input_requests
+
+        def over() -> list[Any]:  # the call is over on the gateway: the upstream answered without the roots
+            return [e for e in gateway.audit_events()
+                    if e["event"] == "call.outcome" and e["tool"] == "up_ask_roots_briefly"]
+
+        assert await eventually(lambda: _async(over()))
+        answer = {key: types.ListRootsResult(roots=[types.Root(uri="file:///home/alice")])}
+        result = await a.client.session.call_tool("up_ask_roots_briefly", args, input_responses=answer,
+                                                  request_state=first.request_state, allow_input_required=True)
+        assert isinstance(result, types.CallToolResult), result
+        assert text(result) == "no roots in time"
+        with pytest.raises(MCPError, match="Invalid or expired requestState"):  # good once
+            await a.client.session.call_tool("up_ask_roots_briefly", args, input_responses=answer,
+                                             request_state=first.request_state, allow_input_required=True)
+
+
+async def _async(value: Any) -> Any:
+    return value
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -13,8 +13,8 @@ from gateway.core.errors import ConfigError
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
 
 UP_TOOLS = {"echo", "add", "slow", "fail", "secret", "delete_thing", "pid", "register_extra", "weather", "steps",
-            "linger", "register_note", "research", "ask_model", "ask_user", "ask_roots", "ask_model_later",
-            "chatter"}
+            "linger", "register_note", "research", "ask_model", "ask_user", "ask_roots", "ask_roots_briefly",
+            "ask_model_later", "chatter"}
 API_TOOLS = {"get_item", "create_item", "delete_item", "search", "boom", "nap"}
 
 
