@@ -19,9 +19,25 @@ from gateway.core.values import loads
 from gateway.pipeline.agent_results import AgentResult, Screened
 from gateway.upstreams.registry import ExposedTool
 
-__all__ = ["EXTENSION", "AgentRequest", "AgentStream", "Answered", "Dialect", "HandedOut", "Json", "ModelAnswer",
-           "Reply", "RequestProblem", "ToolCall", "as_object", "call_arguments", "content_text", "new_call_id",
-           "sse"]
+__all__ = [
+    "EXTENSION",
+    "AgentRequest",
+    "AgentStream",
+    "Answered",
+    "Dialect",
+    "HandedOut",
+    "Json",
+    "ModelAnswer",
+    "Reply",
+    "RequestProblem",
+    "ToolCall",
+    "as_object",
+    "call_arguments",
+    "content_text",
+    "new_call_id",
+    "replaced_results",
+    "sse",
+]
 
 Json = dict[str, Any]
 
@@ -211,3 +227,14 @@ def sse(data: Json, event: str | None = None) -> bytes:
     """One Server-Sent Event of JSON data, named when ``event`` is given."""
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+def replaced_results(conversation: Sequence[Json], found: Sequence[tuple[int, Any]], screened: Sequence[Any],
+                     field: str) -> list[Json]:
+    """The conversation with each screened result's ``field`` (the item at the index found) replaced by what the
+    model reads instead; a terminate leaves the rest unscreened, so ``screened`` may be the shorter."""
+    out = list(conversation)
+    for (index, _), entry in zip(found, screened, strict=False):
+        if entry.content is not None:
+            out[index] = {**out[index], field: entry.content}
+    return out

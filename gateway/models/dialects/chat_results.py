@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.models.dialects.base import Json, as_object, call_arguments, content_text
+from gateway.models.dialects.base import Json, as_object, call_arguments, content_text, replaced_results
 from gateway.pipeline.agent_results import AgentResult, Screened
 from gateway.upstreams.registry import ExposedTool
 
@@ -52,9 +52,5 @@ def sent_results(messages: Sequence[Json], sent: Sequence[Json], tools: Mapping[
 
 def with_screened(messages: Sequence[Json], found: Sequence[tuple[int, AgentResult]],
                   screened: Sequence[Screened]) -> list[Json]:
-    """The conversation with each screened result's content replaced by what the model reads instead."""
-    out = list(messages)
-    for (index, _), entry in zip(found, screened, strict=False):  # a terminate leaves the rest unscreened
-        if entry.content is not None:
-            out[index] = {**out[index], "content": entry.content}
-    return out
+    """The conversation with each screened result's ``content`` replaced by what the model reads instead."""
+    return replaced_results(messages, found, screened, "content")

@@ -26,6 +26,7 @@ from gateway.models.dialects.base import (
     as_object,
     call_arguments,
     new_call_id,
+    replaced_results,
 )
 from gateway.pipeline.agent_results import AgentResult, Screened
 from gateway.upstreams.registry import ExposedTool
@@ -132,12 +133,8 @@ def agent_results(conversation: Sequence[Json], sent: Sequence[Json], tools: Map
 
 def with_screened(conversation: Sequence[Json], found: Sequence[tuple[int, AgentResult]],
                   screened: Sequence[Screened]) -> list[Json]:
-    """The conversation with each screened output replaced by what the model reads instead."""
-    out = list(conversation)
-    for (index, _), entry in zip(found, screened, strict=False):  # a terminate leaves the rest unscreened
-        if entry.content is not None:
-            out[index] = {**out[index], "output": entry.content}
-    return out
+    """The conversation with each screened result's ``output`` replaced by what the model reads instead."""
+    return replaced_results(conversation, found, screened, "output")
 
 
 def read_answer(answer: Json) -> ModelAnswer:
