@@ -18,6 +18,7 @@ import jsonschema
 from gateway.policy.call import ToolInfo
 from gateway.upstreams.argument_errors import ArgumentProblem, describe
 from gateway.upstreams.base import Upstream, UpstreamTool
+from gateway.upstreams.schema_accept import Accepts, accepting
 
 __all__ = ["ExposedTool", "Source", "ToolRegistry", "expose"]
 
@@ -46,10 +47,11 @@ class ExposedTool:
     info: ToolInfo
     validator: Any  # a jsonschema validator, or None when the tool's schema itself is invalid
     timeout: float | None = None  # the upstream's own timeout, if it set one
+    accepts: Accepts | None = None  # a quick "fits" for common schemas (upstreams/schema_accept.py)
 
     def schema_errors(self, arguments: dict[str, Any]) -> list[ArgumentProblem]:
         """Why ``arguments`` do not fit the tool's input schema, argument by argument (empty when they do)."""
-        if self.validator is None:
+        if self.validator is None or (self.accepts is not None and self.accepts(arguments)):
             return []
         return describe(self.validator.iter_errors(arguments))
 
@@ -131,16 +133,17 @@ class ToolRegistry:
 
 def _expose(name: str, source: Source, spec: UpstreamTool) -> ExposedTool:
     upstream = source.upstream
-    validator = None
+    validator = accepts = None
     try:
         cls = jsonschema.validators.validator_for(spec.input_schema)
         cls.check_schema(spec.input_schema)
         validator = cls(spec.input_schema)
+        accepts = accepting(spec.input_schema)
     except jsonschema.SchemaError as exc:
         log.warning("tool %s has an invalid input schema (%s); arguments will not be checked", name, exc.message)
     info = ToolInfo(name=name, upstream=upstream.name, title=spec.title or "", description=spec.description,
                     annotations=dict(spec.annotations))
-    return ExposedTool(name, upstream, spec, info, validator, source.timeout)
+    return ExposedTool(name, upstream, spec, info, validator, source.timeout, accepts)
 
 
 def expose(name: str, upstream: Upstream, spec: UpstreamTool) -> ExposedTool:
