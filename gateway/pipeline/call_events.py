@@ -113,7 +113,7 @@ def _replay_context(trace: CallTrace, redactor: Redactor) -> tuple[dict[str, Any
         "principal_claims": call.principal.claims,
         "session": _session_context(call),
         "call_time": call.call.time,
-        "env_revision": env_revision(call.env),
+        "env_revision": trace.env_revision or env_revision(call.env),
         "stage": str(decision.stage),
         "policy_verdict": str(decision.verdict),
         "policy_decided_by": decision.decided_by,

@@ -23,6 +23,7 @@ class CallTrace:
     request: CallRequest
     trace_id: str | None = None  # the W3C trace id of the call (gateway/core/audit_head.py), read once
     hand_out: bool = False  # decide-only: an admitted call goes back to its caller to run, nothing runs here
+    env_revision: str | None = None  # the digest of the call's ``env`` (CallSettings), else computed from it
     audit_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # shared by the intent and the outcome
     started: float = field(default_factory=time.perf_counter)
     policy_us: float = 0.0

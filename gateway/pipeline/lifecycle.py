@@ -141,7 +141,7 @@ class Gateway(Questions):
     # --- the steps, in order ------------------------------------------------------------------------------
 
     async def _call(self, request: CallRequest, *, hand_out: bool) -> CallOutcome:
-        trace = CallTrace(request, current_trace_id(), hand_out)
+        trace = CallTrace(request, current_trace_id(), hand_out, self.settings.env_revision)
         policy_set = self.policies.current  # one revision for the whole call
         exceeded = self.limits.acquire(request.principal.key)
         if exceeded is not None:

@@ -177,12 +177,15 @@ _PLAIN = (str, int, bool, type(None))
 
 def _value_checks(schema: dict[str, Any]) -> list[Accepts]:
     """``enum`` and ``const`` over plain values, compared with their type (1 is not true, "1" is not 1)."""
-    checks = []
+    checks: list[Accepts] = []
     for allowed in ([schema["const"]] if "const" in schema else None, schema.get("enum")):
         if allowed is None:
             continue
         if not isinstance(allowed, list) or any(type(a) not in _PLAIN for a in allowed):
             raise _Unsupported
-        keyed = {(type(a), a) for a in allowed}
-        checks.append(lambda value, keyed=keyed: type(value) in _PLAIN and (type(value), value) in keyed)
+        checks.append(_one_of({(type(a), a) for a in allowed}))
     return checks
+
+
+def _one_of(keyed: set[tuple[type, Any]]) -> Accepts:
+    return lambda value: type(value) in _PLAIN and (type(value), value) in keyed
