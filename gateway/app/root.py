@@ -42,10 +42,10 @@ from gateway.frontends.http.edge import LOOPBACK_NAMES, BodyLimit, HostOriginGua
 from gateway.frontends.http.errors import json_http_errors
 from gateway.frontends.http.protocol import edge_protocol
 from gateway.frontends.http.shares import ConnectionShares, Shares
-from gateway.frontends.identity import RequireIdentity
+from gateway.frontends.identity import RefusalBodies, RequireIdentity, gateway_body
 from gateway.frontends.mcp import McpFrontend
 from gateway.frontends.metrics_api import METRICS_PATH, metrics_routes
-from gateway.frontends.model_endpoints import model_routes
+from gateway.frontends.model_endpoints import model_refusal_bodies, model_routes
 from gateway.frontends.openapi_doc import openapi_routes
 from gateway.frontends.protected_resource import protected_resource_routes
 from gateway.frontends.rest import rest_routes
@@ -221,6 +221,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     interval = parse_duration(config.spec.reload_interval)
     supervisor = build_supervisor(config, gateway.registry)
     models = build_model_proxy(config, gateway)
+    bodies = model_refusal_bodies() if models.routes else gateway_body
     sso = build_sso(config, auth.jwt, refused=gateway.observer.sso_refused)
 
     @contextlib.asynccontextmanager
@@ -295,8 +296,9 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
         scrape_routes.append(Route(METRICS_PATH, scrape, methods=["GET"]))
     _approvals(gateway, sso, api, open_routes, edge)
     # each key's share of the connections, counted before the body is read (BodyLimit, the last of the edge)
-    edge.insert(-1, _connection_shares(config, auth, gateway, open_routes, challenge))
-    protected = Starlette(routes=api, middleware=[Middleware(RequireIdentity, auth=auth, challenge=challenge)],
+    edge.insert(-1, _connection_shares(config, auth, gateway, open_routes, challenge, bodies))
+    protected = Starlette(routes=api, middleware=[Middleware(RequireIdentity, auth=auth, challenge=challenge,
+                                                             bodies=bodies)],
                           exception_handlers=json_http_errors())
     app = Starlette(routes=[*open_routes, *scrape_routes, Mount("/", app=protected)], lifespan=lifespan,
                     middleware=edge, exception_handlers=json_http_errors())
@@ -331,7 +333,7 @@ def server_options(config: LoadedConfig) -> dict[str, Any]:
 
 
 def _connection_shares(config: LoadedConfig, auth: Authenticator, gateway: Gateway,
-                       open_routes: list[BaseRoute], challenge: Challenge) -> Middleware:
+                       open_routes: list[BaseRoute], challenge: Challenge, bodies: RefusalBodies) -> Middleware:
     """Each key's share of the connections, and those reserved for approvers and admins, from `http:`."""
     http = config.spec.http
     reserved = http.reserved()
@@ -341,7 +343,7 @@ def _connection_shares(config: LoadedConfig, auth: Authenticator, gateway: Gatew
         return any(route.matches(scope)[0] is Match.FULL for route in open_routes)
 
     return Middleware(ConnectionShares, auth=auth, shares=shares, open_route=open_route,
-                      refused=gateway.observer.share_refused, challenge=challenge)
+                      refused=gateway.observer.share_refused, challenge=challenge, bodies=bodies)
 
 
 def _edge_middleware(config: LoadedConfig) -> list[Middleware]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -13,16 +14,25 @@ from gateway.auth.keys import Authenticator, Identity
 from gateway.core.errors import CredentialError
 from gateway.frontends.challenge import PLAIN, Challenge, presents_credential
 
-__all__ = ["IDENTITY_KEY", "RequireIdentity", "identity_of", "refuse_unidentified", "session_owner",
-           "unauthorized_body"]
+__all__ = ["IDENTITY_KEY", "RefusalBodies", "RequireIdentity", "gateway_body", "identity_of", "refuse_unidentified",
+           "session_owner", "unauthorized_body"]
 
 IDENTITY_KEY = "gateway.identity"
+UNAUTHORIZED = "Send an API key as 'Authorization: Bearer KEY'."
+
+# A refusal's JSON body for a path: (path, status, code, message) -> bytes. The model proxy's endpoints answer in
+# their API's own error format (gateway/frontends/model_endpoints.py), so an SDK shows the message; the rest in ours.
+RefusalBodies = Callable[[str, int, str, str], bytes]
+
+
+def gateway_body(path: str, status: int, code: str, message: str) -> bytes:
+    """The gateway's own error body: ``{"error": {"code", "message"}}``."""
+    return json.dumps({"error": {"code": code, "message": message}}).encode()
 
 
 def unauthorized_body() -> bytes:
     """The JSON body of a 401."""
-    return json.dumps({"error": {"code": "unauthorized",
-                                 "message": "Send an API key as 'Authorization: Bearer KEY'."}}).encode()
+    return gateway_body("", 401, "unauthorized", UNAUTHORIZED)
 
 
 class RequireIdentity:
@@ -35,11 +45,12 @@ class RequireIdentity:
     """
 
     def __init__(self, app: ASGIApp, auth: Authenticator, scrapers: bool = False,
-                 challenge: Challenge = PLAIN) -> None:
+                 challenge: Challenge = PLAIN, bodies: RefusalBodies = gateway_body) -> None:
         self.app = app
         self.auth = auth
         self.scrapers = scrapers
         self.challenge = challenge
+        self.bodies = bodies
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -50,14 +61,16 @@ class RequireIdentity:
             try:
                 identity = await self.auth.identify(scope["headers"])
             except CredentialError as exc:
-                await refuse_unidentified(send, exc, challenge=self.challenge)
+                await refuse_unidentified(send, exc, challenge=self.challenge, body=self.bodies, path=scope["path"])
                 return
         if identity is None:
             await refuse_unidentified(send, None, challenge=self.challenge,
-                                      presented=presents_credential(scope["headers"]))
+                                      presented=presents_credential(scope["headers"]), body=self.bodies,
+                                      path=scope["path"])
             return
         if identity.metrics and not self.scrapers:
-            await _refuse(send, 403, _SCRAPE_ONLY, challenge=None)
+            await _refuse(send, 403, self.bodies(scope["path"], 403, "metrics-key-scrape-only", _SCRAPE_ONLY),
+                          challenge=None)
             return
         scope[IDENTITY_KEY] = identity
         scope["user"] = session_owner(identity)
@@ -76,21 +89,21 @@ def session_owner(identity: Identity) -> AuthenticatedUser:
                                          scopes=list(principal.groups)))
 
 
-_SCRAPE_ONLY = json.dumps({"error": {"code": "metrics-key-scrape-only", "message": (
-    "This API key has metrics: true: it may only scrape GET /metrics. Call tools, the model proxy,"
-    " approvals and the admin API with another key.")}}).encode()
+_SCRAPE_ONLY = ("This API key has metrics: true: it may only scrape GET /metrics. Call tools, the model proxy,"
+                " approvals and the admin API with another key.")
 
 
 async def refuse_unidentified(send: Send, exc: CredentialError | None, close: bool = False,
-                              challenge: Challenge = PLAIN, presented: bool = False) -> None:
+                              challenge: Challenge = PLAIN, presented: bool = False,
+                              body: RefusalBodies = gateway_body, path: str = "") -> None:
     """Answer a request whose credential cannot be used (``exc``) or that sent none: 401 or the error's status.
     ``close``: the request body was not read, so the connection closes after the answer. ``presented``: a
-    credential was sent but recognised by no one (an unknown key)."""
+    credential was sent but recognised by no one (an unknown key). ``body`` writes the answer for ``path``."""
     if exc is None:
-        status, body = 401, unauthorized_body()
+        status, content = 401, body(path, 401, "unauthorized", UNAUTHORIZED)
     else:
-        status, body = exc.status, json.dumps({"error": {"code": exc.code, "message": str(exc)}}).encode()
-    await _refuse(send, status, body, challenge=challenge.header(exc, presented), close=close)
+        status, content = exc.status, body(path, exc.status, exc.code, str(exc))
+    await _refuse(send, status, content, challenge=challenge.header(exc, presented), close=close)
 
 
 async def _refuse(send: Send, status: int, body: bytes, challenge: bytes | None, close: bool = False) -> None:

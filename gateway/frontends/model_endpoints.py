@@ -9,6 +9,7 @@ and the API's dialect's; this module reads the request and writes the response.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.requests import Request
@@ -17,7 +18,7 @@ from starlette.routing import Route
 
 from gateway.core.errors import AuditWriteError, ModelUpstreamError
 from gateway.core.values import id_problem, shown_id
-from gateway.frontends.identity import identity_of
+from gateway.frontends.identity import RefusalBodies, gateway_body, identity_of
 from gateway.frontends.rest import json_object_or_problem
 from gateway.models.dialects.base import Dialect
 from gateway.models.dialects.registry import available, dialect
@@ -25,7 +26,7 @@ from gateway.models.proxy import Caller, ModelProxy, RequestProblem, UnknownMode
 from gateway.pipeline.runs import client_of, conversation_of, explicit_run_id
 from gateway.policy.call import Principal
 
-__all__ = ["model_routes"]
+__all__ = ["model_refusal_bodies", "model_routes"]
 
 Failed = Callable[[int, str, str], JSONResponse]  # an error in the endpoint's API format
 
@@ -33,6 +34,19 @@ Failed = Callable[[int, str, str], JSONResponse]  # an error in the endpoint's A
 def model_routes(proxy: ModelProxy) -> list[Route]:
     """One route per model API this build speaks (they expect ``RequireIdentity`` in front)."""
     return [Route(f"/v1{d.path}", _endpoint(proxy, d), methods=["POST"]) for d in map(dialect, available())]
+
+
+def model_refusal_bodies(fallback: RefusalBodies = gateway_body) -> RefusalBodies:
+    """Refusals before routing (no key, a bad key, over the key's share) in each model API's own error format on
+    its path, so the API's SDK raises its usual error with the gateway's message; ``fallback`` elsewhere."""
+    apis = {f"/v1{d.path}": d for d in map(dialect, available())}
+
+    def body(path: str, status: int, code: str, message: str) -> bytes:
+        api = apis.get(path)
+        if api is None:
+            return fallback(path, status, code, message)
+        return json.dumps(api.error_body(status, code, message)).encode()
+    return body
 
 
 def _endpoint(proxy: ModelProxy, api: Dialect) -> Callable[[Request], Awaitable[Response]]:

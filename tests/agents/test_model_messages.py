@@ -123,8 +123,13 @@ async def test_the_gateway_key_may_come_as_x_api_key_and_a_wrong_key_is_refused(
     result = await anthropic_run(url, ALICE, script(("deploy", {"service": "staging"})), stream, x_api_key=True)
     assert result.ran == ["staging"] and tool_results_of(result.output) == ["deployed staging"]
     async with anthropic_client(url, "not-a-key", x_api_key=True) as client:
-        with pytest.raises(anthropic.AuthenticationError):
+        with pytest.raises(anthropic.AuthenticationError) as refused:
             await ask(client, [{"role": "user", "content": "hi"}], stream)
+    # in Anthropic's error format, so the SDK shows the gateway's reason
+    assert refused.value.body == {"type": "error", "error": {
+        "type": "authentication_error", "code": "unauthorized",
+        "message": "Send an API key as 'Authorization: Bearer KEY'."}}
+    assert "Send an API key" in refused.value.message
 
 
 @STREAMS

@@ -254,7 +254,13 @@ async def test_unknown_model_and_missing_key_are_refused(stage: Stage) -> None:
 
     async with httpx2.AsyncClient(base_url=stage.url) as anonymous:
         refused = await anonymous.post("/v1/chat/completions", json={**body, "model": "gpt-x"})
-    assert refused.status_code == 401
+        elsewhere = await anonymous.post("/v1/tools/deploy/invoke", json={})
+    # in OpenAI's error format on the model API's path (the SDK reads error.message), the gateway's elsewhere
+    assert refused.status_code == 401 and refused.json() == {"error": {
+        "message": "Send an API key as 'Authorization: Bearer KEY'.", "type": "invalid_request_error",
+        "code": "unauthorized"}}
+    assert elsewhere.status_code == 401 and elsewhere.json() == {"error": {
+        "code": "unauthorized", "message": "Send an API key as 'Authorization: Bearer KEY'."}}
     asked = len(stage.model.requests)
     for bad in ({"model": "gpt-x", "messages": "hi"}, {**body, "model": "gpt-x", "n": 2},
                 {**body, "model": "gpt-x", "functions": [{"name": "deploy", "parameters": {}}]},

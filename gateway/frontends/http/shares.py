@@ -26,14 +26,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.auth.keys import Authenticator, Identity
 from gateway.core.errors import CredentialError
 from gateway.core.limits import SHARE_RETRY_AFTER_SECONDS
 from gateway.frontends.challenge import PLAIN, Challenge, presents_credential
-from gateway.frontends.identity import IDENTITY_KEY, refuse_unidentified
-from gateway.frontends.rest import error_response
+from gateway.frontends.identity import IDENTITY_KEY, RefusalBodies, gateway_body, refuse_unidentified
 
 __all__ = ["OPERATOR_PATHS", "ConnectionShares", "OverShare", "Shares"]
 
@@ -135,9 +135,11 @@ class ConnectionShares:
 
     def __init__(self, app: ASGIApp, auth: Authenticator, shares: Shares,
                  open_route: Callable[[Scope], bool] = lambda scope: False,
-                 refused: Callable[[str], None] | None = None, challenge: Challenge = PLAIN) -> None:
+                 refused: Callable[[str], None] | None = None, challenge: Challenge = PLAIN,
+                 bodies: RefusalBodies = gateway_body) -> None:
         self.app = app
         self.challenge = challenge  # what a refusal here says in WWW-Authenticate, as RequireIdentity's do
+        self.bodies = bodies  # and in which API's error format, per path
         self.auth = auth
         self.shares = shares
         self.open_route = open_route  # whether a request is for a route served without a key
@@ -156,12 +158,14 @@ class ConnectionShares:
             try:
                 identity = await self.auth.identify(scope["headers"])
             except CredentialError as exc:  # answered here, so the credential is checked (and counted) once
-                await refuse_unidentified(send, exc, close=body, challenge=self.challenge)
+                await refuse_unidentified(send, exc, close=body, challenge=self.challenge, body=self.bodies,
+                                          path=scope["path"])
                 return
         if identity is None:
             if body:  # refused before its body is read: no one without a key waits on anything
                 await refuse_unidentified(send, None, close=True, challenge=self.challenge,
-                                          presented=presents_credential(scope["headers"]))
+                                          presented=presents_credential(scope["headers"]), body=self.bodies,
+                                          path=scope["path"])
                 return
             await self.app(scope, receive, send)  # answered at once: 401, or an open page
             return
@@ -171,7 +175,8 @@ class ConnectionShares:
         if over is not None:
             if self.refused is not None:
                 self.refused(over.share)
-            response = error_response(over.status, over.code, over.message)
+            response = Response(self.bodies(scope["path"], over.status, over.code, over.message), over.status,
+                                media_type="application/json")
             response.headers["retry-after"] = str(SHARE_RETRY_AFTER_SECONDS)
             if body:  # the body is not read: let the connection close after the answer
                 response.headers["connection"] = "close"
