@@ -35,6 +35,7 @@ __all__ = [
     "call_arguments",
     "content_text",
     "new_call_id",
+    "offered_body",
     "replaced_results",
     "sse",
 ]
@@ -187,6 +188,17 @@ class Dialect(Protocol):
 
     def error_body(self, status: int, code: str, message: str) -> Json:
         """An error in the API's own error format."""
+
+
+def offered_body(request: AgentRequest, model: str, gateway_tools: Sequence[Json],
+                 drop: Sequence[str] = ("stream",)) -> Json:
+    """The agent's body as the model gets it: the upstream's model name, without the fields in ``drop`` (the
+    gateway asks whole), and the gateway's tools (in the API's own tool shape) after the agent's own."""
+    body = {k: v for k, v in request.body.items() if k not in drop}
+    body["model"] = model
+    if gateway_tools:
+        body["tools"] = [*(request.body.get("tools") or []), *gateway_tools]
+    return body
 
 
 def as_object(value: Any) -> Json:

@@ -22,6 +22,7 @@ from gateway.models.dialects.base import (
     Reply,
     RequestProblem,
     as_object,
+    offered_body,
 )
 from gateway.models.dialects.chat_answer import assistant_message
 from gateway.models.dialects.chat_results import sent_results, with_screened
@@ -68,11 +69,7 @@ class ChatDialect:
 
     def offer(self, request: AgentRequest, model: str, gateway_tools: Sequence[ExposedTool]) -> Json:
         """The agent's body with the upstream's model name and the gateway's tools."""
-        body = {**request.body, "model": model}
-        body.pop("stream", None)
-        if gateway_tools:
-            body["tools"] = [*(request.body.get("tools") or []), *(function_tool(t) for t in gateway_tools)]
-        return body
+        return offered_body(request, model, [function_tool(t) for t in gateway_tools])
 
     def model_request(self, base: Json, conversation: list[Json], last: ModelAnswer | None,
                       new: list[Json]) -> Json:

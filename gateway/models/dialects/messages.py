@@ -32,6 +32,7 @@ from gateway.models.dialects.base import (
     ModelAnswer,
     Reply,
     RequestProblem,
+    offered_body,
 )
 from gateway.models.dialects.messages_results import agent_results, with_screened
 from gateway.models.dialects.messages_stream import MessagesStream
@@ -95,11 +96,7 @@ class MessagesDialect:
 
     def offer(self, request: AgentRequest, model: str, gateway_tools: Sequence[ExposedTool]) -> Json:
         """The agent's body, the model mapped, no ``stream``, the gateway's tools added."""
-        body = {k: v for k, v in request.body.items() if k != "stream"}
-        body["model"] = model
-        if gateway_tools:
-            body["tools"] = [*(request.body.get("tools") or []), *(gateway_tool(t) for t in gateway_tools)]
-        return body
+        return offered_body(request, model, [gateway_tool(t) for t in gateway_tools])
 
     def model_request(self, base: Json, conversation: list[Json], last: ModelAnswer | None,
                       new: list[Json]) -> Json:

@@ -24,6 +24,7 @@ from gateway.models.dialects.base import (
     ModelAnswer,
     Reply,
     RequestProblem,
+    offered_body,
 )
 from gateway.models.dialects.chat import ChatDialect
 from gateway.models.dialects.responses_stream import ResponsesStream, chained_on
@@ -93,13 +94,9 @@ class ResponsesDialect:
 
     def offer(self, request: AgentRequest, model: str, gateway_tools: Sequence[ExposedTool]) -> Json:
         """The agent's body with the upstream's model name and the gateway's tools."""
-        body = {**request.body, "model": model}
+        body = offered_body(request, model, [function_tool(t) for t in gateway_tools], ("stream", "stream_options"))
         if body.get("previous_response_id") is not None:
             body["previous_response_id"] = chained_on(body["previous_response_id"])
-        body.pop("stream", None)
-        body.pop("stream_options", None)
-        if gateway_tools:
-            body["tools"] = [*(request.body.get("tools") or []), *(function_tool(t) for t in gateway_tools)]
         return body
 
     def model_request(self, base: Json, conversation: list[Json], last: ModelAnswer | None,
