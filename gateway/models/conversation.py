@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.models.dialects.base import AgentRequest, Dialect, Json, ModelAnswer, Reply, ToolCall
+from gateway.models.dialects.base import AgentRequest, Answered, Dialect, Json, ModelAnswer, Reply, ToolCall
 from gateway.models.upstream import ModelUpstream
 from gateway.pipeline.runs import Run
 from gateway.policy.call import Principal
@@ -84,6 +84,6 @@ class Conversation:
                 **({"results": self.results} if self.results else {})}
 
     def reply(self, answer: ModelAnswer | None, returned: list[tuple[ToolCall, Json]] | None = None,
-              text: str | None = None) -> Reply:
-        """What the agent gets."""
-        return Reply(self.request.model, answer, returned or [], text, self.usage, self.extension())
+              text: str | None = None, answered: list[Answered] | None = None) -> Reply:
+        """What the agent gets (``answered``: the answer's calls resolved here, which it does not see)."""
+        return Reply(self.request.model, answer, returned or [], text, self.usage, self.extension(), answered or [])

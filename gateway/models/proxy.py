@@ -95,7 +95,7 @@ class ModelProxy:
         decided: Decided = await decide_answer(self.gateway, conversation, answer)
         if decided.returned:
             self._keep(conversation, decided)
-        return conversation.reply(answer, decided.returned, decided.text) if decided.final else None
+        return conversation.reply(answer, decided.returned, decided.text, decided.answered) if decided.final else None
 
     def _keep(self, conversation: Conversation, decided: Decided) -> None:
         """Remember what the agent does not see, and the calls it was given."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.core.errors import UnknownToolError
 from gateway.models.conversation import Conversation
@@ -24,6 +24,8 @@ from gateway.pipeline.results import HANDED_OUT
 __all__ = ["AWAITS_APPROVAL", "Decided", "decide_answer"]
 
 AWAITS_APPROVAL = "{message} (Send the same request again once it is decided.)"
+# What the model reads of a gateway tool's call left unrun because the agent got calls of the same turn to run.
+NOT_RUN = "Not run: the other calls of this turn went to the agent first. Call it again if it is still needed."
 
 # A call in one of these states ends the agent's response with its message (the turn's other calls are not given).
 _ENDS_TURN = ("terminated", "pending", "handed_out")
@@ -51,6 +53,7 @@ class Decided:
     returned: list[tuple[ToolCall, Json]]
     text: str | None
     iteration: int
+    answered: list[Answered] = field(default_factory=list)  # with ``returned``: the other calls, answered here
 
     @property
     def final(self) -> bool:
@@ -84,7 +87,9 @@ async def decide_answer(gateway: Gateway, conversation: Conversation, answer: Mo
         return Decided([], text, iteration)
     returned = [(c.call, c.args or {}) for c in calls if c.status == "returned"]
     if returned:
-        return Decided(returned, None, iteration)
+        return Decided(returned, None, iteration, [
+            Answered(c.call, c.answer or NOT_RUN,
+                     c.outcome is None or c.outcome.is_error) for c in calls if c.status in ("answered", "not_run")])
     exchange = conversation.dialect.exchange(answer, [
         Answered(c.call, c.answer or "", c.outcome is None or c.outcome.is_error) for c in calls])
     conversation.items.extend(exchange)

@@ -137,6 +137,23 @@ async def test_an_agent_chained_by_previous_response_id_gets_its_results_screene
     assert (result["tool"], result["rewritten"]) == ("deploy", True)
 
 
+@STREAMS
+async def test_a_chain_on_a_turn_with_admitted_and_refused_calls_carries_the_gateways_answers_first(
+        stage: Stage, fake: FakeResponses, served: tuple[FakeResponses, str], stream: bool) -> None:
+    url = await start(stage, served)
+    run_id = new_run()
+    both = script(ScriptedCall("deploy", {"service": "prod"}, with_next=True), ("deploy", {"service": "web"}))
+    response = await ask(url, stream, run_id, input=both)
+    [(call_id, _, args)] = read_turn(response).calls  # prod was refused in the same turn: the agent gets web only
+    output = {"type": "function_call_output", "call_id": call_id, "output": f"deployed {args['service']}"}
+    final = read_turn(await ask(url, stream, run_id, input=[output], previous_response_id=response.id))
+    chained = fake.requests[-1]
+    # the upstream holds both calls: the refusal goes first, so none is unanswered (it would be a 400)
+    assert [(i["type"], i["output"]) for i in chained["input"]] == [
+        ("function_call_output", REFUSAL), ("function_call_output", "deployed web")]
+    assert tool_results_of(final.text) == [REFUSAL, "deployed web"]
+
+
 async def test_hosted_tools_pass_and_mcp_tools_are_refused(
         stage: Stage, fake: FakeResponses, served: tuple[FakeResponses, str]) -> None:
     url = await start(stage, served)

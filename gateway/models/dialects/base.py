@@ -111,6 +111,7 @@ class Reply:
     text: str | None  # a gateway message instead of the answer (terminate, pending approval, turns exhausted)
     usage: Json | None  # summed over every model request, in the API's keys
     extension: Json  # the ``gateway`` field
+    answered: list[Answered] = field(default_factory=list)  # the answer's calls answered here, unseen by the agent
 
 
 class AgentStream(Protocol):

@@ -27,7 +27,8 @@ from gateway.models.dialects.base import (
     offered_body,
 )
 from gateway.models.dialects.chat import ChatDialect
-from gateway.models.dialects.responses_stream import ResponsesStream, chained_on
+from gateway.models.dialects.responses_chain import chained_on, keep_unseen, unseen_on
+from gateway.models.dialects.responses_stream import ResponsesStream
 from gateway.models.dialects.responses_wire import (
     CALL,
     OUTPUT,
@@ -102,8 +103,8 @@ class ResponsesDialect:
     def model_request(self, base: Json, conversation: list[Json], last: ModelAnswer | None,
                       new: list[Json]) -> Json:
         """The whole conversation, or (a storing upstream, after the first) the outputs chained on ``last``."""
-        if last is None or not chains(base):
-            return {**base, "input": conversation}
+        if last is None or not chains(base):  # the first request: on a chain, first what the agent never saw
+            return {**base, "input": [*unseen_on(base.get("previous_response_id")), *conversation]}
         said = last.raw.get("output") or []
         return {**base, "previous_response_id": last.raw.get("id"), "input": [i for i in new if i not in said]}
 
@@ -139,6 +140,8 @@ class ResponsesDialect:
         head = reply.answer.raw if reply.answer is not None else new_head(reply.model)
         if reply.text is not None:  # not the upstream's answer: an id the upstream does not hold (its calls unanswered)
             head = {**head, "id": new_head(reply.model)["id"]}
+        elif reply.answer is not None:
+            keep_unseen(head.get("id"), reply.answered)
         return response(head, reply, final_output(reply))
 
     def stream(self, request: AgentRequest) -> AgentStream:

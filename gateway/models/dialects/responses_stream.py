@@ -12,43 +12,15 @@ decided; the close says what is still to say (the returned calls as ``output_ite
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 from gateway.core.errors import ModelUpstreamError
-from gateway.core.limits.models import MODEL_SPLICES_KEPT
 from gateway.models.dialects.base import Json, ModelAnswer, Reply, as_object, sse
+from gateway.models.dialects.responses_chain import keep_unseen, renamed
 from gateway.models.dialects.responses_wire import CALL, final_output, new_head, read_answer, response
 
-__all__ = ["ResponsesStream", "chained_on"]
+__all__ = ["ResponsesStream"]
 
-
-class _Renamed:
-    """The stream's response id -> the id of the last answer it closed with (bounded, the oldest go first).
-
-    A client holds a stream to the id ``response.created`` named, the first answer's; when the gateway then
-    answered that answer's calls itself and asked again, the upstream holds the conversation under the last
-    answer's id: an agent chaining on the first is sent on from the last."""
-
-    def __init__(self, kept: int) -> None:
-        self._kept = kept
-        self._ids: OrderedDict[str, str] = OrderedDict()
-
-    def put(self, shown: str, real: str) -> None:
-        self._ids[shown] = real
-        while len(self._ids) > self._kept:
-            self._ids.popitem(last=False)
-
-    def get(self, shown: str) -> str:
-        return self._ids.get(shown, shown)
-
-
-_RENAMED = _Renamed(MODEL_SPLICES_KEPT)
-
-
-def chained_on(previous: Any) -> Any:
-    """The upstream id an agent's ``previous_response_id`` stands for."""
-    return _RENAMED.get(previous) if isinstance(previous, str) else previous
 
 _HEAD = ("response.created", "response.in_progress", "response.queued")
 _END = ("response.completed", "response.incomplete")
@@ -145,7 +117,9 @@ class ResponsesStream:
         # The id stays the one response.created named (clients hold a stream to it); see _Renamed.
         last = reply.answer.raw.get("id") if reply.answer is not None and reply.text is None else None
         if isinstance(last, str) and last != self.head.get("id"):
-            _RENAMED.put(str(self.head.get("id")), last)
+            renamed(str(self.head.get("id")), last)
+        if reply.answer is not None and reply.text is None:
+            keep_unseen(last, reply.answered)
         whole = response(self.head, reply, list(self.out))
         kind = "response.incomplete" if whole["status"] == "incomplete" else "response.completed"
         events.append(self._event({"type": kind, "response": whole}))
