@@ -34,7 +34,7 @@ from approval_support import CountingUpstream, auth_header, serve_gateway
 from drivers import DRIVERS, AgentRun
 from fake_model import FakeModel
 
-__all__ = ["RUN_SECONDS", "STEP_SECONDS", "CountingUpstream", "Stage"]
+__all__ = ["RUN_SECONDS", "STEP_SECONDS", "CountingUpstream", "SharedGateways", "Stage"]
 
 Json = dict[str, Any]
 
@@ -42,22 +42,47 @@ STEP_SECONDS = 20.0  # the most one wait (a server starting, an approval showing
 RUN_SECONDS = 30.0  # the most one agent run may take, held calls included
 
 
+class SharedGateways:
+    """Gateways a module's tests share: one per group, policy and config, started on first use and stopped with
+    the module. For tests that each use runs of their own and read nothing a neighbour could have added."""
+
+    def __init__(self, root: Path, stack: contextlib.AsyncExitStack) -> None:
+        self.root = root
+        self.stack = stack
+        self._urls: dict[str, str] = {}
+
+    async def url(self, group: str, upstream: CountingUpstream, policy_text: str, config: Json) -> str:
+        """The gateway of this group with this policy and config (started now if there is none yet)."""
+        key = json.dumps([group, policy_text, config], sort_keys=True)
+        if key not in self._urls:
+            self._urls[key] = await serve_gateway(self.root, upstream, self.stack, policy_text,
+                                                  startup=STEP_SECONDS, **config)
+        return self._urls[key]
+
+
 class Stage:
-    """A fake model, an upstream, gateways in front of it and approver calls; closed at the end of a test."""
+    """A fake model, an upstream, gateways in front of it and approver calls; closed at the end of a test.
+
+    With ``shared`` (and its ``group``), ``start`` reuses the module's gateway of the same policy and config."""
 
     def __init__(self, root: Path, model: FakeModel, model_url: str, upstream: CountingUpstream,
-                 stack: contextlib.AsyncExitStack) -> None:
+                 stack: contextlib.AsyncExitStack, shared: tuple[SharedGateways, str] | None = None) -> None:
         self.root = root
         self.model = model
         self.model_url = model_url
         self.upstream = upstream
         self.stack = stack
+        self.shared = shared
         self.url = ""  # of the last gateway started
 
     async def start(self, policy_text: str, **config: Any) -> str:
         """A gateway in front of the upstream with this policy; returns its base URL."""
-        self.url = await serve_gateway(self.root, self.upstream, self.stack, policy_text, startup=STEP_SECONDS,
-                                       **config)
+        if self.shared is not None:
+            gateways, group = self.shared
+            self.url = await gateways.url(group, self.upstream, policy_text, config)
+        else:
+            self.url = await serve_gateway(self.root, self.upstream, self.stack, policy_text, startup=STEP_SECONDS,
+                                           **config)
         return self.url
 
     def headers(self, who: str = "alice", run_id: str | None = None) -> dict[str, str]:

@@ -2,7 +2,8 @@
 
 Each API's side (tests/agents/matrix_<api>.py: its official client and its scripted fake model) runs the
 same cells; an API whose side is not in this tree is not listed. The wrong-api cell pairs every API with
-every other one.
+every other one. Cells of one API and mode with the same config share a gateway (each cell's runs are its
+own): a gateway per config, not per cell.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from agent_stage import STEP_SECONDS, CountingUpstream, Stage
+from agent_stage import STEP_SECONDS, CountingUpstream, SharedGateways, Stage
 from api_matrix import CELLS, Cell, Side, cell_wrong_api
 from loopback import serve_app
 
@@ -39,27 +40,35 @@ async def fakes() -> AsyncIterator[dict[str, tuple[Any, str]]]:
         yield running
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def gateways(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SharedGateways]:
+    """The module's gateways, stopped after its last cell."""
+    async with contextlib.AsyncExitStack() as stack:
+        yield SharedGateways(tmp_path_factory.mktemp("matrix-gateways"), stack)
+
+
 @contextlib.asynccontextmanager
 async def cell_of(api: str, stream: bool, fakes: dict[str, tuple[Any, str]], root: Path,
-                  upstream: CountingUpstream) -> AsyncIterator[Cell]:
-    """A fresh cell: the side's fake with no hooks, the upstream reset, gateways stopped at the end."""
+                  upstream: CountingUpstream, gateways: SharedGateways) -> AsyncIterator[Cell]:
+    """A fresh cell: the side's fake with no hooks, the upstream reset, the API and mode's shared gateways."""
     fake, url = fakes[api]
     fake.hooks.clear()
     upstream.reset()
     async with contextlib.AsyncExitStack() as stack:
-        yield Cell(Stage(root, fake, url, upstream, stack), SIDES[api], stream, fake, url)
+        stage = Stage(root, fake, url, upstream, stack, shared=(gateways, f"{api}:{stream}"))
+        yield Cell(stage, SIDES[api], stream, fake, url)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("name", list(CELLS))
 @pytest.mark.parametrize("api", list(SIDES))
 async def test_cell(api: str, name: str, stream: bool, fakes: dict[str, tuple[Any, str]], tmp_path: Path,
-                    counting_upstream: CountingUpstream) -> None:
+                    counting_upstream: CountingUpstream, gateways: SharedGateways) -> None:
     skip = SIDES[api].skip
     why = skip.get(name) or skip.get(f"{name}:{'streamed' if stream else 'whole'}")
     if why:
         pytest.skip(why)
-    async with cell_of(api, stream, fakes, tmp_path, counting_upstream) as cell:
+    async with cell_of(api, stream, fakes, tmp_path, counting_upstream, gateways) as cell:
         await CELLS[name](cell)
 
 
@@ -67,6 +76,6 @@ async def test_cell(api: str, name: str, stream: bool, fakes: dict[str, tuple[An
 @pytest.mark.parametrize(("api", "other"), PAIRS)
 async def test_an_entry_of_another_api_is_a_400_in_the_endpoints_format(
         api: str, other: str, stream: bool, fakes: dict[str, tuple[Any, str]], tmp_path: Path,
-        counting_upstream: CountingUpstream) -> None:
-    async with cell_of(api, stream, fakes, tmp_path, counting_upstream) as cell:
+        counting_upstream: CountingUpstream, gateways: SharedGateways) -> None:
+    async with cell_of(api, stream, fakes, tmp_path, counting_upstream, gateways) as cell:
         await cell_wrong_api(cell, other)
