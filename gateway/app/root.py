@@ -18,6 +18,7 @@ from starlette.types import Scope
 
 from gateway.app.credentials import build_authenticator, build_notifier, build_upstream_credentials
 from gateway.app.model_proxy import build_model_proxy
+from gateway.app.pins import build_pins, report_drifts
 from gateway.app.protected_resource import build_protected_resource
 from gateway.app.sso import build_sso
 from gateway.approvals.service import ApprovalService
@@ -66,6 +67,7 @@ from gateway.upstreams.client_requests import KINDS, ClientRequestRules
 from gateway.upstreams.http import HttpOperation, HttpUpstream
 from gateway.upstreams.launch import LaunchedUpstream
 from gateway.upstreams.mcp import McpUpstream
+from gateway.upstreams.pinning import Pins
 from gateway.upstreams.registry import Source, ToolRegistry
 from gateway.upstreams.supervise import Backoff, Supervisor
 
@@ -142,10 +144,10 @@ def _settle_seconds(config: LoadedConfig) -> float:
     return max(DEFAULT_SETTLE_SECONDS, SETTLE_POLLS * parse_duration(config.spec.reload_interval))
 
 
-def build_registry(config: LoadedConfig) -> ToolRegistry:
-    """Every configured upstream (not started) under the names agents see."""
+def build_registry(config: LoadedConfig, pins: Pins | None = None) -> ToolRegistry:
+    """Every configured upstream (not started) under the names agents see, checked against ``pins`` if given."""
     return ToolRegistry([Source(build_upstream(u, config), u.exposed_name, _own_timeout(u))
-                         for u in config.spec.upstreams])
+                         for u in config.spec.upstreams], pins)
 
 
 def build_supervisor(config: LoadedConfig, registry: ToolRegistry) -> Supervisor:
@@ -158,7 +160,8 @@ def build_supervisor(config: LoadedConfig, registry: ToolRegistry) -> Supervisor
 def build_gateway(config: LoadedConfig) -> Gateway:
     """The call pipeline with its policies, store, audit log and approvals (upstreams not started yet)."""
     spec = config.spec
-    registry = build_registry(config)
+    pins = build_pins(config)  # first: an unreadable lock starts nothing
+    registry = build_registry(config, pins)
     redactor = Redactor(spec.audit.redact_keys, spec.audit.redact_patterns)
     audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout, redactor,
                      fsync=spec.audit.fsync, max_value_bytes=spec.audit.max_value_bytes,
@@ -187,8 +190,11 @@ def build_gateway(config: LoadedConfig) -> Gateway:
                              max_held=per_principal.max_held_calls)
     tracing = build_tracing(spec.tracing.enabled, spec.tracing.exporter, spec.tracing.service_name, str(config.file))
     settings = CallSettings(spec.env, config.call_timeout, spec.limits.max_argument_bytes)
-    return Gateway(policies, registry, store, audit, settings, approvals=approvals, limits=limits,
-                   observer=CallObserver(metrics, tracing))
+    gateway = Gateway(policies, registry, store, audit, settings, approvals=approvals, limits=limits,
+                      observer=CallObserver(metrics, tracing))
+    if pins is not None:
+        report_drifts(pins, gateway.record, metrics)
+    return gateway
 
 
 def build_store(config: LoadedConfig) -> SqlStore:
@@ -206,6 +212,26 @@ def build_store(config: LoadedConfig) -> SqlStore:
         return PostgresStore(dsn, idle_timeout=idle, usage_windows=windows)
     return SqliteStore(config.path(spec.store.sqlite), idle_timeout=idle, usage_windows=windows,
                        write_through=spec.store.shared)
+
+
+async def _readiness(gateway: Gateway, supervisor: Supervisor, auth: Authenticator) -> tuple[bool, dict[str, Any]]:
+    """Whether the gateway is ready, and ``/readyz``'s body.
+
+    Open like /healthz, so it says only names, states and short reasons: no URL, path or secret. Not ready while
+    the store cannot be read (every call would be refused `store_unavailable`), nor while an identity provider's
+    keys are missing or past jwks_max_age (its tokens are refused). Drifted tools are not an outage: they are listed.
+    """
+    unreachable = await gateway.store.unreachable()
+    issuers = auth.jwt.status() if auth.jwt is not None else []
+    ready = supervisor.ready and unreachable is None and all(i.ready for i in issuers)
+    body: dict[str, Any] = {"status": "ready" if ready else "not_ready",
+                            "revision": gateway.policies.current.revision, "upstreams": supervisor.statuses(),
+                            "store": {"state": "down" if unreachable else "up", "last_error": unreachable}}
+    if issuers:  # the issuer is public (MCP clients discover it from the gateway), so it is named
+        body["issuers"] = [i.to_dict() for i in issuers]
+    if gateway.registry.pins is not None:
+        body["tools_lock"] = gateway.registry.pins.status()
+    return ready, body
 
 
 def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette:
@@ -269,17 +295,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                              "tools": len(gateway.registry.all())})
 
     async def readyz(request: Request) -> JSONResponse:
-        # Open like /healthz, so it says only names, states and short reasons: no URL, path or secret.
-        # Not ready while the store cannot be read: every call would be refused `store_unavailable`.
-        # Not ready while an identity provider's keys are missing or past jwks_max_age: its tokens are refused.
-        unreachable = await gateway.store.unreachable()
-        issuers = auth.jwt.status() if auth.jwt is not None else []
-        ready = supervisor.ready and unreachable is None and all(i.ready for i in issuers)
-        body = {"status": "ready" if ready else "not_ready",
-                "revision": gateway.policies.current.revision, "upstreams": supervisor.statuses(),
-                "store": {"state": "down" if unreachable else "up", "last_error": unreachable}}
-        if issuers:  # the issuer is public (MCP clients discover it from the gateway), so it is named
-            body["issuers"] = [i.to_dict() for i in issuers]
+        ready, body = await _readiness(gateway, supervisor, auth)
         return JSONResponse(body, status_code=200 if ready else 503)
 
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway),

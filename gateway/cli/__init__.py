@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also check the policies against this tool catalog (`gateway tools --format json`)")
     check.add_argument("--no-upstreams", action="store_true",
                        help="with --config: do not start the upstreams to check against their live tools")
+    check.add_argument("--lock", metavar="TOOLS.lock",
+                       help="with --config: compare the upstreams' tools with this tools lock; drift is an error")
     check.add_argument("--strict", action="store_true", help="fail on warnings too")
     check.add_argument("--write-manifest", nargs="?", const="", metavar="PATH",
                        help="when the check passes, write the SHA-256 manifest of the policy files to PATH "

@@ -73,6 +73,7 @@ def check(args: argparse.Namespace) -> int:
             summary["tools"] = len(catalog.tools)
         problems.extend(_catalog_checks(args.engine, catalog, paths or ["."], problems))
         diagnostics.extend(sorted(problems, key=lambda d: (d.file, d.line, d.column)))
+    drift_diff = _lock_check(args, config, diagnostics)
     errors = sum(1 for d in diagnostics if d.severity is Severity.ERROR)
     warnings = len(diagnostics) - errors
     if args.strict:
@@ -86,18 +87,42 @@ def check(args: argparse.Namespace) -> int:
             errors += 1
     _print_diagnostics(diagnostics, args.format == "json", {"ok": errors == 0, **summary})
     if args.format == "text":
-        if errors:
-            print(f"{errors} error(s)" + (" (--strict: warnings count)" if args.strict and warnings else ""),
-                  file=sys.stderr)
-        elif summary:
-            against = f", checked against {summary['tools']} tools" if "tools" in summary else ""
-            print(f"ok: {summary['policies']} policies, {summary['rules']} rules, revision {summary['revision']}"
-                  f" ({summary['engine']}){against}")
-            if "manifest" in summary:
-                print(f"wrote {summary['manifest']} ({len(summary['files'])} files)")
-        else:
-            print("ok")
+        _print_outcome(errors, warnings, summary, drift_diff, args.strict)
     return 1 if errors else 0
+
+
+def _print_outcome(errors: int, warnings: int, summary: dict[str, Any], drift_diff: list[str], strict: bool) -> None:
+    """The text summary under the diagnostics (and the description diffs of ``--lock``)."""
+    if drift_diff:
+        print("\n".join(drift_diff), file=sys.stderr)
+    if errors:
+        print(f"{errors} error(s)" + (" (--strict: warnings count)" if strict and warnings else ""),
+              file=sys.stderr)
+    elif summary:
+        against = f", checked against {summary['tools']} tools" if "tools" in summary else ""
+        print(f"ok: {summary['policies']} policies, {summary['rules']} rules, revision {summary['revision']}"
+              f" ({summary['engine']}){against}")
+        if "manifest" in summary:
+            print(f"wrote {summary['manifest']} ({len(summary['files'])} files)")
+    else:
+        print("ok")
+
+
+def _lock_check(args: argparse.Namespace, config: Any, diagnostics: list[Diagnostic]) -> list[str]:
+    """``--lock``: the live tools' drift from the lock added to ``diagnostics``; the description diffs to show."""
+    if not getattr(args, "lock", None):
+        return []
+    if not args.config:
+        diagnostics.append(Diagnostic("usage", "--lock needs --config (the upstreams whose tools are compared)",
+                                      args.lock))
+        return []
+    if config is None:
+        return []  # the config's own problems are reported
+    from gateway.cli.lock_check import lock_drift
+
+    found, diff = lock_drift(args.lock, config)
+    diagnostics.extend(found)
+    return diff
 
 
 def _catalog_checks(engine: str, catalog: Catalog | None, paths: list[str],

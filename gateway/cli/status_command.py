@@ -1,5 +1,5 @@
 """`gateway status`: a running gateway's readiness (``GET /readyz``): each upstream's state, the store's,
-each identity provider's keys, the policy revision.
+each identity provider's keys, the policy revision, and the tools that drifted from the tools lock.
 
 Exit codes: 0 ready (every upstream is up, the store answers); 1 not ready; 2 the gateway could not be
 reached or did not answer as a gateway does.
@@ -68,6 +68,7 @@ def _render(body: dict[str, Any]) -> str:
             line += f"  last error: {clean(store.get('last_error'))}"
         lines.append(line)
     lines.extend(_issuers(body.get("issuers")))
+    lines.extend(_tools_lock(body.get("tools_lock")))
     return "\n".join(lines)
 
 
@@ -81,4 +82,21 @@ def _issuers(issuers: Any) -> list[str]:
             if issuer.get("last_error"):
                 line += f"  last error: {clean(issuer.get('last_error'))}"
             lines.append(line)
+    return lines
+
+
+def _tools_lock(lock: Any) -> list[str]:
+    """A line for the tools lock (`tools_lock:`) and one per tool that drifted from it."""
+    if not isinstance(lock, dict):
+        return []
+    listed = lock.get("drifted")
+    drifted = [d for d in listed if isinstance(d, dict)] if isinstance(listed, list) else []
+    lines = [f"  {'drifted' if drifted else 'pinned':<8} tools lock {clean(lock.get('file'))}"
+             f"  {clean(lock.get('pinned'))} tools pinned, {len(drifted)} drifted"
+             f" (on_drift: {clean(lock.get('on_drift'))})"]
+    for d in drifted:
+        changed = d.get("changed")
+        fields = ", ".join(clean(c) for c in changed) if isinstance(changed, list) else ""
+        what = clean(d["tool"]) if "tool" in d else f"{clean(d.get('item'))} {clean(d.get('name'))}"
+        lines.append(f"    drifted  {what} ({clean(d.get('upstream'))}): {fields}")
     return lines

@@ -1,7 +1,8 @@
 """`gateway tools --config gateway.yaml`: the tools a config exposes, as policies see them.
 
 ``--format json`` prints the catalog snapshot (``Catalog.to_json()``, deterministic) that
-`gateway check --tools tools.json` checks policies against offline, e.g. in CI.
+`gateway check --tools tools.json` checks policies against offline, e.g. in CI. ``--lock`` prints the
+tools lock (`tools_lock:`, upstreams/pinning.py): each tool's pinned digests and its description.
 """
 
 from __future__ import annotations
@@ -12,15 +13,19 @@ import concurrent.futures
 import json
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.errors import GatewayError
 from gateway.policy.catalog import Catalog, CatalogTool
 
+if TYPE_CHECKING:
+    from gateway.upstreams.pinning import Pin
+    from gateway.upstreams.registry import ToolRegistry
+
 T = TypeVar("T")
 
-__all__ = ["catalog_for_check", "live_catalog", "load_snapshot", "register", "render_catalog", "tools"]
+__all__ = ["catalog_for_check", "live_catalog", "live_pins", "load_snapshot", "register", "render_catalog", "tools"]
 
 
 def register(sub: Any) -> None:
@@ -29,6 +34,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--config", required=True, help="gateway.yaml")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="json: the snapshot `gateway check --tools` reads")
+    parser.add_argument("--lock", action="store_true",
+                        help="print the tools lock (`tools_lock: {file: tools.lock}`) of the tools listed now")
     parser.set_defaults(func=tools)
 
 
@@ -38,8 +45,15 @@ def tools(args: argparse.Namespace) -> int:
     from gateway.config.load import check_config
 
     config, problems = check_config(args.config)
+    if config is not None and args.lock:
+        from gateway.upstreams.pinning import lock_text
+
+        listed, problems = live_pins(config)
+        if listed is not None:
+            print(lock_text(listed), end="")
+            return 0
     catalog = None
-    if config is not None:
+    if config is not None and not args.lock:
         catalog, problems = live_catalog(config)
     if catalog is None:
         print_diagnostics(problems, False, {})
@@ -53,19 +67,47 @@ def tools(args: argparse.Namespace) -> int:
 
 def live_catalog(config: Any) -> tuple[Catalog | None, list[Diagnostic]]:
     """Start the config's upstreams, read their tools, stop them (``config`` is a ``LoadedConfig``)."""
+    from gateway.upstreams.catalog import catalog_of, read_tools
+
+    registry, problems = _registry(config)
+    if registry is None:
+        return None, problems
+    listed, problems = _run(read_tools(registry, str(config.file), _positions(config)))
+    return (None if listed is None else catalog_of(registry)), problems
+
+
+def live_pins(config: Any) -> tuple[list[Pin] | None, list[Diagnostic]]:
+    """Every tool, resource, template and prompt the config's upstreams list now, as the tools lock pins them (no
+    lock applied); None when not all could be read."""
+    from gateway.upstreams.catalog import read_tools
+    from gateway.upstreams.items import ItemCatalog
+    from gateway.upstreams.pinning import pin_of
+
+    registry, problems = _registry(config)
+    if registry is None:
+        return None, problems
+    listed, problems = _run(read_tools(registry, str(config.file), _positions(config)))
+    if listed is None:
+        return None, problems
+    return [pin_of(t.name, t.upstream.name, t.spec) for t in listed] + ItemCatalog(registry).pins(), problems
+
+
+def _registry(config: Any) -> tuple[ToolRegistry | None, list[Diagnostic]]:
     from gateway.app import build_registry
-    from gateway.upstreams.catalog import read_catalog
 
     try:
-        registry = build_registry(config)
+        return build_registry(config), []
     except GatewayError as exc:  # e.g. an OpenAPI document that cannot be read
         found = getattr(exc, "diagnostics", None)
         return None, list(found) if found else [Diagnostic("upstream-unavailable", str(exc), str(config.file))]
+
+
+def _positions(config: Any) -> dict[str, tuple[int, int]]:
     positions = {}
     for i, upstream in enumerate(config.spec.upstreams):
         pos = config.document.position(("upstreams", i, "name"))
         positions[upstream.name] = (pos.line, pos.column)
-    return _run(read_catalog(registry, str(config.file), positions))
+    return positions
 
 
 def _run(work: Coroutine[Any, Any, T]) -> T:

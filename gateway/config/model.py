@@ -57,6 +57,7 @@ __all__ = [
     "SecretRef",
     "StoreSpec",
     "SupervisionSpec",
+    "ToolsLockSpec",
     "TracingSpec",
     "UpstreamSpec",
     "WebhookSpec",
@@ -165,6 +166,15 @@ class ModelSpec(StrictModel):
 
 
 
+class ToolsLockSpec(StrictModel):
+    """Pinned tool definitions (docs/gateway.md "Pinned tools"): tools checked against the lock when listed."""
+
+    file: str = Field(min_length=1)  # written by `gateway tools --config gateway.yaml --lock`
+    # A drifted tool is hidden (its calls are unknown), listed but refused, or only warned about.
+    on_drift: Literal["hide", "reject", "warn"] = "hide"
+    allow_new: bool = False  # a tool the lock does not hold is drifted unless this is true
+
+
 class McpFrontendSpec(StrictModel):
     """The MCP endpoint at /mcp."""
 
@@ -200,5 +210,6 @@ class GatewayConfig(StrictModel):
     tracing: TracingSpec = Field(default_factory=TracingSpec)
     logging: LoggingSpec = Field(default_factory=LoggingSpec)
     mcp: McpFrontendSpec = Field(default_factory=McpFrontendSpec)
+    tools_lock: ToolsLockSpec | None = None
 
     _interval = field_validator("reload_interval")(check_duration)

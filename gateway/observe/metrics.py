@@ -107,6 +107,8 @@ class Metrics:
         self.sso_refusals = Counter("gateway_sso_refusals", "Sign-ins at the approvals page refused, by reason (a"
                                     " bounded set: bad-state, not-approver, idp-unavailable, ...)", ["reason"],
                                     registry=r)
+        self.tool_drifts = Counter("gateway_tool_drifts", "Tools whose definition differs from the tools lock, each"
+                                   " drift counted once, by upstream", ["upstream"], registry=r)
         self.active_runs = Gauge("gateway_active_runs", "Runs (sessions) with a call in progress",
                                  registry=r, multiprocess_mode="livesum")
         self.in_flight = Gauge("gateway_calls_in_flight", "Calls in progress", registry=r,
@@ -191,6 +193,10 @@ class Metrics:
     def sso_refused(self, reason: str) -> None:
         """One sign-in at the approvals page refused (``reason`` is one of a fixed set of words)."""
         self.sso_refusals.labels(reason).inc()
+
+    def tool_drifted(self, upstream: str) -> None:
+        """A tool of ``upstream`` was listed with a definition the tools lock does not hold (upstreams/pinning.py)."""
+        self.tool_drifts.labels(upstream).inc()
 
     def reloaded(self, result: str) -> None:
         """A policy reload: applied, refused (invalid files) or unrecorded (the audit log failed)."""

@@ -143,6 +143,9 @@ class ItemGate:
         except UnclearUriError as exc:  # refused before anything is decided: there is no one URI to decide on
             self._record(trace, None, str(exc), "reject", "not_called")
             raise
+        if item.refused is not None:  # drifted from the tools lock, `on_drift: reject`
+            self._record(trace, item, item.refused, "item_drifted", "not_called")
+            raise ItemRefusedError(item.refused)
         info = replace(item.info, method=request.method) if request.method == "resources/subscribe" else item.info
         # A prompt's arguments, or the variables of the template a resource's URI fits: what is read.
         args: dict[str, Any] = dict(request.arguments or {}) if request.kind == "prompt" else dict(item.variables)

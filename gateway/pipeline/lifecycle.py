@@ -211,9 +211,12 @@ class Gateway(Questions):
         raise UnknownToolError(request.tool)
 
     def _admit_caller(self, trace: CallTrace, tool: ExposedTool) -> None:
-        """A caller without a verified token (an API key, anonymous) to an upstream that acts on its caller's behalf is
-        refused here, before the policies: no approver is asked about a call that could never run."""
+        """A tool that drifted from the tools lock under ``on_drift: reject``, and a caller without a verified token (an
+        API key, anonymous) to an upstream that acts on its caller's behalf, are refused here, before the policies: no
+        approver is asked about a call that could never run."""
         request = trace.request
+        if tool.refused is not None:  # drifted from the tools lock, `on_drift: reject` (upstreams/pinning.py)
+            raise _Ended(refusal(request.call_id, "tool_drifted", tool.refused), counted=False)
         if request.caller_token is None and self.acts_for_caller(tool):
             raise _Ended(no_token_refusal(request.call_id, tool.upstream.name), counted=False)
 

@@ -33,6 +33,7 @@ class ToolInfo:
     title: str = ""
     description: str = ""
     annotations: dict[str, Any] = field(default_factory=dict)
+    pinned: bool = False  # it matches its entry in the tools lock (False when no lock is configured)
 
     def to_cel(self) -> dict[str, Any]:
         """The ``tool`` map."""
@@ -40,7 +41,7 @@ class ToolInfo:
                  "openWorldHint": True}  # MCP's defaults for a tool that says nothing
         hints.update({k: v for k, v in self.annotations.items() if v is not None})
         return {"name": self.name, "upstream": self.upstream, "title": self.title,
-                "description": self.description, "annotations": hints}
+                "description": self.description, "annotations": hints, "pinned": self.pinned}
 
 
 @dataclass(frozen=True, slots=True)

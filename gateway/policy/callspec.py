@@ -2,7 +2,7 @@
 
     {tool, args, principal, session, usage, call, env, stage, result}
 
-``tool`` is a name or a map {name, upstream, title, description, annotations}; ``principal`` is
+``tool`` is a name or a map {name, upstream, title, description, annotations, pinned}; ``principal`` is
 a map {id, groups, claims, kind, issuer} or (in a test suite) the name of a principal the suite declares.
 ``kind`` says how the caller was recognised: "key" when it names an id, "anonymous" when it names none;
 "jwt" must give the token's ``issuer`` (the subject is then the id).
@@ -34,6 +34,7 @@ class ToolSpec(_Strict):
     title: str = ""
     description: str = ""
     annotations: dict[str, Any] = Field(default_factory=dict)
+    pinned: bool = False  # tool.pinned: it matches the tools lock
 
 
 # The one written form of a principal: a config key's (`auth.api_keys[].principal`, `auth.anonymous`), which
@@ -168,7 +169,8 @@ class CallSpec(_Strict):
         if self.stage is Stage.RESPONSE and result is None:
             result = ResultSpec()
         return ToolCall(
-            tool=ToolInfo(tool.name, tool.upstream, tool.title, tool.description, dict(tool.annotations)),
+            tool=ToolInfo(tool.name, tool.upstream, tool.title, tool.description, dict(tool.annotations),
+                          tool.pinned),
             args=self.args,
             original_args=self.original_args,
             principal=principal.to_principal(),

@@ -25,6 +25,7 @@ _COUNTS = ("map", "string", "int")
 
 TOOL = ObjectType("tool", {
     "name": "string", "upstream": "string", "title": "string", "description": "string",
+    "pinned": "bool",  # it matches the tools lock (false without one)
     # MCP's four hints always have a value (its defaults fill the gaps); other annotations: tool.annotations["x"]
     "annotations": ObjectType("tool.annotations", {
         "title": "string", "readOnlyHint": "bool", "destructiveHint": "bool", "idempotentHint": "bool",

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from gateway.core.diagnostics import Diagnostic
 from gateway.core.limits import CATALOG_START_TIMEOUT_SECONDS
 from gateway.policy.catalog import Catalog, CatalogTool
-from gateway.upstreams.registry import ToolRegistry
+from gateway.upstreams.registry import ExposedTool, ToolRegistry
 from gateway.upstreams.supervise import probe
 
-__all__ = ["catalog_of", "read_catalog"]
+__all__ = ["catalog_of", "read_catalog", "read_tools"]
 
 
 def catalog_of(registry: ToolRegistry) -> Catalog:
@@ -25,6 +25,14 @@ def catalog_of(registry: ToolRegistry) -> Catalog:
 
 async def read_catalog(registry: ToolRegistry, where: str, positions: Mapping[str, tuple[int, int]] | None = None,
                        timeout: float = CATALOG_START_TIMEOUT_SECONDS) -> tuple[Catalog | None, list[Diagnostic]]:
+    """The catalog of ``read_tools``: None when it could not be read whole."""
+    tools, problems = await read_tools(registry, where, positions, timeout)
+    return (None if tools is None else catalog_of(registry)), problems
+
+
+async def read_tools(registry: ToolRegistry, where: str, positions: Mapping[str, tuple[int, int]] | None = None,
+                     timeout: float = CATALOG_START_TIMEOUT_SECONDS
+                     ) -> tuple[list[ExposedTool] | None, list[Diagnostic]]:
     """Start every upstream, read the catalog, close them all (launched servers are stopped).
 
     None when an upstream did not start or tool names collide: a partial catalog would make every
@@ -35,7 +43,7 @@ async def read_catalog(registry: ToolRegistry, where: str, positions: Mapping[st
     problems = [_unavailable(r.name, r.error, where, at) for r in await probe(registry.upstreams, timeout, check=False)
                 if r.error is not None]
     problems.extend(Diagnostic("tool-names", p, where) for p in registry.rebuild())
-    return (None if problems else catalog_of(registry)), problems
+    return (None if problems else registry.all()), problems
 
 
 def _unavailable(name: str, why: str, where: str, positions: Mapping[str, tuple[int, int]]) -> Diagnostic:

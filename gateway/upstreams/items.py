@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
@@ -32,6 +32,7 @@ from gateway.core.limits import MAX_CACHED_RESOURCE_URIS
 from gateway.policy.call import ItemInfo
 from gateway.upstreams.links import GATEWAY_SCHEME, expose_links, gateway_uri
 from gateway.upstreams.mcp.resources import McpItems
+from gateway.upstreams.pinning import Pin, item_pin
 from gateway.upstreams.registry import ToolRegistry
 
 __all__ = ["GATEWAY_SCHEME", "ExposedItem", "ItemCatalog", "expose_links", "gateway_uri"]
@@ -49,6 +50,7 @@ class ExposedItem:
     # A read through a template: its variables' values (a list for an explode variable such as {/path*}).
     variables: dict[str, str | list[str]] = field(default_factory=dict)
     listed: bool = True  # False for a read through a template, or of a URI the upstream did not list
+    refused: str | None = None  # why it is refused: drifted from the tools lock under `on_drift: reject`
 
 
 class ItemCatalog:
@@ -78,18 +80,37 @@ class ItemCatalog:
             owner.on_updated(lambda uri, name=name: callback(gateway_uri(name, uri)))  # type: ignore[misc]
 
     def _changed(self) -> None:
+        pins = self._registry.pins
+        if pins is not None:  # checked now, so a drift is audited when it is listed, not when a client asks
+            for kind, listed in (("resource", self.resources), ("resource_template", self.templates),
+                                 ("prompt", self.prompts)):
+                pins.forget_missing(kind, [i.info.name for i in listed(every=True)])
         for listener in self._listeners:
             listener()
 
-    def resources(self) -> list[ExposedItem]:
-        """Every upstream's listed resources, in config order."""
-        return [_resource(name, owner, r, "uri") for name, owner in self._owners().items() for r in owner.resources
-                if isinstance(r.get("uri"), str)]
+    def _pinned(self, kind: str, item: ExposedItem, listed: dict[str, Any], every: bool = False) -> ExposedItem | None:
+        """``item`` checked against the tools lock: None when it drifted and is hidden (unless ``every``), with
+        ``refused`` set when it drifted under ``on_drift: reject``."""
+        pins = self._registry.pins
+        if pins is None:
+            return item
+        drift = pins.check_item(kind, item.info.name, item.info.upstream, listed)
+        if drift is None or pins.on_drift == "warn" or every:
+            return item
+        return None if pins.on_drift == "hide" else replace(item, refused=drift.refusal())
 
-    def templates(self) -> list[ExposedItem]:
+    def resources(self, every: bool = False) -> list[ExposedItem]:
+        """Every upstream's listed resources, in config order (without those the tools lock hides, unless ``every``)."""
+        found = (self._pinned("resource", _resource(name, owner, r, "uri"), r, every)
+                 for name, owner in self._owners().items() for r in owner.resources if isinstance(r.get("uri"), str))
+        return [item for item in found if item is not None]
+
+    def templates(self, every: bool = False) -> list[ExposedItem]:
         """Every upstream's resource templates (``resource.uri`` is the template, for policies)."""
-        return [_resource(name, owner, t, "uriTemplate") for name, owner in self._owners().items()
-                for t in owner.templates if isinstance(t.get("uriTemplate"), str)]
+        found = (self._pinned("resource_template", _resource(name, owner, t, "uriTemplate"), t, every)
+                 for name, owner in self._owners().items()
+                 for t in owner.templates if isinstance(t.get("uriTemplate"), str))
+        return [item for item in found if item is not None]
 
     def resource(self, uri: str) -> ExposedItem | None:
         """The resource a read of the gateway ``uri`` reaches; None when the URI names no upstream.
@@ -104,24 +125,28 @@ class ItemCatalog:
         owner = self._owners().get(name)
         exact = next((r for r in owner.resources if r.get("uri") == inner), None) if owner is not None else None
         if owner is not None and exact is not None:
-            return _resource(name, owner, exact, "uri")
+            return self._pinned("resource", _resource(name, owner, exact, "uri"), exact)
         canonical = uris.normalise(inner)  # refused alike whether or not the upstream exists: no oracle
         if owner is None:
             return None
         for listed in owner.resources:
-            if _normal_or_none(listed.get("uri")) == canonical:
-                return _resource(name, owner, listed, "uri")  # sent upstream as the upstream lists it
+            if _normal_or_none(listed.get("uri")) == canonical:  # sent upstream as the upstream lists it
+                return self._pinned("resource", _resource(name, owner, listed, "uri"), listed)
         for template in owner.templates:  # unlisted: described by the template it fits, if one does
             variables = _fit(canonical, template.get("uriTemplate"))
             if variables is not None:
                 found = _resource(name, owner, {**template, "uri": canonical}, "uri")
-                return ExposedItem(found.definition, owner, found.info, variables, listed=False)
+                pinned = self._pinned("resource_template", _resource(name, owner, template, "uriTemplate"), template)
+                return None if pinned is None else \
+                    ExposedItem(found.definition, owner, found.info, variables, listed=False, refused=pinned.refused)
         found = _resource(name, owner, {"uri": canonical}, "uri")
         return ExposedItem(found.definition, owner, found.info, listed=False)
 
-    def prompts(self) -> list[ExposedItem]:
-        """Every upstream's prompts under their exposed names (a name taken twice: the first keeps it)."""
+    def prompts(self, every: bool = False) -> list[ExposedItem]:
+        """Every upstream's prompts under their exposed names (a name taken twice: the first keeps it), without
+        those the tools lock hides (unless ``every``)."""
         found: dict[str, ExposedItem] = {}
+        originals: dict[str, dict[str, Any]] = {}  # each prompt as its upstream lists it (what is pinned)
         owners = self._owners()
         for source in self._registry.sources:
             owner = owners.get(source.upstream.name)
@@ -137,7 +162,20 @@ class ItemCatalog:
                 info = ItemInfo("prompt", name, source.upstream.name, prompt["name"], str(prompt.get("title") or ""),
                                 str(prompt.get("description") or ""))
                 found[name] = ExposedItem({**prompt, "name": name}, owner, info)
-        return list(found.values())
+                originals[name] = prompt
+        kept = (self._pinned("prompt", item, originals[name], every) for name, item in found.items())
+        return [item for item in kept if item is not None]
+
+    def pins(self) -> list[Pin]:
+        """Every resource, template and prompt listed now as the tools lock pins it (`gateway tools --lock`)."""
+        kinds = (("resource", self.resources, "uri"), ("resource_template", self.templates, "uriTemplate"),
+                 ("prompt", self.prompts, "name"))
+        found: list[Pin] = []
+        for kind, listed, key in kinds:
+            for item in listed(every=True):
+                upstream_form = {**item.definition, key: item.info.upstream_name}
+                found.append(item_pin(kind, item.info.name, item.info.upstream, upstream_form))
+        return found
 
     def prompt(self, name: str) -> ExposedItem | None:
         """The prompt exposed as ``name``."""

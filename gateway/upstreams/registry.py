@@ -3,6 +3,10 @@
 Names are ``{prefix}_{tool}`` and must match ``^[a-zA-Z0-9_-]{1,64}$`` (what OpenAI and
 Anthropic function calling accept). A collision at start is a config error; one that appears
 later (an MCP server renamed a tool) keeps the first tool and logs the second.
+
+With a tools lock (``upstreams/pinning.py``) each tool is checked against its pin when it is listed: a
+drifted tool is left out of ``all`` and ``get`` (``on_drift: hide``: its calls are unknown), or kept with
+``refused`` set (``reject``), or kept as it is (``warn``); ``tool.pinned`` says which tools match.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import jsonschema
 from gateway.policy.call import ToolInfo
 from gateway.upstreams.argument_errors import ArgumentProblem, describe
 from gateway.upstreams.base import Upstream, UpstreamTool
+from gateway.upstreams.pinning import Drift, Pins
 from gateway.upstreams.schema_accept import Accepts, accepting
 
 __all__ = ["ExposedTool", "Source", "ToolRegistry", "expose"]
@@ -48,6 +53,8 @@ class ExposedTool:
     validator: Any  # a jsonschema validator, or None when the tool's schema itself is invalid
     timeout: float | None = None  # the upstream's own timeout, if it set one
     accepts: Accepts | None = None  # a quick "fits" for common schemas (upstreams/schema_accept.py)
+    drift: Drift | None = None  # how it differs from the tools lock (None: it matches, or there is no lock)
+    refused: str | None = None  # why its calls are refused (`tools_lock.on_drift: reject`), else None
 
     def schema_errors(self, arguments: dict[str, Any]) -> list[ArgumentProblem]:
         """Why ``arguments`` do not fit the tool's input schema, argument by argument (empty when they do)."""
@@ -59,9 +66,11 @@ class ExposedTool:
 class ToolRegistry:
     """Exposed name → tool, rebuilt when an upstream's tool list changes."""
 
-    def __init__(self, sources: Sequence[Source]) -> None:
+    def __init__(self, sources: Sequence[Source], pins: Pins | None = None) -> None:
         self._sources = list(sources)
-        self._tools: dict[str, ExposedTool] = {}
+        self.pins = pins
+        self._tools: dict[str, ExposedTool] = {}  # what agents see (a drifted tool is left out under `hide`)
+        self._listed: dict[str, ExposedTool] = {}  # every tool the upstreams list
         self._listeners: list[Callable[[], None]] = []
         for source in self._sources:
             source.upstream.on_tools_changed(self._changed)
@@ -74,7 +83,7 @@ class ToolRegistry:
         """Recompute the exposed tools; returns the problems (collisions, bad names)."""
         tools: dict[str, ExposedTool] = {}
         problems: list[str] = []
-        previous = self._tools
+        previous = self._listed
         for source in self._sources:
             upstream = source.upstream
             for spec in upstream.tools():
@@ -89,8 +98,12 @@ class ToolRegistry:
                     continue
                 old = previous.get(name)
                 tools[name] = old if old is not None and old.spec == spec and old.upstream is upstream \
-                    else _expose(name, source, spec)
-        self._tools = tools
+                    else _expose(name, source, spec, self.pins)
+        self._listed = tools
+        if self.pins is not None:
+            self.pins.forget_missing("tool", tools)
+        hide = self.pins is not None and self.pins.on_drift == "hide"
+        self._tools = {name: tool for name, tool in tools.items() if not (hide and tool.drift is not None)}
         return problems
 
     def _changed(self) -> None:
@@ -131,8 +144,9 @@ class ToolRegistry:
         return [s.upstream for s in self._sources]
 
 
-def _expose(name: str, source: Source, spec: UpstreamTool) -> ExposedTool:
+def _expose(name: str, source: Source, spec: UpstreamTool, pins: Pins | None = None) -> ExposedTool:
     upstream = source.upstream
+    drift = pins.check(name, upstream.name, spec) if pins is not None else None
     validator = accepts = None
     try:
         cls = jsonschema.validators.validator_for(spec.input_schema)
@@ -142,8 +156,9 @@ def _expose(name: str, source: Source, spec: UpstreamTool) -> ExposedTool:
     except jsonschema.SchemaError as exc:
         log.warning("tool %s has an invalid input schema (%s); arguments will not be checked", name, exc.message)
     info = ToolInfo(name=name, upstream=upstream.name, title=spec.title or "", description=spec.description,
-                    annotations=dict(spec.annotations))
-    return ExposedTool(name, upstream, spec, info, validator, source.timeout, accepts)
+                    annotations=dict(spec.annotations), pinned=pins is not None and drift is None)
+    refused = drift.refusal() if drift is not None and pins is not None and pins.on_drift == "reject" else None
+    return ExposedTool(name, upstream, spec, info, validator, source.timeout, accepts, drift, refused)
 
 
 def expose(name: str, upstream: Upstream, spec: UpstreamTool) -> ExposedTool:
