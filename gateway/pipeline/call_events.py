@@ -109,7 +109,7 @@ def _replay_context(trace: CallTrace, redactor: Redactor) -> tuple[dict[str, Any
     extra = {"usage": call.usage_cel()} if call.usage else {}  # the principal's rolling windows
     return redactor.apply({
         "tool": {"title": call.tool.title, "description": call.tool.description,
-                 "annotations": call.tool.annotations},
+                 "annotations": call.tool.annotations, "schema_text": call.tool.schema_text},
         "principal_claims": call.principal.claims,
         "session": _session_context(call),
         "call_time": call.call.time,

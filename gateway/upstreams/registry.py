@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 
 from gateway.policy.call import ToolInfo
+from gateway.policy.schema_text import schema_text
 from gateway.upstreams.argument_errors import ArgumentProblem, describe
 from gateway.upstreams.base import Upstream, UpstreamTool
 from gateway.upstreams.schema_accept import Accepts, accepting
@@ -142,7 +143,7 @@ def _expose(name: str, source: Source, spec: UpstreamTool) -> ExposedTool:
     except jsonschema.SchemaError as exc:
         log.warning("tool %s has an invalid input schema (%s); arguments will not be checked", name, exc.message)
     info = ToolInfo(name=name, upstream=upstream.name, title=spec.title or "", description=spec.description,
-                    annotations=dict(spec.annotations))
+                    annotations=dict(spec.annotations), schema_text=schema_text(spec.input_schema))
     return ExposedTool(name, upstream, spec, info, validator, source.timeout, accepts)
 
 
