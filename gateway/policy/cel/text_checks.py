@@ -12,7 +12,7 @@ Python's Unicode database, so the answer is the same on every Python version.
 """
 
 # The look-alike letters of other scripts below are the point of this module.
-# ruff: noqa: RUF001, RUF003
+# ruff: noqa: RUF001
 
 from __future__ import annotations
 
