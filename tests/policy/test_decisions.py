@@ -725,7 +725,7 @@ def test_a_reject_that_reads_the_tool_through_file_variables_hides_the_tool(load
     assert ps.admits_tool(call(poisoned)) is False
     assert ps.decide(call(poisoned)).decided_by == "p/inlined"
     assert ps.admits_tool(call({"name": "a_add", "description": "Adds."})) is True
-    assert ps.admits_tool(call({"name": "b_x", "description": "A SECRET step"})) is False  # variables bound, not inlined
+    assert ps.admits_tool(call({"name": "b_x", "description": "A SECRET step"})) is False  # bound, not inlined
     assert ps.admits_tool(call({"name": "b_x", "description": "plain"})) is True
     assert ps.admits_tool(call({"name": "c_x", "description": "SECRET"})) is True  # it reads args: it may not fire
 
