@@ -16,6 +16,7 @@ Python's Unicode database, so the answer is the same on every Python version.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -57,6 +58,11 @@ HIDDEN_RANGES: tuple[tuple[int, int, str], ...] = (
     (0xE01F0, 0xE0FFF, "reserved, default ignorable"),
 )
 _ZWJ = 0x200D
+# A policy reads the same tool text on every call of the tool, and several rules read it: both functions remember
+# their answers for texts up to _CACHED_CHARS (256 of them: a flood of large values cannot grow memory past ~16 MB).
+_CACHED_CHARS = 8192
+# In ASCII text only control characters can be hidden; a small class scans many times faster than the whole table.
+_ASCII_HIDDEN = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _HIDDEN = re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b, _ in HIDDEN_RANGES) + "]")
 # The hidden characters and the combining marks (accents, which NFKD splits off), dropped in one pass.
 _DROPPED = re2.compile("[" + "".join(f"\\x{{{a:x}}}-\\x{{{b:x}}}" for a, b, _ in HIDDEN_RANGES) + "\\p{Mn}]+")
@@ -78,13 +84,20 @@ def hidden_chars(text: str) -> list[str]:
 
     A zero-width joiner between two emoji (``👩‍💻``) is how emoji are composed and is not reported.
     """
+    if len(text) > _CACHED_CHARS:
+        return list(_hidden_chars.__wrapped__(text))
+    return list(_hidden_chars(text))
+
+
+@functools.lru_cache(maxsize=256)
+def _hidden_chars(text: str) -> tuple[str, ...]:
     found: dict[str, None] = {}
-    for match in _HIDDEN.finditer(text):
+    for match in (_ASCII_HIDDEN if text.isascii() else _HIDDEN).finditer(text):
         code = ord(match.group())
         if code == _ZWJ and _joins_emoji(text, match.start()):
             continue
         found.setdefault(f"U+{code:04X}", None)
-    return list(found)
+    return tuple(found)
 
 
 def _joins_emoji(text: str, at: int) -> bool:
@@ -100,9 +113,14 @@ def _is_emoji(char: str) -> bool:
 def fold_text(text: str) -> str:
     """``text`` as phrase rules should read it: full-width "IGNORE", a zero-width space and "prévious" read
     ``"ignore previous"``."""
+    return _fold_text(text) if len(text) <= _CACHED_CHARS else _fold_text.__wrapped__(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _fold_text(text: str) -> str:
     if not text.isascii():
         text = _DROPPED.sub("", unicodedata.normalize("NFKD", text))
         text = text.casefold().translate(_LOOK_ALIKES)
     else:
-        text = _HIDDEN.sub("", text).lower()  # ASCII control characters are hidden too
+        text = _ASCII_HIDDEN.sub("", text).lower()
     return " ".join(text.split())
