@@ -109,7 +109,8 @@ def _replay_context(trace: CallTrace, redactor: Redactor) -> tuple[dict[str, Any
     extra = {"usage": call.usage_cel()} if call.usage else {}  # the principal's rolling windows
     return redactor.apply({
         "tool": {"title": call.tool.title, "description": call.tool.description,
-                 "annotations": call.tool.annotations, **({"pinned": True} if call.tool.pinned else {})},
+                 "annotations": call.tool.annotations, "schema_text": call.tool.schema_text,
+                 **({"pinned": True} if call.tool.pinned else {})},
         "principal_claims": call.principal.claims,
         "session": _session_context(call),
         "call_time": call.call.time,

@@ -34,14 +34,21 @@ class ToolInfo:
     description: str = ""
     annotations: dict[str, Any] = field(default_factory=dict)
     pinned: bool = False  # it matches its entry in the tools lock (False when no lock is configured)
+    schema_text: str = ""  # every title and description of its input schema (gateway/policy/schema_text.py)
 
     def to_cel(self) -> dict[str, Any]:
-        """The ``tool`` map."""
+        """The ``tool`` map (its text with U+0000 as U+FFFD: the C++ engine would end a string there, and
+        hide from policies what follows, which the model still reads)."""
         hints = {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False,
                  "openWorldHint": True}  # MCP's defaults for a tool that says nothing
         hints.update({k: v for k, v in self.annotations.items() if v is not None})
-        return {"name": self.name, "upstream": self.upstream, "title": self.title,
-                "description": self.description, "annotations": hints, "pinned": self.pinned}
+        return {"name": self.name, "upstream": self.upstream, "title": _nul_shown(self.title),
+                "description": _nul_shown(self.description), "annotations": hints, "pinned": self.pinned,
+                "schema_text": _nul_shown(self.schema_text)}
+
+
+def _nul_shown(text: str) -> str:
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
     {tool, args, principal, session, usage, call, env, stage, result}
 
-``tool`` is a name or a map {name, upstream, title, description, annotations, pinned}; ``principal`` is
+``tool`` is a name or a map {name, upstream, title, description, annotations, pinned, input_schema}; ``principal`` is
 a map {id, groups, claims, kind, issuer} or (in a test suite) the name of a principal the suite declares.
 ``kind`` says how the caller was recognised: "key" when it names an id, "anonymous" when it names none;
 "jwt" must give the token's ``issuer`` (the subject is then the id).
@@ -18,6 +18,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from gateway.core.strict import StrictModel as _Strict
 from gateway.policy.call import CallInfo, Principal, ResultInfo, SessionInfo, ToolCall, ToolInfo, UsageInfo
 from gateway.policy.decision import Stage
+from gateway.policy.schema_text import schema_text
 
 __all__ = ["ANONYMOUS", "CallPrincipalSpec", "CallSpec", "PrincipalSpec", "ResultSpec", "SessionSpec", "ToolSpec",
            "with_anonymous_id"]
@@ -35,6 +36,7 @@ class ToolSpec(_Strict):
     description: str = ""
     annotations: dict[str, Any] = Field(default_factory=dict)
     pinned: bool = False  # tool.pinned: it matches the tools lock
+    input_schema: dict[str, Any] = Field(default_factory=dict)  # policies read its prose as tool.schema_text
 
 
 # The one written form of a principal: a config key's (`auth.api_keys[].principal`, `auth.anonymous`), which
@@ -170,7 +172,7 @@ class CallSpec(_Strict):
             result = ResultSpec()
         return ToolCall(
             tool=ToolInfo(tool.name, tool.upstream, tool.title, tool.description, dict(tool.annotations),
-                          tool.pinned),
+                          pinned=tool.pinned, schema_text=schema_text(tool.input_schema)),
             args=self.args,
             original_args=self.original_args,
             principal=principal.to_principal(),

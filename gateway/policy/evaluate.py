@@ -8,7 +8,7 @@ Response stage: rewrites of the result, then reject/terminate rules on the final
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -35,7 +35,7 @@ from gateway.policy.labels import checked_labels
 from gateway.policy.rewrite import redact, remove_path, set_path
 from gateway.policy.tallies import TallyError, tally_change_of, tally_change_on
 
-__all__ = ["evaluate_call", "evaluate_counted", "rule_activation"]
+__all__ = ["condition_of", "evaluate_call", "evaluate_counted", "rule_activation"]
 
 # The Python type an expression's value must have, by what it must evaluate to (see check_result_type).
 _WANTED: dict[ExprType, type] = {ExprType.BOOL: bool, ExprType.STRING: str}
@@ -233,6 +233,18 @@ def rule_activation(engine: Engine, policies: Sequence[CompiledPolicy], base: di
     bindings = _Bindings(engine, policies, dict(base))
     values = bindings.values_for(rule.policy_index, rule.variables_read)
     return engine.activation({**bindings.base, "variables": values})
+
+
+def condition_of(engine: Engine, policies: Sequence[CompiledPolicy],
+                 base: dict[str, Any]) -> Callable[[CompiledRule], bool]:
+    """Whether a rule's ``when`` holds on ``base``, its file variables bound as a decision binds them, each
+    evaluated once (for the tool listing). A failure raises ``CelEvaluationError``."""
+    bindings = _Bindings(engine, policies, base)
+
+    def holds(rule: CompiledRule) -> bool:
+        return rule.when is None or bindings.evaluate(rule, rule.when) is True
+
+    return holds
 
 
 def _failed(rule: CompiledRule, bindings: _Bindings, exc: Exception, started: float) -> RuleResult:

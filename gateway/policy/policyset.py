@@ -18,7 +18,7 @@ from gateway.policy.cel.syntax import may_read, parse
 from gateway.policy.compile import CompiledPolicy, CompiledRule
 from gateway.policy.compiled import CompiledTally
 from gateway.policy.decision import Action, Decision, Mode, Stage, Verdict
-from gateway.policy.evaluate import evaluate_call, evaluate_counted
+from gateway.policy.evaluate import condition_of, evaluate_call, evaluate_counted
 from gateway.policy.flow import Tallies, TallyChange
 from gateway.policy.fused import Fused, fuse
 from gateway.policy.match import MatchedRules, RuleIndex
@@ -43,6 +43,7 @@ _INPUTS: dict[str, Callable[[ToolCall], Any]] = {
 # Variables whose value is known before any argument is: rules reading only these can be
 # decided for a tool listing.
 _STATIC = frozenset({"tool", "principal", "env", "request", "resource", "prompt"})
+_FILE_VARIABLES = frozenset({"variables"})
 _ADMITTING = frozenset({Action.ALLOW, Action.APPROVE, Action.SKIP})
 _REFUSING = frozenset({Action.REJECT, Action.TERMINATE})
 _Counted = tuple[tuple[CompiledRule, ...], frozenset[str], tuple[CompiledTally, ...], Fused | None]
@@ -191,25 +192,25 @@ class PolicySet:
     def admits_tool(self, call: ToolCall) -> bool:
         """False when the policies refuse this tool for this principal whatever the arguments.
 
-        Only rules that read nothing but ``tool``, ``principal`` and ``env`` are evaluated; any
-        other rule might go either way, so it keeps the tool visible.
+        Only rules that read nothing but ``tool``, ``principal`` and ``env``, themselves or through the file
+        variables they read, are evaluated; any other rule might go either way, so it keeps the tool visible.
         """
         base = {"tool": call.tool.to_cel(), "principal": call.principal.to_cel(), "env": call.env,
                 "args": {}, "original_args": {}, "session": {}, "usage": {}, "call": {}, "variables": {},
                 "result": {}, **call.item_cel()}
-        activation = None
+        holds = None
         might_admit = False
         for rule in self.matched(call).request:
             if rule.mode is not Mode.ENFORCE or rule.action not in _ADMITTING | _REFUSING:
                 continue
-            static = rule.references <= _STATIC
+            static = rule.references - _FILE_VARIABLES <= _STATIC  # references hold those of its variables
             if not static:
                 might_admit = might_admit or rule.action in _ADMITTING
                 continue
             try:
-                if activation is None:
-                    activation = self.engine.activation(base)
-                fires = rule.when is None or rule.when.program.evaluate(activation) is True
+                if holds is None:
+                    holds = condition_of(self.engine, self.policies, base)
+                fires = holds(rule)
             except CelEvaluationError:
                 fires = True  # the call itself will fail closed; listing it tells the model why
                 if rule.action in _REFUSING:

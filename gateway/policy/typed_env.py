@@ -24,7 +24,7 @@ _STRING_LIST = ("list", "string")
 _COUNTS = ("map", "string", "int")
 
 TOOL = ObjectType("tool", {
-    "name": "string", "upstream": "string", "title": "string", "description": "string",
+    "name": "string", "upstream": "string", "title": "string", "description": "string", "schema_text": "string",
     "pinned": "bool",  # it matches the tools lock (false without one)
     # MCP's four hints always have a value (its defaults fill the gaps); other annotations: tool.annotations["x"]
     "annotations": ObjectType("tool.annotations", {

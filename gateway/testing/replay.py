@@ -195,7 +195,8 @@ def _call_of(event: dict[str, Any], context: dict[str, Any], env: dict[str, Any]
     return ToolCall(
         tool=ToolInfo(name=str(event["tool"]), upstream=str(event.get("upstream") or ""),
                       title=str(tool.get("title") or ""), description=str(tool.get("description") or ""),
-                      annotations=dict(tool.get("annotations") or {}), pinned=tool.get("pinned") is True),
+                      annotations=dict(tool.get("annotations") or {}), pinned=tool.get("pinned") is True,
+                      schema_text=str(tool.get("schema_text") or "")),
         args=args,
         # kind and issuer as the event recorded them (events from before kind was recorded: an API key's)
         principal=Principal.from_record(principal, dict(context.get("principal_claims") or {})),

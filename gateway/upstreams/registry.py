@@ -20,6 +20,7 @@ from typing import Any
 import jsonschema
 
 from gateway.policy.call import ToolInfo
+from gateway.policy.schema_text import schema_text
 from gateway.upstreams.argument_errors import ArgumentProblem, describe
 from gateway.upstreams.base import Upstream, UpstreamTool
 from gateway.upstreams.pinning import Drift, Pins
@@ -160,7 +161,8 @@ def _expose(name: str, source: Source, spec: UpstreamTool, pins: Pins | None = N
     except jsonschema.SchemaError as exc:
         log.warning("tool %s has an invalid input schema (%s); arguments will not be checked", name, exc.message)
     info = ToolInfo(name=name, upstream=upstream.name, title=spec.title or "", description=spec.description,
-                    annotations=dict(spec.annotations), pinned=pins is not None and drift is None)
+                    annotations=dict(spec.annotations), pinned=pins is not None and drift is None,
+                    schema_text=schema_text(spec.input_schema))
     refused = drift.refusal() if drift is not None and pins is not None and pins.on_drift == "reject" else None
     return ExposedTool(name, upstream, spec, info, validator, source.timeout, accepts, drift, refused)
 

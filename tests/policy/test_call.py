@@ -1,4 +1,5 @@
-"""The principal of a call: its binding key, what CEL sees of it, and how the decision log writes it."""
+"""The engine's call input: the principal (its binding key, what CEL sees of it, how the decision log writes it)
+and the tool's text as policies read it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from urllib.parse import unquote
 
 import pytest
 
-from gateway.policy.call import JWT_KEY_PREFIX, Principal
+from gateway.policy.call import JWT_KEY_PREFIX, Principal, ToolInfo
+from gateway.policy.cel import ExprType, get_engine
 
 
 def token(issuer: str, subject: str) -> Principal:
@@ -73,3 +75,18 @@ def test_keys_of_many_subjects_never_collide() -> None:
     subjects = ["x", ":x", "x:", "/x", "%3Ax", ""]
     pairs = list(itertools.product(issuers, subjects))
     assert len({token(i, s).key for i, s in pairs}) == len(pairs)
+
+
+# --- the tool ------------------------------------------------------------------------------------
+
+
+@pytest.mark.both_engines
+def test_text_after_a_nul_in_a_tools_text_is_seen_by_policies_on_both_engines(engine: str) -> None:
+    # cel-expr-python ends a string at U+0000: what follows would reach the model and not the policy
+    tool = ToolInfo("t", title="T\x00<IMPORTANT>", description="Adds.\x00<IMPORTANT>", schema_text="x\x00<IMPORTANT>")
+    cel = get_engine(engine)
+    program = cel.compile('[tool.title, tool.description, tool.schema_text].all(t, t.contains("<IMPORTANT>"))',
+                          ExprType.BOOL)
+    assert program.evaluate(cel.activation({"tool": tool.to_cel()})) is True
+    assert tool.to_cel()["description"] == "Adds.\ufffd<IMPORTANT>"
+    assert ToolInfo("t", description="plain").to_cel()["description"] == "plain"

@@ -710,6 +710,26 @@ def test_a_static_reject_for_the_principal_hides_the_tool(load, call):
     assert ps.admits_tool(call("drop", env={"stage": "dev"})) is True
 
 
+def test_a_reject_that_reads_the_tool_through_file_variables_hides_the_tool(load, call):
+    ps = load("""
+        policy: p
+        variables:
+          - {name: text, expression: 'tool.description + " " + tool.schema_text'}
+          - {name: flagged, expression: 'variables.text.contains("<IMPORTANT>")'}
+        rules:
+          - {id: inlined, when: variables.flagged, action: reject}
+          - {id: bound, tools: [b_*], when: 'has(variables.text) && variables.text.contains("SECRET")', action: reject}
+          - {id: through-args, tools: [c_*], when: 'variables.text.contains(args.word)', action: reject}
+    """)
+    poisoned = {"name": "a_add", "input_schema": {"properties": {"x": {"description": "<IMPORTANT> read"}}}}
+    assert ps.admits_tool(call(poisoned)) is False
+    assert ps.decide(call(poisoned)).decided_by == "p/inlined"
+    assert ps.admits_tool(call({"name": "a_add", "description": "Adds."})) is True
+    assert ps.admits_tool(call({"name": "b_x", "description": "A SECRET step"})) is False  # bound, not inlined
+    assert ps.admits_tool(call({"name": "b_x", "description": "plain"})) is True
+    assert ps.admits_tool(call({"name": "c_x", "description": "SECRET"})) is True  # it reads args: it may not fire
+
+
 def test_under_default_reject_only_admitted_tools_are_visible(load, call):
     ps = load("""
         policy: p

@@ -107,6 +107,7 @@ def test_a_misspelled_principal_field_is_a_load_error_with_did_you_mean(error):
     ("session.cals > 3", "cals", "calls"),
     ("call.iteraton > 3", "iteraton", "iteration"),
     ('tool.upstrem == "x"', "upstrem", "upstream"),
+    ('tool.schema_txt == "x"', "schema_txt", "schema_text"),
     ("tool.annotations.readOnlyHnt", "readOnlyHnt", "readOnlyHint"),
     ("result.is_eror", "is_eror", "is_error"),
 ])
@@ -125,7 +126,8 @@ def test_comparing_a_counter_with_a_string_is_a_load_error(error):
 def test_claims_stay_dynamic_and_every_real_field_loads(loads):
     assert loads(rule(
         "'principal.claims.org.team == 1 && session.implicit == false && session.calls_by_tool[tool.name] > 1"
-        " && call.iteration >= 0 && tool.annotations.readOnlyHint && size(result.content) >= 0'")) == []
+        " && call.iteration >= 0 && tool.annotations.readOnlyHint && size(result.content) >= 0"
+        " && tool.schema_text.hiddenChars().size() == 0'")) == []
 
 
 def test_an_index_with_a_literal_key_is_typed_and_other_keys_stay_dynamic(error, loads):

@@ -24,13 +24,13 @@ from gateway.core.errors import CelCompileError, CelEvaluationError
 from gateway.core.limits import MAX_FUSED_NODES, MAX_INLINED_NODES
 from gateway.policy.cel import checked
 from gateway.policy.cel.base import VARIABLES, ExprType, Program
-from gateway.policy.cel.functions import FUNCTIONS
+from gateway.policy.cel.functions import FUNCTIONS, RECEIVER_FUNCTIONS
 from gateway.policy.cel.regex import HIDDEN, matches, restore_name
 
 __all__ = ["CppEngine"]
 
 _DYN_MAP = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
-_KINDS = {"string": cel.Type.STRING, "bool": cel.Type.BOOL, "map": _DYN_MAP}
+_KINDS = {"string": cel.Type.STRING, "bool": cel.Type.BOOL, "map": _DYN_MAP, "list": cel.Type.List(cel.Type.STRING)}
 _EXPECTED = {ExprType.BOOL: cel.Type.BOOL, ExprType.STRING: cel.Type.STRING}
 _ERROR = cel.Type.ERROR
 
@@ -43,10 +43,11 @@ _STATUS = re.compile(r"^[A-Z_]+: ")
 def _declarations() -> list[Any]:
     decls = []
     for name, (impl, params, result) in FUNCTIONS.items():
-        overload = cel.Overload(
-            f"gateway_{name}", _KINDS[result], [_KINDS[p] for p in params], impl=impl
-        )
-        decls.append(cel.FunctionDecl(name, [overload]))
+        kinds = [_KINDS[p] for p in params]
+        overloads = [cel.Overload(f"gateway_{name}", _KINDS[result], kinds, impl=impl)]
+        if name in RECEIVER_FUNCTIONS:
+            overloads.append(cel.Overload(f"gateway_{name}_member", _KINDS[result], kinds, is_member=True, impl=impl))
+        decls.append(cel.FunctionDecl(name, overloads))
     return decls
 
 

@@ -4,6 +4,10 @@
     url(s)                 the URL as a WHATWG parser (browsers, Node, curl) reads it
     cidrContains(cidr, ip) whether the IP address lies inside the CIDR block
     isPrivateIP(host)      anything but a public unicast address, or a local name ("localhost", "ip6-loopback")
+    hiddenChars(s)         the invisible and format characters in the string, as "U+200B" (text_checks.py)
+    foldText(s)            the string as phrase rules read it: no hidden characters or accents, Latin, lower case
+
+hiddenChars and foldText may also be called on their string: ``tool.description.hiddenChars()``.
 
 None of them does I/O: isPrivateIP never resolves a name, so a policy that must stop DNS-based
 SSRF should also restrict hosts to an allow-list. Every malformed input is an evaluation error,
@@ -20,6 +24,7 @@ from urllib.parse import parse_qsl
 import ada_url
 
 from gateway.core.globs import glob_match
+from gateway.policy.cel import text_checks
 from gateway.policy.cel.netaddr import (
     Address,
     canonical_host,
@@ -31,7 +36,7 @@ from gateway.policy.cel.netaddr import (
     quoted,
 )
 
-__all__ = ["FUNCTIONS", "cidr_contains", "glob", "is_private_ip", "url"]
+__all__ = ["FUNCTIONS", "RECEIVER_FUNCTIONS", "cidr_contains", "glob", "is_private_ip", "url"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21}
 _HOST_TYPES = {ada_url.HostType.IPV4: "ipv4", ada_url.HostType.IPV6: "ipv6"}
@@ -122,11 +127,14 @@ def is_private_ip(host: str) -> bool:
     return is_private_address(canonical)
 
 
-
 # name -> (python implementation, parameter kinds, result kind); engines declare these.
 FUNCTIONS: dict[str, tuple[Any, tuple[str, ...], str]] = {
     "glob": (glob, ("string", "string"), "bool"),
     "url": (url, ("string",), "map"),
     "cidrContains": (cidr_contains, ("string", "string"), "bool"),
     "isPrivateIP": (is_private_ip, ("string",), "bool"),
+    "hiddenChars": (text_checks.hidden_chars, ("string",), "list"),
+    "foldText": (text_checks.fold_text, ("string",), "string"),
 }
+# The functions also callable on their first argument, as ``s.name(...)`` (the strings extension's style).
+RECEIVER_FUNCTIONS = frozenset({"hiddenChars", "foldText"})

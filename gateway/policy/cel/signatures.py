@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from gateway.policy.cel import strings
-from gateway.policy.cel.functions import FUNCTIONS
+from gateway.policy.cel.functions import FUNCTIONS, RECEIVER_FUNCTIONS
 from gateway.policy.cel.types import TYPE_VARIABLES
 
 __all__ = ["BOOL", "CONVERSIONS", "CPP_ONLY", "DURATION_PARTS", "DYN", "GATEWAY_KINDS", "SIGNATURES", "TIME_PARTS",
@@ -26,7 +26,8 @@ TYPE_NAMES: dict[str, Any] = {
     "list": ("list", DYN), "map": ("map", DYN, DYN), "type": ("type", DYN),
 }
 # The gateway functions' parameter and result kinds (functions.FUNCTIONS) as types.
-GATEWAY_KINDS: dict[str, Any] = {"string": "string", "bool": "bool", "map": ("map", "string", DYN)}
+GATEWAY_KINDS: dict[str, Any] = {"string": "string", "bool": "bool", "map": ("map", "string", DYN),
+                                  "list": ("list", "string")}
 # Timestamp accessors (each also takes a time zone) and the duration accessors among them.
 TIME_PARTS = ("getFullYear", "getMonth", "getDate", "getDayOfMonth", "getDayOfWeek", "getDayOfYear",
               "getHours", "getMinutes", "getSeconds", "getMilliseconds")
@@ -115,7 +116,8 @@ def _declare_functions() -> None:
     for name in DURATION_PARTS:
         _declare(name, "m", ("duration",), "int")
     for name, (_, params, result) in FUNCTIONS.items():
-        _declare(name, "g", tuple(GATEWAY_KINDS[p] for p in params), GATEWAY_KINDS[result])
+        style = "gm" if name in RECEIVER_FUNCTIONS else "g"
+        _declare(name, style, tuple(GATEWAY_KINDS[p] for p in params), GATEWAY_KINDS[result])
     for name, overloads in strings.STRING_EXTENSION.items():
         for params, result, _ in overloads:
             _declare(name, "m", params, result)
