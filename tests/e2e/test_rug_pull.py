@@ -61,9 +61,13 @@ def _pin(root: Path) -> str:
 async def _restart_with(running: Any, definitions: Json) -> None:
     """Rewrite the server's definitions and kill it: the gateway's supervisor starts it again."""
     (running.root / "defs.json").write_text(json.dumps(definitions), encoding="utf-8")
-    async with httpx2.AsyncClient(base_url=running.url, headers={"Authorization": f"Bearer {KEYS['alice']}"}) as http:
+    async with httpx2.AsyncClient(base_url=running.url, headers={"Authorization": f"Bearer {KEYS['alice']}"},
+                                  timeout=30) as http:
         async def pid() -> int | None:
-            answer = (await http.post("/v1/tools/notes_pid/invoke", json={"arguments": {}})).json()
+            try:
+                answer = (await http.post("/v1/tools/notes_pid/invoke", json={"arguments": {}})).json()
+            except httpx2.TimeoutException:  # the call waited for the upstream coming back: ask again
+                return None
             return (answer.get("structured") or {}).get("result")
 
         first = await pid()
