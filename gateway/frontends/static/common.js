@@ -140,11 +140,12 @@ window.gatewayUi = Object.freeze((() => {
       el("a", { class: "skip", href: "#main" }, "Skip to content"),
       el("a", { class: "brand", href: `${prefix}/console`, "data-testid": "brand" }, "Gateway console"),
       el("nav", { class: "nav", "aria-label": "Console views" }, el("ul", {}, ...links)),
-      el("span", { class: "status", id: "status", "data-testid": "status", "aria-live": "polite" }),
-      el("span", { class: "who", id: "who", "data-testid": "who", hidden: true }),
-      themeButton,
-      el("button", { type: "button", class: "sign-out plain", id: "sign-out", "data-testid": "sign-out", hidden: true },
-        "Sign out"));
+      el("div", { class: "bar-end" },
+        el("span", { class: "status", id: "status", "data-testid": "status", "aria-live": "polite" }),
+        el("span", { class: "who", id: "who", "data-testid": "who", hidden: true }),
+        themeButton,
+        el("button", { type: "button", class: "sign-out plain", id: "sign-out", "data-testid": "sign-out",
+          hidden: true }, "Sign out")));
     applyTheme(theme());
   }
 
