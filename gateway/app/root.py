@@ -16,10 +16,12 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.types import Scope
 
+from gateway.app.console import build_console
 from gateway.app.credentials import build_authenticator, build_notifier, build_upstream_credentials
 from gateway.app.model_proxy import build_model_proxy
 from gateway.app.pins import build_pins, report_drifts
 from gateway.app.protected_resource import build_protected_resource
+from gateway.app.readiness import readiness
 from gateway.app.sso import build_sso
 from gateway.approvals.service import ApprovalService
 from gateway.approvals.store import ApprovalStore
@@ -210,26 +212,6 @@ def build_store(config: LoadedConfig) -> SqlStore:
                        write_through=spec.store.shared)
 
 
-async def _readiness(gateway: Gateway, supervisor: Supervisor, auth: Authenticator) -> tuple[bool, dict[str, Any]]:
-    """Whether the gateway is ready, and ``/readyz``'s body.
-
-    Open like /healthz, so it says only names, states and short reasons: no URL, path or secret. Not ready while
-    the store cannot be read (every call would be refused `store_unavailable`), nor while an identity provider's
-    keys are missing or past jwks_max_age (its tokens are refused). Drifted tools are not an outage: they are listed.
-    """
-    unreachable = await gateway.store.unreachable()
-    issuers = auth.jwt.status() if auth.jwt is not None else []
-    ready = supervisor.ready and unreachable is None and all(i.ready for i in issuers)
-    body: dict[str, Any] = {"status": "ready" if ready else "not_ready",
-                            "revision": gateway.policies.current.revision, "upstreams": supervisor.statuses(),
-                            "store": {"state": "down" if unreachable else "up", "last_error": unreachable}}
-    if issuers:  # the issuer is public (MCP clients discover it from the gateway), so it is named
-        body["issuers"] = [i.to_dict() for i in issuers]
-    if gateway.registry.pins is not None:
-        body["tools_lock"] = gateway.registry.pins.status()
-    return ready, body
-
-
 def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette:
     """The ASGI app: /mcp, /v1/*, /healthz, /readyz, with upstreams supervised and policies watched in its lifespan."""
     edge = _edge_middleware(config)  # first: a config the edge refuses starts nothing
@@ -245,6 +227,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     models = build_model_proxy(config, gateway)
     bodies = model_refusal_bodies() if models.routes else gateway_body
     sso = build_sso(config, auth.jwt, refused=gateway.observer.sso_refused)
+    console = build_console(config, gateway, supervisor)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -283,6 +266,7 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                 await sso.flow.aclose()
             await auth.aclose()
             gateway.audit.close()
+            console.close()  # its queued rows are written before the store closes
             gateway.store.close()
             gateway.observer.tracing.shutdown()
 
@@ -291,11 +275,12 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
                              "tools": len(gateway.registry.all())})
 
     async def readyz(request: Request) -> JSONResponse:
-        ready, body = await _readiness(gateway, supervisor, auth)
+        ready, body = await readiness(gateway, supervisor, auth)
         return JSONResponse(body, status_code=200 if ready else 503)
 
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway),
-           *session_admin_routes(gateway, gateway.store), *(model_routes(models) if models.routes else [])]
+           *session_admin_routes(gateway, gateway.store), *(model_routes(models) if models.routes else []),
+           *console.routes]
     # the pages for people (the console here, the approvals page with approvals) hold no data: the APIs check keys
     open_routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/readyz", readyz), *openapi_routes(),
                                     *console_page_routes(),

@@ -39,6 +39,7 @@ __all__ = [
     "ApprovalsSpec",
     "AuditSpec",
     "AuthSpec",
+    "ConsoleSpec",
     "GatewayConfig",
     "HttpSpec",
     "HttpToolSpec",
@@ -166,6 +167,15 @@ class ModelSpec(StrictModel):
 
 
 
+class ConsoleSpec(StrictModel):
+    """The operator console at /console (docs/console.md): its copy of the decision log in the store."""
+
+    enabled: bool = True
+    retention: str | int | float = "7d"  # events older than this are deleted from the store (the file keeps them)
+
+    _retention = field_validator("retention")(check_duration)
+
+
 class ToolsLockSpec(StrictModel):
     """Pinned tool definitions (docs/gateway.md "Pinned tools"): tools checked against the lock when listed."""
 
@@ -211,5 +221,6 @@ class GatewayConfig(StrictModel):
     logging: LoggingSpec = Field(default_factory=LoggingSpec)
     mcp: McpFrontendSpec = Field(default_factory=McpFrontendSpec)
     tools_lock: ToolsLockSpec | None = None
+    console: ConsoleSpec = Field(default_factory=ConsoleSpec)
 
     _interval = field_validator("reload_interval")(check_duration)

@@ -5,9 +5,10 @@ sign, then one or more decimal numbers each with a unit, in any order (``1h30m``
 ``300ms``, ``-2m``), or a lone ``0``. The units are ``h``, ``m``, ``s``, ``ms``, ``us`` and ``ns``.
 
 ``duration()`` in CEL reads exactly that (``cel_nanoseconds``). Everywhere else a person writes a
-duration (``seconds``, ``parse_duration``), two conveniences are added on top: space around the text is
-ignored, and a plain number is seconds (``90``, ``"90"``, ``"1.5"``). CEL keeps the bare grammar
-because its spec refuses ``duration("90")`` and ``duration(" 1s")``, and the C++ engine does too.
+duration (``seconds``, ``parse_duration``), three conveniences are added on top: space around the text is
+ignored, a plain number is seconds (``90``, ``"90"``, ``"1.5"``), and whole days may lead (``7d``, ``1d12h``).
+CEL keeps the bare grammar because its spec refuses ``duration("90")`` and ``duration(" 1s")``, and the C++
+engine does too.
 
 Two ways back to text: ``duration_text`` (``1h30m``, the way the config and policies write it) and
 ``duration_unit_text`` (in the one largest unit that divides it: ``90m``), for messages already worded
@@ -30,10 +31,12 @@ _GRAMMAR = re.compile(rf"([+-]?)((?:{_NUMBER}{_UNIT})+|0)")
 _PART = re.compile(rf"({_NUMBER})({_UNIT})")
 # A number with no unit: seconds (not CEL's).
 _PLAIN = re.compile(rf"([+-]?)({_NUMBER})")
+# Whole days before the rest (not CEL's): "7d", "1d12h".
+_DAYS = re.compile(rf"(\d+)d((?:{_NUMBER}{_UNIT})*)")
 _NANOS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
 _SECONDS = {unit: Decimal(nanos) / 10**9 for unit, nanos in _NANOS.items()}
 
-_HINT = "write e.g. 30s, 15m or 1h30m"
+_HINT = "write e.g. 30s, 15m, 1h30m or 7d"
 
 
 def cel_nanoseconds(text: str) -> int:
@@ -56,6 +59,9 @@ def seconds(value: str | int | float) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     text = str(value).strip()
+    days = _DAYS.fullmatch(text)
+    if days is not None:
+        return int(days.group(1)) * 86400.0 + (seconds(days.group(2)) if days.group(2) else 0.0)
     match = _PLAIN.fullmatch(text) or _GRAMMAR.fullmatch(text)
     if not match:
         raise ValueError(f"{value!r} is not a duration; {_HINT}")

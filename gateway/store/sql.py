@@ -96,6 +96,10 @@ class SqlStore:
         """Bring the sessions' tables up to this code's schema (see migrations.py)."""
         raise NotImplementedError
 
+    def connect_new(self) -> Db:
+        """A connection of its own, for a component that keeps one (the console's table, gateway/store/decisions.py)."""
+        return self._connect()
+
     @property
     def connection(self) -> Db:
         """The approvals' connection, for stores that add their own tables (hold ``lock``; use from ``run``)."""

@@ -133,6 +133,10 @@ class ToolRegistry:
         """Every exposed tool, by name."""
         return [self._tools[k] for k in sorted(self._tools)]
 
+    def listed(self) -> list[ExposedTool]:
+        """Every tool the upstreams list, by name: with those the tools lock hides (``drift`` says which)."""
+        return [self._listed[k] for k in sorted(self._listed)]
+
     @property
     def sources(self) -> list[Source]:
         """The upstreams with their namers, in config order."""

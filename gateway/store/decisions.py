@@ -1,0 +1,217 @@
+"""The console's copy of the decision log, in the shared store: every replica's calls in one table.
+
+The JSON-lines file stays the record of truth. Each event the audit log writes that the console shows
+(a call's, a resource read's or a prompt get's outcome, a policy reload, a tool drift) is also queued
+here, already redacted as the file has it, and written behind in batches on a thread of its own, so a
+call never waits for this table: when the queue is full the oldest rows are dropped and counted. Rows
+older than the retention (``console.retention``) are deleted in the background.
+
+    console_events   one row per event: when, which replica, who, which run, tool, verdict, deciding rule,
+                     and the event as JSON (previews of large values, no replay context)
+    console_hits     one row per rule that fired in a call, for the rules' hit counts
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gateway.core.clock import parse_rfc3339
+from gateway.policy.call import Principal
+from gateway.store.db import DB_ERRORS, Db
+from gateway.store.migrations import Migration, migrate, statements
+
+__all__ = ["CONSOLE_EVENTS", "DECISION_MIGRATIONS", "DecisionLog", "row_of"]
+
+log = logging.getLogger("gateway.console")
+
+# The audit events the console keeps.
+CONSOLE_EVENTS = frozenset({"call.outcome", "resource.outcome", "prompt.outcome", "policy.reload", "tool.drift"})
+_MAX_QUEUED = 20_000  # rows waiting to be written; past it the oldest are dropped (the file has them all)
+_BATCH = 500
+_FLUSH_SECONDS = 0.2  # a row is in the table this long after its call at most, on a quiet database
+_PRUNE_SECONDS = 60.0
+_PREVIEW_CHARS = 2_000  # a value whose JSON is longer is kept as its start
+_DROPPED_FIELDS = ("context", "redacted", "revision_files")
+
+DECISION_MIGRATIONS = [
+    Migration(1, "the console's events and rule hits", statements(
+        "CREATE TABLE IF NOT EXISTS console_events (id TEXT PRIMARY KEY, ts DOUBLE PRECISION NOT NULL,"
+        " minute BIGINT NOT NULL, replica TEXT NOT NULL, event TEXT NOT NULL, principal TEXT NOT NULL,"
+        " principal_key TEXT NOT NULL, run TEXT NOT NULL, tool TEXT NOT NULL, upstream TEXT NOT NULL,"
+        " verdict TEXT NOT NULL, rule TEXT NOT NULL, body TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS console_events_ts ON console_events (ts, id)",
+        "CREATE INDEX IF NOT EXISTS console_events_run ON console_events (principal_key, run, ts)",
+        "CREATE INDEX IF NOT EXISTS console_events_tool ON console_events (tool, ts)",
+        "CREATE INDEX IF NOT EXISTS console_events_principal ON console_events (principal, ts)",
+        "CREATE INDEX IF NOT EXISTS console_events_verdict ON console_events (verdict, ts)",
+        "CREATE INDEX IF NOT EXISTS console_events_event ON console_events (event, ts)",
+        "CREATE TABLE IF NOT EXISTS console_hits (event_id TEXT NOT NULL, ts DOUBLE PRECISION NOT NULL,"
+        " rule TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS console_hits_rule ON console_hits (ts, rule)",
+    )),
+]
+
+Row = tuple[Any, ...]
+
+
+def _preview(value: Any) -> Any:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return value if len(text) <= _PREVIEW_CHARS else {"preview": text[:_PREVIEW_CHARS], "truncated": True}
+
+
+def row_of(event: Mapping[str, Any], replica: str) -> tuple[Row, list[Row]] | None:
+    """The event's row and its rule hits; None for an event the console does not keep."""
+    kind = event.get("event")
+    if kind not in CONSOLE_EVENTS:
+        return None
+    record = event.get("principal")
+    principal = Principal.from_record(record) if isinstance(record, Mapping) and "id" in record else None
+    at = str(event.get("time") or "")
+    try:
+        ts = parse_rfc3339(at)
+    except ValueError:
+        ts = time.time()
+    decided = event.get("decided_by")
+    rule = decided[0] if isinstance(decided, list) and decided else ""
+    body = {k: (_preview(v) if k in ("original_args", "final_args", "arguments", "message") else v)
+            for k, v in event.items() if k not in _DROPPED_FIELDS}
+    body["replica"] = replica
+    event_id = str(event.get("id") or "")
+    row = (event_id, ts, int(ts // 60), replica, kind, principal.id if principal else "",
+           principal.key if principal else "", str(event.get("session") or ""),
+           str(event.get("tool") or event.get("name") or ""), str(event.get("upstream") or ""),
+           str(event.get("verdict") or ("applied" if event.get("applied") else "refused" if kind == "policy.reload"
+                                        else "")), str(rule),
+           json.dumps(body, ensure_ascii=False, default=str))
+    hits = [(event_id, ts, str(r["rule"])) for r in event.get("rules") or []
+            if isinstance(r, Mapping) and r.get("outcome") == "fired" and r.get("rule")]
+    return row, hits
+
+
+class DecisionLog:
+    """Queues the console's events and writes them behind; reads them for the admin API."""
+
+    def __init__(self, connect: Callable[[], Db], where: str, replica: str, retention: float) -> None:
+        self.replica = replica
+        self.retention = retention
+        self.dropped = 0  # rows dropped because the queue was full (or the database refused them)
+        self._connect = connect
+        self._writer = connect()
+        migrate(self._writer, "console", DECISION_MIGRATIONS, where)
+        self.reader = connect()  # the queries' connection (decision_queries.py), used on one thread
+        self._queue: deque[Mapping[str, Any]] = deque()
+        self._cond = threading.Condition()
+        self._busy = False
+        self._closed = False
+        self._pruned = 0.0
+        self._thread = threading.Thread(target=self._run, name="gateway-console-writer", daemon=True)
+        self._thread.start()
+
+    def record(self, event: Mapping[str, Any]) -> None:
+        """Queue ``event`` if the console keeps it (called after the audit log wrote it; never raises). Its row is
+        made on the writer's thread: the call pays for one append."""
+        if event.get("event") not in CONSOLE_EVENTS:
+            return
+        with self._cond:
+            if len(self._queue) >= _MAX_QUEUED:
+                self._queue.popleft()
+                self.dropped += 1
+            self._queue.append(event)
+            self._cond.notify()
+
+    def flushed(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued row is written (what the admin API reads sees this replica's calls)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue and not self._closed:
+                    self._cond.wait(_PRUNE_SECONDS)  # woken by a row, or to prune now and then
+                if self._closed and not self._queue:
+                    return
+                batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]
+                self._busy = bool(batch)
+            try:
+                if batch:
+                    self._write(batch)
+                self._maybe_prune()
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+            if batch and len(batch) < _BATCH:
+                time.sleep(_FLUSH_SECONDS)  # gather the next batch: one transaction per batch, not per call
+
+    def _rows(self, batch: Sequence[Mapping[str, Any]]) -> list[tuple[Row, list[Row]]]:
+        found = []
+        for event in batch:
+            try:
+                row = row_of(event, self.replica)
+            except Exception:  # a malformed event is the file's business; the console goes without it
+                log.exception("an audit event could not be kept for the console")
+                continue
+            if row is not None:
+                found.append(row)
+        return found
+
+    def _write(self, events: Sequence[Mapping[str, Any]]) -> None:
+        batch = self._rows(events)
+        db = self._writer
+        try:
+            db.begin()
+            db.executemany("INSERT INTO console_events (id, ts, minute, replica, event, principal, principal_key,"
+                           " run, tool, upstream, verdict, rule, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                           " ON CONFLICT (id) DO NOTHING", [row for row, _ in batch])
+            hits = [hit for _, found in batch for hit in found]
+            if hits:
+                db.executemany("INSERT INTO console_hits (event_id, ts, rule) VALUES (?, ?, ?)", hits)
+            db.commit()
+        except DB_ERRORS as exc:
+            db.rollback()
+            self.dropped += len(batch)
+            log.warning("%d console rows could not be written (the audit log has them): %s", len(batch), exc)
+
+    def _maybe_prune(self) -> None:
+        now = time.time()
+        if now - self._pruned < _PRUNE_SECONDS:
+            return
+        self._pruned = now
+        self.prune(now)
+
+    def prune(self, now: float | None = None) -> int:
+        """Delete rows past the retention; how many events were deleted (on the writer's connection)."""
+        cutoff = (time.time() if now is None else now) - self.retention
+        db = self._writer
+        try:
+            db.begin()
+            deleted = db.execute("DELETE FROM console_events WHERE ts < ?", (cutoff,)).rowcount
+            db.execute("DELETE FROM console_hits WHERE ts < ?", (cutoff,))
+            db.commit()
+        except DB_ERRORS as exc:
+            db.rollback()
+            log.warning("old console rows could not be deleted: %s", exc)
+            return 0
+        return int(deleted)
+
+    def close(self) -> None:
+        """Write what is queued, then stop."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=10)
+        self._writer.close()
+        self.reader.close()
