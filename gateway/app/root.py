@@ -281,9 +281,9 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway),
            *session_admin_routes(gateway, gateway.store), *(model_routes(models) if models.routes else []),
            *console.routes]
-    # the pages for people (the console here, the approvals page with approvals) hold no data: the APIs check keys
+    # the pages for people (the console with its API, the approvals page with approvals) hold no data: APIs check keys
     open_routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/readyz", readyz), *openapi_routes(),
-                                    *console_page_routes(),
+                                    *(console_page_routes() if console.routes else []),
                                     *(protected_resource_routes(resource) if resource is not None else [])]
     scrape_routes: list[BaseRoute] = []
     if gateway.observer.metrics is not None:

@@ -19,7 +19,8 @@ from gateway.frontends.inlined_page import inlined_page, page_routes
 __all__ = ["approvals_page_routes"]
 
 _STYLES = ("common.css", "approvals.css")
-_SCRIPTS = ("common.js", "approvals_run.js", "approvals_card.js", "approvals.js")  # in this order: each uses those before it
+# In this order: each uses those before it.
+_SCRIPTS = ("common.js", "approvals_run.js", "approvals_card.js", "approvals.js")
 
 
 def approvals_page_routes() -> list[Route]:

@@ -103,10 +103,18 @@ window.approvalsCard = Object.freeze((() => {
     return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canon(v[k])}`).join(",")}}`;
   }
 
-  // The console's timeline of the run the call belongs to (an approver may read the runs of calls they may decide).
+  // The console's timeline of the run the call belongs to: an approver may read it by naming this request.
   function timeline(a) {
-    const where = `${encodeURIComponent(a.principal.id)}/${encodeURIComponent(a.session)}`;
-    return el("a", { href: `${prefix}/console#/runs/${where}`, "data-testid": "run-link" }, "its timeline");
+    const where = `${encodeURIComponent(principalKey(a.principal))}/${encodeURIComponent(a.session)}`;
+    return el("a", { href: `${prefix}/console#/runs/${where}?approval=${encodeURIComponent(a.id)}`,
+      "data-testid": "run-link" }, "its timeline");
+  }
+
+  // What the gateway binds a caller's runs to (gateway/policy/call.py, Principal.key): an API key's id, or a
+  // token's issuer and subject, each percent-encoded whole as Python's quote(safe="") does.
+  function principalKey(p) {
+    const quote = (s) => encodeURIComponent(s).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+    return p.kind === "jwt" ? `jwt:${quote(p.issuer || "")}:${quote(p.subject || "")}` : p.id;
   }
 
   return { details };

@@ -153,7 +153,8 @@ window.gatewayUi = Object.freeze((() => {
   function access(who, signedIn) {
     for (const link of document.querySelectorAll(".nav a[data-view]")) {
       const view = VIEWS.find((v) => v.id === link.dataset.view);
-      const allowed = view.admin ? Boolean(who && who.admin) : !who || who.approver !== false;
+      // An admin is an approver who sees every request (config/auth.py); a key that is neither sees no approvals.
+      const allowed = view.admin ? Boolean(who && who.admin) : !who || Boolean(who.approver || who.admin);
       link.hidden = !signedIn || !allowed;
     }
   }

@@ -66,12 +66,16 @@
   });
   $("sign-out").addEventListener("click", () => signOut(""));
 
-  // "#/runs/alice/run-1" -> {view: "timeline", params: {principal: "alice", run: "run-1"}}.
+  // "#/runs/alice/run-1?approval=ID" -> {view: "timeline", params: {principal: "alice", run: "run-1", approval}}.
   function parse(hash) {
-    const parts = hash.replace(/^#\/?/, "").split("/").filter(Boolean).map((p) => {
+    const [where, query] = hash.replace(/^#\/?/, "").split("?");
+    const parts = where.split("/").filter(Boolean).map((p) => {
       try { return decodeURIComponent(p); } catch (err) { return p; }
     });
-    if (parts[0] === "runs" && parts.length === 3) return { view: "timeline", params: { principal: parts[1], run: parts[2] } };
+    if (parts[0] === "runs" && parts.length === 3) {
+      const approval = new URLSearchParams(query || "").get("approval");
+      return { view: "timeline", params: { principal: parts[1], run: parts[2], approval } };
+    }
     return { view: parts.length === 1 ? parts[0] : parts.length ? "missing" : "", params: {} };
   }
 

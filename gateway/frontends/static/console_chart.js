@@ -3,7 +3,8 @@
 "use strict";
 window.consoleChart = Object.freeze((() => {
   const { el, svg } = window.gatewayUi;
-  const ORDER = ["allow", "approve", "skip", "reject", "terminate"]; // bottom to top; any other verdict after them
+  // Bottom to top; any other verdict after them.
+  const ORDER = ["allow", "approve", "skip", "pending", "reject", "terminate", "terminated"];
   const W = 1200;
   const H = 160;
   const PAD = { left: 44, right: 12, top: 12, bottom: 26 };

@@ -9,7 +9,9 @@
   const PAGE = 50;
   const RANGES = [["15m", "last 15 minutes", 15], ["1h", "last hour", 60], ["24h", "last 24 hours", 1440],
     ["7d", "last 7 days", 10080], ["custom", "from … to …", 0]];
-  const VERDICTS = ["allow", "reject", "approve", "skip", "terminate"];
+  // The verdicts a call.outcome event records most often (gateway/pipeline/results.py has them all).
+  const VERDICTS = ["allow", "reject", "pending", "approve", "skip", "terminate", "tool_failed", "tool_unavailable",
+    "unknown_tool", "invalid_arguments", "rate_limited"];
   const FILTERS = ["tool", "principal", "verdict", "rule", "run", "upstream"]; // the API's names
   // Kept while the tab is open; `window`: the range as instants, fixed when the filters are applied.
   const state = { filters: { range: "1h" }, window: null, cursors: [null] };

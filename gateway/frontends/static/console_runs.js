@@ -16,7 +16,7 @@
     const result = await ctx.api("GET", `/v1/admin/runs?${params}`);
     const form = kit.filters([
       { name: "principal", label: "Principal" },
-      { name: "active", label: "State", type: "select", options: [["", "any"], ["true", "active"], ["false", "ended"]] },
+      { name: "terminated", label: "State", type: "select", options: [["", "any"], ["false", "active"], ["true", "ended"]] },
     ], list.filters, (values) => {
       list.filters = values;
       list.cursors = [null];
@@ -35,7 +35,6 @@
         ["Run", (r) => kit.runLink(r.principal, r.run)],
         ["Client", (r) => kit.text(r.client) || "—"],
         ["Started", (r) => kit.time(r.started)],
-        ["Last call", (r) => kit.time(r.last)],
         ["Calls", (r) => kit.text(r.calls)],
         ["Rejected", (r) => kit.text(r.rejected)],
         ["Labels", (r) => kit.labels(r.labels, "run-label")],
@@ -48,16 +47,17 @@
   // -- a run's timeline ------------------------------------------------------------------------------
 
   kit.register("timeline", { admin: false, async render(ctx) {
-    const { principal, run } = ctx.params;
+    const { principal, run, approval } = ctx.params;
     const path = `/v1/admin/runs/${encodeURIComponent(principal)}/${encodeURIComponent(run)}`;
     ctx.status("Loading the run…");
-    const result = await ctx.api("GET", path);
+    // An approver reads the run of a request they may decide by naming the request (the approvals page's link).
+    const result = await ctx.api("GET", approval ? `${path}?approval=${encodeURIComponent(approval)}` : path);
     ctx.status("");
     const heading = kit.title("Run ", el("code", {}, run));
     if (!result.ok) {
-      const why = result.status === 404 ? "There is no such run."
-        : result.status === 403 ? "This key may not see this run: an approver sees the runs of calls it may decide."
-          : kit.failure("Could not load the run", result);
+      const why = result.status === 404 ? "There is no such run, or not one this key may see (an approver sees the"
+        + " run of a request it may decide, from that request's link on the approvals page)."
+        : kit.failure("Could not load the run", result);
       ctx.show(heading, el("p", { class: "error", "data-testid": "run-error" }, why));
       return;
     }
@@ -75,11 +75,13 @@
       ...row("Principal", principal, "run-principal"),
       ...row("Client", kit.text(r.client) || "—", "run-client"),
       ...row("Started", kit.time(r.started), "run-started"),
-      ...row("Last call", kit.time(r.last), "run-last"),
+      ...(r.last ? row("Last call", kit.time(r.last), "run-last") : []),
       ...row("Calls", `${kit.text(r.calls) || 0}, ${kit.text(r.rejected) || 0} rejected`, "run-calls"),
       ...row("Labels", kit.labels(r.labels, "run-label"), "run-labels"),
       ...row("Tallies", kit.tallies(r.tallies), "run-tallies"),
-      ...row("State", kit.badge(r.terminated ? "terminated" : "active", "run-state"), "run-terminated"));
+      ...row("State", el("span", {}, kit.badge(r.terminated ? "terminated" : "active", "run-state"),
+        kit.text(r.terminate_message) ? el("span", { class: "sub" }, ` ${kit.text(r.terminate_message)}`) : null),
+      "run-terminated"));
   }
 
   // Reset and end, each asked once more in a dialog; the session admin API records who did it.
@@ -113,6 +115,14 @@
     await ctx.reload(done);
   }
 
+  // "approved by bob", "denied", "waiting for a decision".
+  function decided(a) {
+    const state = a.pending ? "waiting for a decision" : a.approved === true ? "approved"
+      : a.approved === false ? "denied" : "decided";
+    const by = Array.isArray(a.decided_by) ? a.decided_by.map(kit.text).join(", ") : kit.text(a.decided_by);
+    return by && !a.pending ? `${state} by ${by}` : state;
+  }
+
   // One call: what, the verdict and the rule that decided it, where the time went, and what it was called with.
   function call(d, index) {
     const args = d.arguments;
@@ -130,8 +140,7 @@
       el("p", { class: "sub latency", "data-testid": "call-latency" }, kit.latency(d.latency)),
       message ? el("p", { class: "message", "data-testid": "call-message" }, message) : null,
       approval ? el("p", { class: "approval", "data-testid": "call-approval" }, "Approval ",
-        el("code", {}, kit.text(approval.id)), approval.decided_by
-          ? ` · decided by ${kit.text(approval.decided_by)}` : " · not decided") : null,
+        el("code", {}, kit.text(approval.id)), ` · ${decided(approval)}`) : null,
       el("details", { class: "args" },
         el("summary", { "data-testid": "call-args" }, rewritten ? "Arguments (rewritten) " : "Arguments ",
           el("code", { class: "preview" }, kit.preview(args))),
