@@ -122,7 +122,8 @@ async def console(tmp_path_factory: pytest.TempPathFactory, http_api: Any) -> As
             assert decided.status_code == 200, decided.text
             assert (await _invoke(bob, "api_search", {"q": "bob's own"})).status_code == 200
         async with _client(gw, KEYS["alice"], "run-main") as alice:
-            assert (await _invoke(alice, "api_delete_item", {"item_id": "A-1"}, call_id="delete-a-1")).status_code == 200
+            released = await _invoke(alice, "api_delete_item", {"item_id": "A-1"}, call_id="delete-a-1")
+            assert released.status_code == 200, released.text
             assert (await _invoke(alice, "api_search", {"q": "last"})).status_code == 200
         for i in range(BULK_RUNS):
             async with _client(gw, KEYS["alice"], f"bulk-{i:02d}") as alice:

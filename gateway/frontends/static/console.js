@@ -130,9 +130,10 @@
 
   // What an approver's key sees first: the approvals, and the timelines of runs it may decide reached from there.
   kit.register("home", { admin: false, render(ctx) {
-    ctx.show(kit.title("Gateway console"), el("p", { "data-testid": "approver-home" },
+    ctx.show(kit.title("Gateway console"), ctx.who.approver ? el("p", { "data-testid": "approver-home" },
       "Your key decides approval requests: ", el("a", { href: `${ui.prefix}/approvals` }, "open the approvals"),
-      ". Each request links to the timeline of its run."));
+      ". Each request links to the timeline of its run.")
+      : el("p", { "data-testid": "nobody-home" }, "This key may neither read the console nor decide approvals."));
   } });
 
   if (key) signIn();

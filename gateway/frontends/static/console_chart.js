@@ -48,7 +48,9 @@ window.consoleChart = Object.freeze((() => {
         if (!n) continue;
         const h = (n / peak) * plotH;
         y -= h;
-        picture.append(svg("rect", { x: x(p.t).toFixed(1), y: y.toFixed(1), width: barW.toFixed(1), height: h.toFixed(1),
+        const left = Math.max(PAD.left, x(p.t));
+        const width = Math.max(1, Math.min(barW, W - PAD.right - left)); // the minute under way ends at `until`
+        picture.append(svg("rect", { x: left.toFixed(1), y: y.toFixed(1), width: width.toFixed(1), height: h.toFixed(1),
           class: `bar series-${safe(v)}`, "data-testid": "chart-bar", "data-verdict": v, "data-count": n },
         svg("title", {}, `${clock(p.t)}: ${n} ${v}`)));
       }
