@@ -391,3 +391,24 @@ async def test_an_approver_sees_the_approvals_and_the_run_of_a_request_they_may_
         await expect(page.get_by_test_id("call-verdict")).to_have_text(["pending"])
         await expect(page.get_by_test_id("run-end")).to_have_count(0)  # ending and resetting are an admin's
     assert errors == []
+
+
+@needs_browser
+async def test_a_refused_reload_shows_its_error_and_where(console: RunningGateway) -> None:
+    """Last in this file: the policy file is left broken (the gateway keeps the set it had)."""
+    policy = console.root / "policies" / "shop.yaml"
+    broken = "  - id: broken\n    tools: [api_search]\n    when: 'args.q ==\n"
+    policy.write_text(policy.read_text(encoding="utf-8") + broken, encoding="utf-8")
+    async with _client(console, ADMIN_KEY) as admin:
+        async def refused() -> bool:
+            reloads = (await admin.get("/v1/admin/policies")).json()["reloads"]
+            return any(r["result"] == "refused" for r in reloads)
+        await eventually(refused)
+    async with chromium_page(watch=[console.url], viewport=VIEWPORT) as (page, errors):
+        await sign_in(page, console.url, ADMIN_KEY, "#/policies")
+        refusal = page.get_by_test_id("reloads-row").filter(has_text="refused")
+        await expect(refusal.get_by_test_id("reload-result")).to_have_text("refused")
+        await expect(refusal.get_by_test_id("reload-error")).not_to_have_text("—")
+        await expect(refusal).to_contain_text(re.compile(r"policies/shop\.yaml:\d+"))
+        await expect(page.get_by_test_id("rules-row")).to_have_count(4)  # the set in force is the last good one
+    assert errors == []
