@@ -2,7 +2,8 @@
 
     GET /v1/admin/whoami                           any key: who it is, and whether it is an admin or approver
     GET /v1/admin/decisions?since&until&tool&principal&verdict&rule&run&upstream&limit&cursor
-                                                   newest first, keyset-paged; every replica's calls
+                                                   newest first, keyset-paged; every replica's calls; ``total``
+                                                   counts up to 10,000 (``total_more``: there are more)
     GET /v1/admin/decisions/chart?<the same>       calls per minute by verdict
     GET /v1/admin/decisions/export?<the same>      JSON lines of the selection (at most 100,000)
     GET /v1/admin/runs?principal&terminated&limit&cursor   runs from the store, newest first
@@ -37,7 +38,7 @@ from gateway.frontends.rest import error_response
 from gateway.policy.compiled import CompiledRule
 from gateway.policy.policyset import PolicySet
 from gateway.store.base import SessionStore
-from gateway.store.decision_queries import DecisionFilter, DecisionQueries, decode_cursor
+from gateway.store.decision_queries import COUNT_BOUND, DecisionFilter, DecisionQueries, decode_cursor
 
 __all__ = ["ConsoleSources", "console_api_routes"]
 
@@ -124,7 +125,7 @@ class _Console:
         rows, following, total = await self.queries.page(where, limit, cursor)
         rules = _rules(self.sources.policies())
         return JSONResponse({"decisions": [self._shown(r, rules) for r in rows], "next": following,
-                             "total": total})
+                             "total": min(total, COUNT_BOUND), "total_more": total > COUNT_BOUND})
 
     async def chart(self, request: Request) -> JSONResponse:
         if not identity_of(request.scope).admin:
@@ -162,11 +163,14 @@ class _Console:
         if not identity.admin and not await self._may_see_run(request, principal, run):
             return error_response(404, "run-not-found", "No such run, or not one this key may see.")
         found = await self.store.find_session(principal, run)
-        if found is None:
-            return error_response(404, "run-not-found", "No such run, or not one this key may see.")
         timeline = await self.queries.timeline(principal, run, _MAX_TIMELINE)
+        if found is None and not timeline:
+            return error_response(404, "run-not-found", "No such run, or not one this key may see.")
         rules = _rules(self.sources.policies())
-        return JSONResponse({"run": _run(found.to_dict()), "timeline": [self._shown(e, rules) for e in timeline]})
+        # a run the store no longer holds (its implicit run ended long ago) still has its calls in the table
+        shown = _run(found.to_dict()) if found is not None else {"principal": principal, "run": run,
+                                                                  "calls": len(timeline), "gone": True}
+        return JSONResponse({"run": shown, "timeline": [self._shown(e, rules) for e in timeline]})
 
     async def _may_see_run(self, request: Request, principal: str, run: str) -> bool:
         """An approver names a request they may see; its run is the one asked for."""

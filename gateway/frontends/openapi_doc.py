@@ -25,6 +25,7 @@ from starlette.routing import Route
 from gateway import __version__
 from gateway.approvals.model import ApprovalState
 from gateway.core.limits import MAX_APPROVALS_PAGE, MAX_REST_WAIT_SECONDS, MAX_SESSIONS_PAGE
+from gateway.frontends.openapi_console import console_operations, console_schemas
 
 __all__ = ["OPENAPI_PATH", "UNDESCRIBED_PATHS", "openapi_document", "openapi_routes"]
 
@@ -344,9 +345,9 @@ def openapi_document() -> Json:
         "info": {"title": "agent-policy-gateway REST API", "version": __version__,
                  "description": "Call tools through the gateway's policies, and decide approval requests. "
                                 "Errors are {\"error\": {\"code\", \"message\"}}."},
-        "paths": _operations(),
+        "paths": {**_operations(), **console_operations(_body, _ref, _error, _EDGE_ERRORS)},
         "components": {
-            "schemas": _schemas(),
+            "schemas": {**_schemas(), **console_schemas()},
             "responses": _responses(),
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer", "description": "An API key from gateway.yaml."},

@@ -19,10 +19,11 @@ from gateway.core.errors import StoreUnavailable
 from gateway.store.db import DB_ERRORS
 from gateway.store.decisions import DecisionLog
 
-__all__ = ["CALL_EVENTS", "DecisionFilter", "DecisionQueries", "decode_cursor"]
+__all__ = ["CALL_EVENTS", "COUNT_BOUND", "DecisionFilter", "DecisionQueries", "decode_cursor"]
 
 T = TypeVar("T")
 CALL_EVENTS = ("call.outcome", "resource.outcome", "prompt.outcome")
+COUNT_BOUND = 10_000  # a page's ``total`` is exact up to this; above it, COUNT_BOUND + 1 means "more"
 _COLUMNS = {"tool": "tool", "principal": "principal", "verdict": "verdict", "rule": "rule", "run": "run",
             "upstream": "upstream"}
 
@@ -88,7 +89,8 @@ class DecisionQueries:
 
     async def page(self, where: DecisionFilter, limit: int, cursor: tuple[float, str] | None
                    ) -> tuple[list[dict[str, Any]], str | None, int]:
-        """Up to ``limit`` events, newest first, after ``cursor``; the next cursor and how many match in all."""
+        """Up to ``limit`` events, newest first, after ``cursor``; the next cursor and how many match in all (at most
+        ``COUNT_BOUND + 1``, which means more than ``COUNT_BOUND``)."""
         await asyncio.get_running_loop().run_in_executor(None, self.decisions.flushed)
         result: tuple[list[dict[str, Any]], str | None, int] = await self._run(self._page, where, limit, cursor)
         return result
@@ -96,10 +98,12 @@ class DecisionQueries:
     def _page(self, where: DecisionFilter, limit: int, cursor: tuple[float, str] | None
               ) -> tuple[list[dict[str, Any]], str | None, int]:
         condition, params = where.where()
-        total = int(self._db.execute(f"SELECT COUNT(*) FROM console_events WHERE {condition}", params).fetchone()[0])
+        # Counted up to a bound: past it the page says "more than" (counting 100,000 rows costs more than the page).
+        total = int(self._db.execute(f"SELECT COUNT(*) FROM (SELECT 1 FROM console_events WHERE {condition}"
+                                     " LIMIT ?) AS counted", [*params, COUNT_BOUND + 1]).fetchone()[0])
         if cursor is not None:
-            condition += " AND (ts < ? OR (ts = ? AND id < ?))"
-            params = [*params, cursor[0], cursor[0], cursor[1]]
+            condition += " AND (ts, id) < (?, ?)"  # a row value: the (ts, id) index walks straight to it
+            params = [*params, cursor[0], cursor[1]]
         rows = self._db.execute(f"SELECT ts, id, body FROM console_events WHERE {condition}"
                                 " ORDER BY ts DESC, id DESC LIMIT ?", [*params, limit + 1]).fetchall()
         more = len(rows) > limit

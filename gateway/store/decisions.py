@@ -82,16 +82,24 @@ def row_of(event: Mapping[str, Any], replica: str) -> tuple[Row, list[Row]] | No
     body = {k: (_preview(v) if k in ("original_args", "final_args", "arguments", "message") else v)
             for k, v in event.items() if k not in _DROPPED_FIELDS}
     body["replica"] = replica
-    event_id = str(event.get("id") or "")
-    row = (event_id, ts, int(ts // 60), replica, kind, principal.id if principal else "",
-           principal.key if principal else "", str(event.get("session") or ""),
-           str(event.get("tool") or event.get("name") or ""), str(event.get("upstream") or ""),
-           str(event.get("verdict") or ("applied" if event.get("applied") else "refused" if kind == "policy.reload"
-                                        else "")), str(rule),
-           json.dumps(body, ensure_ascii=False, default=str))
-    hits = [(event_id, ts, str(r["rule"])) for r in event.get("rules") or []
-            if isinstance(r, Mapping) and r.get("outcome") == "fired" and r.get("rule")]
+    event_id = _text(event.get("id"))
+    verdict = event.get("verdict") or ("applied" if event.get("applied") else "refused" if kind == "policy.reload"
+                                       else "")
+    row = (event_id, ts, int(ts // 60), replica, kind, _text(principal.id if principal else ""),
+           _text(principal.key if principal else ""), _text(event.get("session")),
+           _text(event.get("tool") or event.get("name")), _text(event.get("upstream")), _text(verdict), _text(rule),
+           _text(json.dumps(body, ensure_ascii=False, default=str)))
+    rules = event.get("rules")
+    hits = [(event_id, ts, _text(r["rule"])) for r in rules if isinstance(r, Mapping) and r.get("outcome") == "fired"
+            and r.get("rule")] if isinstance(rules, list) else []
     return row, hits
+
+
+def _text(value: Any) -> str:
+    """``value`` as text a database takes: what UTF-8 cannot hold (a lone surrogate an agent sent) becomes ``?``
+    (the audit file keeps the exact value)."""
+    text = "" if value is None else str(value)
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
 
 
 class DecisionLog:
@@ -109,7 +117,7 @@ class DecisionLog:
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
-        self._pruned = 0.0
+        self._pruned = time.time()  # the first pruning a minute after start, then every minute
         self._thread = threading.Thread(target=self._run, name="gateway-console-writer", daemon=True)
         self._thread.start()
 
@@ -169,7 +177,13 @@ class DecisionLog:
         return found
 
     def _write(self, events: Sequence[Mapping[str, Any]]) -> None:
-        batch = self._rows(events)
+        try:
+            self._insert(self._rows(events))
+        except Exception:  # never the end of the writer: the rows are lost to the console, not to the file
+            self.dropped += len(events)
+            log.exception("%d console rows could not be written (the audit log has them)", len(events))
+
+    def _insert(self, batch: Sequence[tuple[Row, list[Row]]]) -> None:
         db = self._writer
         try:
             db.begin()
