@@ -75,7 +75,7 @@
           kit.text(d.message) ? el("span", { class: "sub message", "data-testid": "decision-message" },
             ` ${kit.text(d.message)}`) : null)],
       ], found, "decisions") : el("p", { class: "empty", "data-testid": "empty" }, "No decisions match these filters."),
-      kit.pager(state, page.data.total, page.data.next, ctx.reload));
+      kit.pager(state, page.data.total, page.data.next, ctx.reload, page.data.total_more === true));
   } });
 
   function filterForm(ctx) {

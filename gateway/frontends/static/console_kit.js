@@ -50,8 +50,9 @@ window.consoleKit = Object.freeze((() => {
   }
 
   // Cursor paging ("next" from each page): `state` {cursors: [cursor of each page shown so far]} is the view's, so
-  // it survives a visit to another view. `load(cursor)` loads a page; `render` is told "Newer" and "Older".
-  function pager(state, total, next, load) {
+  // it survives a visit to another view; `load()` loads the page of the last cursor. `more`: there are more than
+  // `total` matches (the API counts up to a bound).
+  function pager(state, total, next, load, more) {
     const page = state.cursors.length;
     const newer = el("button", { type: "button", class: "plain", "data-testid": "page-newer", disabled: page <= 1 },
       "Newer");
@@ -59,7 +60,8 @@ window.consoleKit = Object.freeze((() => {
       "Older");
     newer.addEventListener("click", () => { state.cursors.pop(); load(); });
     older.addEventListener("click", () => { state.cursors.push(next); load(); });
-    const of = Number.isInteger(total) ? ` of ${total === 1 ? "1 match" : `${total} matches`}` : "";
+    const of = !Number.isInteger(total) ? "" : more ? ` of more than ${total} matches`
+      : ` of ${total === 1 ? "1 match" : `${total} matches`}`;
     return el("nav", { class: "pager", "aria-label": "Pages" }, newer,
       el("span", { class: "count", "data-testid": "page", "aria-live": "polite" }, `Page ${page}${of}`), older);
   }

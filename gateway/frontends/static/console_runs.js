@@ -63,7 +63,10 @@
     }
     const state = result.data.run && typeof result.data.run === "object" ? result.data.run : {};
     const calls = kit.list(result.data.timeline).filter((d) => d && typeof d === "object");
-    ctx.show(heading, summary(principal, state), ctx.who.admin ? actions(ctx, path, state) : null,
+    // A run the store no longer holds (an implicit run that ended long ago) still shows the calls it made.
+    ctx.show(heading, state.gone ? el("p", { class: "sub", "data-testid": "run-gone" }, "The store no longer holds"
+      + " this run, so it has no counters to reset or end; the decision log still has its calls.")
+      : summary(principal, state), ctx.who.admin && !state.gone ? actions(ctx, path, state) : null,
       el("h2", { class: "section" }, `Calls, oldest first (${calls.length})`),
       calls.length ? el("ol", { class: "timeline", "data-testid": "timeline" }, ...calls.map(call))
         : el("p", { class: "empty", "data-testid": "empty" }, "No calls in this run yet."));
