@@ -40,6 +40,7 @@ from _servers import (
 )
 
 from gateway.core.clock import rfc3339_ms
+from gateway.pipeline.audit_encode import encode_event
 from gateway.store.decisions import DecisionLog
 from gateway.store.sqlite import SqliteStore
 
@@ -60,14 +61,15 @@ def fill(path: Path, events: int) -> None:
         at = now - 6 * 86400 + n * (6 * 86400 / events)
         tool = TOOLS[n % len(TOOLS)]
         refused = tool == "http_delete"
-        log.record({"event": "call.outcome", "id": f"fill-{n:07d}", "time": rfc3339_ms(at), "call_id": f"c{n}",
+        event = {"event": "call.outcome", "id": f"fill-{n:07d}", "time": rfc3339_ms(at), "call_id": f"c{n}",
                     "principal": {"id": f"agent-{n % 20}", "groups": [], "kind": "key"}, "session": f"run-{n % 200}",
                     "tool": tool, "upstream": "http", "original_args": {"text": f"value {n}"},
                     "final_args": {"text": f"value {n}"}, "verdict": "reject" if refused else "allow",
                     "is_error": refused, "message": "No." if refused else None,
                     "rules": [{"rule": "bench/no-delete" if refused else "bench/echo", "outcome": "fired"}],
                     "decided_by": ["bench/no-delete" if refused else "bench/echo"],
-                    "latency": {"policy_us": 20.0, "upstream_ms": 0.5, "total_ms": 1.5}})
+                    "latency": {"policy_us": 20.0, "upstream_ms": 0.5, "total_ms": 1.5}}
+        log.record(event, encode_event(event, 65_536, 262_144))
         if n % 5000 == 4999:
             log.flushed(120)
     log.flushed(300)

@@ -67,8 +67,9 @@ class AuditLog:
         self._held: tuple[int, int] = (0, 0)  # (inode, device) of the file ``_fd`` is open on
         self._failing = False
         self.on_failure: Callable[[], None] | None = None  # told of each failed write (metrics)
-        # Given each event written by ``write`` (redacted as the line has it), e.g. the console's table; never raises.
-        self.taps: list[Callable[[dict[str, Any]], None]] = []
+        # Given each event written by ``write`` and its line as written (redacted), e.g. the console's table; a tap
+        # never raises and never blocks.
+        self.taps: list[Callable[[dict[str, Any], bytes], None]] = []
         # Group commit of durable writes: only where there is an fsync to share (a file alone, fsync on).
         shared = group_commit and fsync and path is not None and self._stdout is None
         self.group = GroupCommit(self) if shared else None
@@ -90,7 +91,7 @@ class AuditLog:
                 raise self._failed(exc) from exc
             self._written()
         for tap in self.taps:
-            tap(event)
+            tap(event, line)
 
     async def write_durable(self, event: dict[str, Any]) -> None:
         """Write one event and return once it is as durable as configured (an intent, before its tool runs).

@@ -73,6 +73,13 @@ def decode_cursor(cursor: str) -> tuple[float, str] | None:
         return None
 
 
+def _event(body: str, replica: str) -> dict[str, Any]:
+    """A row's audit line back as the event, with the replica that wrote it."""
+    event: dict[str, Any] = json.loads(body)
+    event["replica"] = replica
+    return event
+
+
 class DecisionQueries:
     """The admin API's reads of one ``DecisionLog``."""
 
@@ -104,12 +111,12 @@ class DecisionQueries:
         if cursor is not None:
             condition += " AND (ts, id) < (?, ?)"  # a row value: the (ts, id) index walks straight to it
             params = [*params, cursor[0], cursor[1]]
-        rows = self._db.execute(f"SELECT ts, id, body FROM console_events WHERE {condition}"
+        rows = self._db.execute(f"SELECT ts, id, body, replica FROM console_events WHERE {condition}"
                                 " ORDER BY ts DESC, id DESC LIMIT ?", [*params, limit + 1]).fetchall()
         more = len(rows) > limit
         rows = rows[:limit]
         following = f"{rows[-1][0]!r}:{rows[-1][1]}" if more and rows else None
-        return [json.loads(r[2]) for r in rows], following, total
+        return [_event(r[2], r[3]) for r in rows], following, total
 
     async def chart(self, where: DecisionFilter) -> list[dict[str, Any]]:
         """Calls per minute by verdict, oldest minute first."""
@@ -146,9 +153,9 @@ class DecisionQueries:
         return result
 
     def _timeline(self, principal_key: str, run: str, limit: int) -> list[dict[str, Any]]:
-        rows = self._db.execute("SELECT body FROM console_events WHERE principal_key = ? AND run = ?"
+        rows = self._db.execute("SELECT body, replica FROM console_events WHERE principal_key = ? AND run = ?"
                                 " ORDER BY ts, id LIMIT ?", (principal_key, run, limit)).fetchall()
-        return [json.loads(r[0]) for r in rows]
+        return [_event(r[0], r[1]) for r in rows]
 
     async def rule_hits(self, now: float) -> dict[str, tuple[int, int]]:
         """Each rule that fired: (in the last hour, in the last day)."""
@@ -156,8 +163,9 @@ class DecisionQueries:
         return result
 
     def _rule_hits(self, now: float) -> dict[str, tuple[int, int]]:
-        rows = self._db.execute("SELECT rule, SUM(CASE WHEN ts >= ? THEN 1 ELSE 0 END), COUNT(*) FROM console_hits"
-                                " WHERE ts >= ? GROUP BY rule", (now - 3600, now - 86400)).fetchall()
+        hour, day = int((now - 3600) // 60), int((now - 86400) // 60)
+        rows = self._db.execute("SELECT rule, SUM(CASE WHEN minute >= ? THEN hits ELSE 0 END), SUM(hits)"
+                                " FROM console_hits WHERE minute >= ? GROUP BY rule", (hour, day)).fetchall()
         return {str(rule): (int(hour), int(day)) for rule, hour, day in rows}
 
     async def recent(self, event: str, limit: int) -> list[dict[str, Any]]:
@@ -166,9 +174,9 @@ class DecisionQueries:
         return result
 
     def _recent(self, event: str, limit: int) -> list[dict[str, Any]]:
-        rows = self._db.execute("SELECT body FROM console_events WHERE event = ? ORDER BY ts DESC, id DESC LIMIT ?",
-                                (event, limit)).fetchall()
-        return [json.loads(r[0]) for r in rows]
+        rows = self._db.execute("SELECT body, replica FROM console_events WHERE event = ?"
+                                " ORDER BY ts DESC, id DESC LIMIT ?", (event, limit)).fetchall()
+        return [_event(r[0], r[1]) for r in rows]
 
     def close(self) -> None:
         """Stop the reader's thread."""

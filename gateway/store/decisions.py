@@ -7,17 +7,16 @@ call never waits for this table: when the queue is full the oldest rows are drop
 older than the retention (``console.retention``) are deleted in the background.
 
     console_events   one row per event: when, which replica, who, which run, tool, verdict, deciding rule,
-                     and the event as JSON (previews of large values, no replay context)
-    console_hits     one row per rule that fired in a call, for the rules' hit counts
+                     and the event's line as the audit log wrote it (its size bounded there)
+    console_hits     how often each rule fired, per minute, for the rules' hit counts
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -36,8 +35,6 @@ _MAX_QUEUED = 20_000  # rows waiting to be written; past it the oldest are dropp
 _BATCH = 500
 _FLUSH_SECONDS = 0.2  # a row is in the table this long after its call at most, on a quiet database
 _PRUNE_SECONDS = 60.0
-_PREVIEW_CHARS = 2_000  # a value whose JSON is longer is kept as its start
-_DROPPED_FIELDS = ("context", "redacted", "revision_files")
 
 DECISION_MIGRATIONS = [
     Migration(1, "the console's events and rule hits", statements(
@@ -48,49 +45,41 @@ DECISION_MIGRATIONS = [
         "CREATE INDEX IF NOT EXISTS console_events_ts ON console_events (ts, id)",
         "CREATE INDEX IF NOT EXISTS console_events_run ON console_events (principal_key, run, ts)",
         "CREATE INDEX IF NOT EXISTS console_events_tool ON console_events (tool, ts)",
-        "CREATE INDEX IF NOT EXISTS console_events_principal ON console_events (principal, ts)",
         "CREATE INDEX IF NOT EXISTS console_events_verdict ON console_events (verdict, ts)",
-        "CREATE INDEX IF NOT EXISTS console_events_event ON console_events (event, ts)",
-        "CREATE TABLE IF NOT EXISTS console_hits (event_id TEXT NOT NULL, ts DOUBLE PRECISION NOT NULL,"
-        " rule TEXT NOT NULL)",
-        "CREATE INDEX IF NOT EXISTS console_hits_rule ON console_hits (ts, rule)",
+        "CREATE TABLE IF NOT EXISTS console_hits (minute BIGINT NOT NULL, rule TEXT NOT NULL,"
+        " hits BIGINT NOT NULL, PRIMARY KEY (minute, rule))",
     )),
 ]
 
 Row = tuple[Any, ...]
+Hit = tuple[int, str]  # (minute, rule)
 
 
-def _preview(value: Any) -> Any:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return value if len(text) <= _PREVIEW_CHARS else {"preview": text[:_PREVIEW_CHARS], "truncated": True}
-
-
-def row_of(event: Mapping[str, Any], replica: str) -> tuple[Row, list[Row]] | None:
-    """The event's row and its rule hits; None for an event the console does not keep."""
+def row_of(event: Mapping[str, Any], line: bytes, replica: str, at: float) -> tuple[Row, list[Hit]] | None:
+    """The event's row (its ``line`` as the audit log wrote it is the body) and its rule hits; None for an event the
+    console does not keep. Its time is the event's own (``at``, when it was handed over, if that cannot be read)."""
     kind = event.get("event")
     if kind not in CONSOLE_EVENTS:
         return None
+    try:
+        at = parse_rfc3339(str(event.get("time")))
+    except ValueError:
+        pass
     record = event.get("principal")
     principal = Principal.from_record(record) if isinstance(record, Mapping) and "id" in record else None
-    at = str(event.get("time") or "")
-    try:
-        ts = parse_rfc3339(at)
-    except ValueError:
-        ts = time.time()
+    key = principal.key if principal is not None else ""
     decided = event.get("decided_by")
     rule = decided[0] if isinstance(decided, list) and decided else ""
-    body = {k: (_preview(v) if k in ("original_args", "final_args", "arguments", "message") else v)
-            for k, v in event.items() if k not in _DROPPED_FIELDS}
-    body["replica"] = replica
     event_id = _text(event.get("id"))
     verdict = event.get("verdict") or ("applied" if event.get("applied") else "refused" if kind == "policy.reload"
                                        else "")
-    row = (event_id, ts, int(ts // 60), replica, kind, _text(principal.id if principal else ""),
-           _text(principal.key if principal else ""), _text(event.get("session")),
+    body = line.decode("utf-8", "replace").rstrip("\n")  # the audit log's encoding: valid UTF-8, bounded
+    row = (event_id, at, int(at // 60), replica, kind, _text(principal.id if principal else ""),
+           _text(key), _text(event.get("session")),
            _text(event.get("tool") or event.get("name")), _text(event.get("upstream")), _text(verdict), _text(rule),
-           _text(json.dumps(body, ensure_ascii=False, default=str)))
+           body)
     rules = event.get("rules")
-    hits = [(event_id, ts, _text(r["rule"])) for r in rules if isinstance(r, Mapping) and r.get("outcome") == "fired"
+    hits = [(int(at // 60), _text(r["rule"])) for r in rules if isinstance(r, Mapping) and r.get("outcome") == "fired"
             and r.get("rule")] if isinstance(rules, list) else []
     return row, hits
 
@@ -113,7 +102,7 @@ class DecisionLog:
         self._writer = connect()
         migrate(self._writer, "console", DECISION_MIGRATIONS, where)
         self.reader = connect()  # the queries' connection (decision_queries.py), used on one thread
-        self._queue: deque[Mapping[str, Any]] = deque()
+        self._queue: deque[tuple[Mapping[str, Any], bytes, float]] = deque()
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
@@ -121,8 +110,8 @@ class DecisionLog:
         self._thread = threading.Thread(target=self._run, name="gateway-console-writer", daemon=True)
         self._thread.start()
 
-    def record(self, event: Mapping[str, Any]) -> None:
-        """Queue ``event`` if the console keeps it (called after the audit log wrote it; never raises). Its row is
+    def record(self, event: Mapping[str, Any], line: bytes) -> None:
+        """Queue ``event`` (and ``line``, as the audit log wrote it) if the console keeps it; never raises. Its row is
         made on the writer's thread: the call pays for one append."""
         if event.get("event") not in CONSOLE_EVENTS:
             return
@@ -130,7 +119,7 @@ class DecisionLog:
             if len(self._queue) >= _MAX_QUEUED:
                 self._queue.popleft()
                 self.dropped += 1
-            self._queue.append(event)
+            self._queue.append((event, line, time.time()))
             self._cond.notify()
 
     def flushed(self, timeout: float = 10.0) -> bool:
@@ -164,11 +153,11 @@ class DecisionLog:
             if batch and len(batch) < _BATCH:
                 time.sleep(_FLUSH_SECONDS)  # gather the next batch: one transaction per batch, not per call
 
-    def _rows(self, batch: Sequence[Mapping[str, Any]]) -> list[tuple[Row, list[Row]]]:
+    def _rows(self, batch: Sequence[tuple[Mapping[str, Any], bytes, float]]) -> list[tuple[Row, list[Hit]]]:
         found = []
-        for event in batch:
+        for event, line, at in batch:
             try:
-                row = row_of(event, self.replica)
+                row = row_of(event, line, self.replica, at)
             except Exception:  # a malformed event is the file's business; the console goes without it
                 log.exception("an audit event could not be kept for the console")
                 continue
@@ -176,23 +165,25 @@ class DecisionLog:
                 found.append(row)
         return found
 
-    def _write(self, events: Sequence[Mapping[str, Any]]) -> None:
+    def _write(self, events: Sequence[tuple[Mapping[str, Any], bytes, float]]) -> None:
         try:
             self._insert(self._rows(events))
         except Exception:  # never the end of the writer: the rows are lost to the console, not to the file
             self.dropped += len(events)
             log.exception("%d console rows could not be written (the audit log has them)", len(events))
 
-    def _insert(self, batch: Sequence[tuple[Row, list[Row]]]) -> None:
+    def _insert(self, batch: Sequence[tuple[Row, list[Hit]]]) -> None:
         db = self._writer
         try:
             db.begin()
             db.executemany("INSERT INTO console_events (id, ts, minute, replica, event, principal, principal_key,"
                            " run, tool, upstream, verdict, rule, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                            " ON CONFLICT (id) DO NOTHING", [row for row, _ in batch])
-            hits = [hit for _, found in batch for hit in found]
+            hits = Counter(hit for _, found in batch for hit in found)
             if hits:
-                db.executemany("INSERT INTO console_hits (event_id, ts, rule) VALUES (?, ?, ?)", hits)
+                db.executemany("INSERT INTO console_hits (minute, rule, hits) VALUES (?, ?, ?)"
+                               " ON CONFLICT (minute, rule) DO UPDATE SET hits = console_hits.hits + excluded.hits",
+                               [(minute, rule, count) for (minute, rule), count in hits.items()])
             db.commit()
         except DB_ERRORS as exc:
             db.rollback()
@@ -213,7 +204,7 @@ class DecisionLog:
         try:
             db.begin()
             deleted = db.execute("DELETE FROM console_events WHERE ts < ?", (cutoff,)).rowcount
-            db.execute("DELETE FROM console_hits WHERE ts < ?", (cutoff,))
+            db.execute("DELETE FROM console_hits WHERE minute < ?", (int(cutoff // 60),))
             db.commit()
         except DB_ERRORS as exc:
             db.rollback()
