@@ -3,7 +3,8 @@
     needs_browser      skip marker when playwright or /usr/bin/chromium is missing
     chromium_page()    ``async with chromium_page() as (page, errors)``: a fresh browser and page that reaches
                        nothing but loopback (any other request is aborted, so an IdP page's web fonts never
-                       leave the machine); ``errors`` collects script errors of pages on ``watch`` origins
+                       leave the machine); ``errors`` collects script errors of pages on ``watch`` origins;
+                       keyword arguments are the browser context's (``viewport``, ``color_scheme``, ...)
 
 Imported by name (``from browser_support import ...``).
 """
@@ -39,14 +40,14 @@ needs_browser = pytest.mark.skipif(
 
 
 @contextlib.asynccontextmanager
-async def chromium_page(watch: Sequence[str] = ()) -> AsyncIterator[tuple[Page, list[str]]]:
+async def chromium_page(watch: Sequence[str] = (), **context_options: Any) -> AsyncIterator[tuple[Page, list[str]]]:
     """A page in a fresh headless Chromium; ``errors`` lists script errors and failed scripts on ``watch`` origins."""
     assert async_playwright is not None
     errors: list[str] = []
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            context = await browser.new_context()
+            context = await browser.new_context(**context_options)
             await context.route(lambda url: not _LOOPBACK.match(url), lambda route: route.abort())
             page = await context.new_page()
             page.set_default_timeout(WAIT_MS)

@@ -2,11 +2,11 @@
 
 ``@modelcontextprotocol/server-everything`` is the MCP project's reference server,
 ``@modelcontextprotocol/inspector`` its Inspector (run here as a client, in CLI mode), ``oidc-provider`` the
-certified OpenID Provider the identity tests sign in with (tests/idp_support.py), and ``@modelcontextprotocol/client``
+certified OpenID Provider the identity tests sign in with (tests/idp_support.py), ``@modelcontextprotocol/client``
 the MCP TypeScript SDK's client (and its v1 line, ``@modelcontextprotocol/sdk``; tests/e2e/mcp_oauth_client.mjs),
-written by nobody here. Each
-comes from npm at a pinned version into ``.cache/npm`` at the repository root (git-ignored), once per machine;
-Node.js and npm come from Debian (``bash .ci/install-system``).
+and ``axe-core`` the accessibility checker the console's pages are run through (tests/frontends/test_console_page.py),
+written by nobody here. Each comes from npm at a pinned version into ``.cache/npm`` at the repository root
+(git-ignored), once per machine; Node.js and npm come from Debian (``bash .ci/install-system``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ INSPECTOR_VERSION = "2.12.0"
 OIDC_PROVIDER_VERSION = "9.13.3"
 MCP_TS_CLIENT_VERSION = "2.4.0"
 MCP_TS_SDK_V1_VERSION = "1.32.2"
+AXE_CORE_VERSION = "4.14.1"
 _ROOT = Path(__file__).resolve().parent.parent
 _NPM_CACHE = _ROOT / ".cache" / "npm"
 
@@ -70,3 +71,9 @@ def mcp_ts_client(line: str = "v2") -> tuple[str, Path]:
         node, manifest = _npm_script("@modelcontextprotocol/client", MCP_TS_CLIENT_VERSION, "mcp-ts-client",
                                      "package.json")
     return node, Path(manifest).parent
+
+
+def axe_core() -> str:
+    """The source of npm ``axe-core``'s ``axe.min.js``, to evaluate in a page (it defines ``window.axe``)."""
+    _, script = _npm_script("axe-core", AXE_CORE_VERSION, "axe-core", "axe.min.js")
+    return Path(script).read_text(encoding="utf-8")

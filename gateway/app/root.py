@@ -41,6 +41,7 @@ from gateway.core.limits import (
 from gateway.frontends.approvals_api import approval_routes
 from gateway.frontends.approvals_page import approvals_page_routes
 from gateway.frontends.challenge import PLAIN, Challenge
+from gateway.frontends.console_page import console_page_routes
 from gateway.frontends.http.edge import LOOPBACK_NAMES, BodyLimit, HostOriginGuard, HostRules, JsonOnly, is_loopback
 from gateway.frontends.http.errors import json_http_errors
 from gateway.frontends.http.protocol import edge_protocol
@@ -98,7 +99,7 @@ def build_upstream(spec: UpstreamSpec, config: LoadedConfig) -> Upstream:
     if spec.http is not None:
         headers = {k: resolve_secret(v, base) for k, v in spec.http.headers.items()}
         ops = [HttpOperation.build(
-            _upstream_tool(t.name, t.description, t.input_schema, t.title, t.annotations),
+            UpstreamTool(t.name, t.description, dict(t.input_schema), t.title, dict(t.annotations)),
             t.method, t.path, tuple(t.query), None if t.body is None else t.body == "json") for t in spec.http.tools]
         http = HttpUpstream(spec.name, spec.http.base_url, ops, headers,
                             max_response_bytes=config.spec.limits.max_response_bytes,
@@ -126,11 +127,6 @@ def _own_timeout(spec: UpstreamSpec) -> float:
     kind = spec.http or spec.openapi or spec.mcp
     assert kind is not None
     return parse_duration(kind.timeout)
-
-
-def _upstream_tool(name: str, description: str, schema: dict[str, Any], title: str | None,
-                   annotations: dict[str, Any]) -> UpstreamTool:
-    return UpstreamTool(name, description, dict(schema), title, dict(annotations))
 
 
 def public_url(config: LoadedConfig) -> str:
@@ -285,7 +281,9 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     api = [Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]), *rest_routes(gateway),
            *session_admin_routes(gateway, gateway.store), *(model_routes(models) if models.routes else []),
            *console.routes]
+    # the pages for people (the console with its API, the approvals page with approvals) hold no data: APIs check keys
     open_routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/readyz", readyz), *openapi_routes(),
+                                    *(console_page_routes() if console.routes else []),
                                     *(protected_resource_routes(resource) if resource is not None else [])]
     scrape_routes: list[BaseRoute] = []
     if gateway.observer.metrics is not None:

@@ -37,6 +37,7 @@ UNDESCRIBED_PATHS = {
     "/mcp": "MCP's JSON-RPC over streamable HTTP, described by the MCP specification",
     "/approvals": "the approvals page (HTML for people)",
     "/approvals/{approval_id}": "the approvals page (HTML for people)",
+    "/console": "the operator console (HTML for people; it reads the admin API)",
     # Single sign-on (`approvals.sso`): the browser's side of the authorization code flow and the page's
     # cookie session, for people at the approvals page; scripts decide approvals with a key on /v1/approvals.
     "/approvals/sso/login": "the approvals page's sign-in: a browser redirect to the identity provider",

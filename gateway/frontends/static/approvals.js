@@ -1,81 +1,31 @@
-// The approvals page: lists the requests this approver may decide (filtered, paged through the
-// approver API, which filters on the server) and posts decisions.
+// The approvals page, one view of the console: lists the requests this approver may decide (filtered, paged
+// through the approver API, which filters on the server) and posts decisions. Loaded after common.js (the
+// console's header, the API, text-only elements) and approvals_card.js (what a card shows of one request).
 // Every piece of data is put on the page as text (textContent / text nodes), never as HTML.
 "use strict";
 (() => {
   const REFRESH_MS = 2000;
   const SHOWN_STEP = 100; // requests added by "Show more"
   const API_PAGE = 500; // the API's largest page (MAX_APPROVALS_PAGE)
-  const KEY_STORAGE = "gateway.approverKey";
 
-  // "/prefix/approvals" or "/prefix/approvals/ID": the API lives at "/prefix/v1/approvals".
-  const path = location.pathname.match(/^(.*?)\/approvals(?:\/([^/]+))?\/?$/);
-  const prefix = path ? path[1] : "";
-  const focusId = path && path[2] ? decodeURIComponent(path[2]) : null;
+  const ui = window.gatewayUi; // common.js
+  const { el, show, $, prefix, when } = ui;
+  // "/prefix/approvals/ID": that request first.
+  const path = location.pathname.match(/\/approvals\/([^/]+)\/?$/);
+  const focusId = path ? decodeURIComponent(path[1]) : null;
 
-  const $ = (id) => document.getElementById(id);
-  const run = window.approvalsRun; // approvals_run.js: the held call's run, and "2 min ago"
   const cards = new Map(); // approval id -> {root, details, form, data, fingerprint}
-  let key = sessionStorage.getItem(KEY_STORAGE);
+  let key = ui.storedKey.get();
   let mode = null; // "key" (a pasted API key) or "sso" (the gateway's session cookie, from the IdP's sign-in)
   let csrf = null; // the session's CSRF token, sent with every request in "sso" mode
   let timer = null;
-  let serverOffset = 0; // ms to add to the local clock to get the server's (from the Date header)
   let scrolled = false;
   let wanted = SHOWN_STEP; // how many matching requests to show
 
-  // -- small DOM helpers (text only) -------------------------------------------------------------
+  ui.header("approvals");
 
-  function el(tag, attrs, ...children) {
-    const node = document.createElement(tag);
-    for (const [name, value] of Object.entries(attrs || {})) {
-      if (value !== null && value !== undefined && value !== false) node.setAttribute(name, String(value));
-    }
-    for (const child of children) {
-      if (child === null || child === undefined || child === false) continue;
-      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-    }
-    return node;
-  }
-
-  function show(node, text) {
-    node.textContent = text || "";
-    node.hidden = !text;
-  }
-
-  // -- the API -------------------------------------------------------------------------------------
-
-  // CSRF defence, kept on purpose. With a key: it travels only in the Authorization header (no cookie is
-  // sent: credentials "omit"). With single sign-on: the session cookie is SameSite=Strict, and every
-  // request also carries the session's X-CSRF-Token, which only this origin can read. Bodies are JSON,
-  // which the gateway requires (415 otherwise): a page on another origin can send none of this without
-  // a CORS preflight, and the gateway refuses its Origin.
-  async function api(method, apiPath, body) {
-    const headers = { Accept: "application/json" };
-    if (mode === "sso") headers["X-CSRF-Token"] = csrf;
-    else headers.Authorization = `Bearer ${key}`;
-    if (body !== undefined) headers["Content-Type"] = "application/json";
-    let response;
-    try {
-      response = await fetch(`${prefix}${apiPath}`, {
-        method, headers, cache: "no-store", credentials: mode === "sso" ? "same-origin" : "omit",
-        body: body === undefined ? undefined : JSON.stringify(body),
-      });
-    } catch (err) {
-      return { ok: false, status: 0, error: { code: "network", message: "Cannot reach the gateway." } };
-    }
-    const date = Date.parse(response.headers.get("Date") || "");
-    if (!Number.isNaN(date)) {
-      const offset = date - Date.now();
-      serverOffset = Math.abs(offset) > 1500 ? offset : 0; // the header has 1 s resolution
-    }
-    let data = null;
-    try { data = await response.json(); } catch (err) { data = null; }
-    if (response.ok) return { ok: true, status: response.status, data };
-    const error = (data && data.error && typeof data.error.message === "string") ? data.error
-      : { code: `http-${response.status}`, message: response.statusText || "The request failed." };
-    return { ok: false, status: response.status, error };
-  }
+  // The approver API, with the pasted key or the sign-on session (common.js says why this resists CSRF).
+  const api = (method, apiPath, body) => ui.api(method, apiPath, body, mode === "sso" ? { csrf } : { key });
 
   // -- signing in and out ------------------------------------------------------------------------
 
@@ -92,7 +42,8 @@
     }
     mode = csrf = null;
     key = null;
-    sessionStorage.removeItem(KEY_STORAGE);
+    ui.storedKey.clear();
+    ui.access(null, false);
     clearTimeout(timer);
     for (const card of cards.values()) card.root.remove();
     cards.clear();
@@ -106,12 +57,21 @@
     $("key").focus();
   }
 
-  function signedIn(who) {
+  // The header shows the console's other views to an admin's key (a sign-on session is an approver's only).
+  async function signedIn(who) {
     show($("who"), who || "");
     $("sign-in").hidden = true;
     $("board").hidden = false;
     $("sign-out").hidden = false;
+    ui.access(null, true);
     refresh();
+    if (mode === "key") {
+      const found = await ui.whoami({ key });
+      if (found && mode === "key") {
+        ui.access(found, true);
+        show($("who"), typeof found.principal === "string" ? found.principal : "");
+      }
+    }
   }
 
   $("key-form").addEventListener("submit", (event) => {
@@ -120,7 +80,7 @@
     if (!value) return;
     key = value;
     mode = "key";
-    sessionStorage.setItem(KEY_STORAGE, key);
+    ui.storedKey.set(key);
     show($("sign-in-error"), "");
     signedIn();
   });
@@ -257,110 +217,10 @@
     card.data = approval;
     if (fingerprint === card.fingerprint) return;
     card.fingerprint = fingerprint;
-    card.details.replaceChildren(...details(approval));
+    card.details.replaceChildren(...window.approvalsCard.details(approval));
     const open = approval.state === "pending";
     card.form.hidden = !open;
     card.root.classList.toggle("closed", !open);
-  }
-
-  function details(a) {
-    const link = el("a", { href: `${prefix}/approvals/${encodeURIComponent(a.id)}`, class: "permalink",
-      title: "Link to this request" }, "#", a.id);
-    // Approved, then refused by its policies when it was released (a cap filled while it waited): it did not run.
-    const refused = a.execution && a.execution.state === "refused_at_release";
-    const head = el("header", { class: "card-head" },
-      el("h2", { class: "tool", "data-testid": "tool" }, a.tool),
-      el("span", { class: `state state-${refused ? "refused" : a.state}`, "data-testid": "state" },
-        refused ? "refused at release" : a.state),
-      el("span", { class: "countdown", "data-testid": "countdown", "data-expires": a.expires_at }));
-    const groups = a.principal.groups.length ? ` (${a.principal.groups.join(", ")})` : "";
-    const meta = el("dl", { class: "meta" },
-      el("dt", {}, "Asked by"), el("dd", { "data-testid": "principal" }, a.principal.id, groups),
-      el("dt", {}, "When"), el("dd", { title: a.created_at }, when(a.created_at)),
-      el("dt", {}, "Call"), el("dd", { class: "mono" }, a.call_id, " · session ", a.session || "—"),
-      // Whose tool: an approval releases only this upstream's tool of that name ("client": the agent runs it).
-      el("dt", {}, "Tool of"), el("dd", { "data-testid": "upstream" }, upstreamLabel(a.upstream)),
-      el("dt", {}, "If nobody decides"), el("dd", {}, a.on_timeout === "allow" ? "it runs" : "it is refused"),
-      // What became of the call itself: an approval only runs when the agent calls again (within valid_until).
-      el("dt", {}, "The call"), el("dd", { class: `execution execution-${a.execution ? a.execution.state : ""}`,
-        "data-testid": "execution" }, a.execution ? a.execution.label : "—",
-        refused && a.execution.rule ? el("span", { class: "sub", "data-testid": "execution-rule" },
-          ` (rule ${a.execution.rule})`) : null),
-      el("dt", {}, "Request"), el("dd", {}, link));
-    const nodes = [head, meta, el("h3", {}, "Why"), requirements(a.requirements),
-      ...run.section(el, a.run, Date.now() + serverOffset), el("h3", {}, "Arguments"), args(a)];
-    if (a.votes.length) nodes.push(el("h3", {}, "Decisions"), votes(a.votes));
-    return nodes;
-  }
-
-  function upstreamLabel(upstream) {
-    if (upstream === "client") return "the agent itself (a tool it runs, through the model proxy)";
-    return upstream ? `upstream ${upstream}` : "— (asked before upstreams were recorded)";
-  }
-
-  function approversLabel(r) {
-    if (!r.approvers.length) return "any approver";
-    return r.approvers.map((a) => (a === "self" ? "the requester, through their own client" : a)).join(", ");
-  }
-
-  function requirements(list) {
-    return el("ul", { class: "requirements" }, ...list.map((r) => el("li", {
-      class: r.satisfied_by ? "met" : "open", "data-testid": "requirement" },
-    el("span", { class: "mark", "aria-hidden": "true" }, r.satisfied_by ? "✓" : "○"),
-    el("div", {},
-      el("div", { class: "message", "data-testid": "message" }, r.message || "(no message)"),
-      el("div", { class: "sub" },
-        el("code", {}, r.rule), " · approvers: ", el("span", { "data-testid": "approvers" }, approversLabel(r)),
-        r.satisfied_by ? ` · approved by ${r.satisfied_by}` : " · waiting")))));
-  }
-
-  function args(a) {
-    const keys = [...new Set([...Object.keys(a.original_args), ...Object.keys(a.final_args)])].sort();
-    const rewritten = keys.some((k) => canon(a.original_args[k]) !== canon(a.final_args[k]));
-    const table = el("div", { class: rewritten ? "args rewritten" : "args", "data-testid": "args", role: "table" });
-    table.append(el("div", { class: "row head", role: "row" }, el("div", { role: "columnheader" }, "argument"),
-      ...(rewritten ? [el("div", { role: "columnheader" }, "asked for"), el("div", { role: "columnheader" }, "will run with")]
-        : [el("div", { role: "columnheader" }, "value")])));
-    if (!keys.length) table.append(el("div", { class: "row" }, el("div", { class: "none" }, "(no arguments)")));
-    for (const k of keys) {
-      const changed = canon(a.original_args[k]) !== canon(a.final_args[k]);
-      const row = el("div", { class: changed ? "row changed" : "row", role: "row",
-        "data-testid": changed ? "arg-changed" : "arg", "data-key": k },
-      el("div", { class: "key", role: "cell" }, k, changed ? el("span", { class: "tag" }, "rewritten") : null));
-      if (changed) {
-        row.append(value(a.original_args, k, "asked for", "original"), value(a.final_args, k, "will run with", "final"));
-      } else {
-        row.append(value(a.final_args, k, rewritten ? "unchanged" : "value", "final"));
-      }
-      table.append(row);
-    }
-    return table;
-  }
-
-  function value(obj, k, label, which) {
-    const present = Object.prototype.hasOwnProperty.call(obj, k);
-    return el("div", { class: present ? "value" : "value absent", role: "cell", "data-label": label,
-      "data-testid": `arg-${which}` }, el("pre", {}, present ? JSON.stringify(obj[k], null, 2) : which === "original" ? "(not set)" : "(removed)"));
-  }
-
-  function votes(list) {
-    return el("ul", { class: "votes" }, ...list.map((v) => el("li", {},
-      el("strong", {}, v.approver), v.approve ? " approved" : " denied", ` · ${when(v.at)}`,
-      v.comment ? el("q", {}, v.comment) : null)));
-  }
-
-  // Canonical JSON (sorted keys), to tell whether a rewrite changed a value.
-  function canon(v) {
-    if (v === undefined) return "undefined";
-    if (v === null || typeof v !== "object") return JSON.stringify(v);
-    if (Array.isArray(v)) return `[${v.map(canon).join(",")}]`;
-    return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canon(v[k])}`).join(",")}}`;
-  }
-
-  function when(stamp) {
-    const t = Date.parse(stamp);
-    if (Number.isNaN(t)) return stamp || "";
-    return `${new Date(t).toLocaleString()} (${run.ago(stamp, Date.now() + serverOffset)})`;
   }
 
   // -- deciding ------------------------------------------------------------------------------------
@@ -408,7 +268,7 @@
   // -- countdowns ----------------------------------------------------------------------------------
 
   function tick() {
-    const now = Date.now() + serverOffset;
+    const now = ui.now();
     for (const card of cards.values()) {
       const node = card.details.querySelector("[data-testid=countdown]");
       if (!node || !card.data) continue;

@@ -1,16 +1,9 @@
-// The approvals page, part two: what a held call's run has done so far (its labels and latest calls), and
-// how long ago a time was. Loaded before approvals.js, which builds the cards and calls these.
+// The approvals page, part two: what a held call's run has done so far (its labels and latest calls). Loaded
+// after common.js ("2 min ago") and before approvals.js, which builds the cards and calls this.
 // Everything the run carries (labels, tool names, rules) is put on the page as text, never as HTML.
 "use strict";
 window.approvalsRun = Object.freeze((() => {
-  // "12s ago", "2 min ago", "3 h ago": `now` is the server's time in ms (the page corrects the local clock).
-  function ago(stamp, now) {
-    const t = Date.parse(stamp);
-    if (Number.isNaN(t)) return "";
-    const s = Math.max(0, Math.round((now - t) / 1000));
-    return s < 60 ? `${s}s ago` : s < 3600 ? `${Math.floor(s / 60)} min ago` : `${Math.floor(s / 3600)} h ago`;
-  }
-
+  const { ago } = window.gatewayUi;
   const text = (v) => (typeof v === "string" ? v : "");
   const strings = (v) => (Array.isArray(v) ? v.filter((x) => typeof x === "string") : []);
 
@@ -48,5 +41,5 @@ window.approvalsRun = Object.freeze((() => {
     ];
   }
 
-  return { ago, section };
+  return { section };
 })());
