@@ -46,6 +46,7 @@ _DAY = 86400.0
 _MAX_PAGE = 500
 _MAX_EXPORT = 100_000
 _MAX_TIMELINE = 5_000
+_MAX_APPROVALS_SHOWN = 200  # a timeline's approvals looked up for who decided them
 _FILTERS = ("tool", "principal", "verdict", "rule", "run", "upstream")
 
 
@@ -167,10 +168,31 @@ class _Console:
         if found is None and not timeline:
             return error_response(404, "run-not-found", "No such run, or not one this key may see.")
         rules = _rules(self.sources.policies())
+        shown_timeline = [self._shown(e, rules) for e in timeline]
+        await self._deciders(shown_timeline)
         # a run the store no longer holds (its implicit run ended long ago) still has its calls in the table
         shown = _run(found.to_dict()) if found is not None else {"principal": principal, "run": run,
                                                                   "calls": len(timeline), "gone": True}
-        return JSONResponse({"run": shown, "timeline": [self._shown(e, rules) for e in timeline]})
+        return JSONResponse({"run": shown, "timeline": shown_timeline})
+
+    async def _deciders(self, timeline: list[dict[str, Any]]) -> None:
+        """Each approval in ``timeline`` with who decided it (``decided_by``, the approvers' votes) from the store."""
+        if self.approvals is None:
+            return
+        ids = list(dict.fromkeys(d["approval"]["id"] for d in timeline
+                                 if d.get("approval") and d["approval"].get("id")))
+        votes: dict[str, list[dict[str, Any]]] = {}
+        for approval_id in ids[:_MAX_APPROVALS_SHOWN]:
+            approval = await self.approvals.get(str(approval_id))
+            if approval is not None:
+                votes[str(approval_id)] = [{"approver": v.approver, "approve": v.approve, "at": v.at}
+                                           for v in approval.votes]
+        for decision in timeline:
+            approval = decision.get("approval")
+            if approval and str(approval.get("id")) in votes:
+                cast = votes[str(approval["id"])]
+                approval["votes"] = cast
+                approval["decided_by"] = [v["approver"] for v in cast]
 
     async def _may_see_run(self, request: Request, principal: str, run: str) -> bool:
         """An approver names a request they may see; its run is the one asked for."""

@@ -254,7 +254,7 @@ async def test_a_timeline_shows_the_calls_in_order_and_an_admin_ends_and_resets_
             await expect(calls.nth(i).get_by_test_id("call-latency")).to_have_text(re.compile(
                 r"^decision \d+(\.\d)? ms · approval wait (—|\d+(\.\d)? ms) · upstream (—|\d+(\.\d)? ms)"
                 r" · total \d+(\.\d)? ms$"))
-        await expect(calls.nth(4).get_by_test_id("call-approval")).to_contain_text("approved")
+        await expect(calls.nth(4).get_by_test_id("call-approval")).to_contain_text("approved by bob")
         await expect(page.get_by_test_id("run-calls")).to_have_text(re.compile(r"^\d+, 1 rejected$"))
 
         await page.goto(f"{console.url}/console#/runs/alice/run-end")
