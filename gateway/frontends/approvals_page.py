@@ -5,9 +5,9 @@
 
 The page holds no data: it asks for an approver's API key and reads and decides requests through
 the approver API (``approvals_api``), which checks the key on every call. The CSS and scripts
-(approvals.js, and approvals_run.js for what a held call's run did before) are inlined when the routes are
-built, and the Content-Security-Policy allows exactly those by hash, so no other script can run on the page
-and it talks to nothing but this gateway.
+(approvals.js, approvals_run.js for what a held call's run did before, and approvals_edit.js for editing the
+arguments before approving) are inlined when the routes are built, and the Content-Security-Policy allows
+exactly those by hash, so no other script can run on the page and it talks to nothing but this gateway.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _hash(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
-_SCRIPTS = ("approvals_run.js", "approvals.js")  # in this order: the second uses the first
+_SCRIPTS = ("approvals_run.js", "approvals_edit.js", "approvals.js")  # in this order: the last uses the others
 
 
 def _page() -> tuple[bytes, dict[str, str]]:

@@ -7,6 +7,8 @@
   const SHOWN_STEP = 100; // requests added by "Show more"
   const API_PAGE = 500; // the API's largest page (MAX_APPROVALS_PAGE)
   const KEY_STORAGE = "gateway.approverKey";
+  // The API's codes for an edit it refused (the message says why: the rule, the argument, ...).
+  const EDIT_ERRORS = new Set(["edit-refused", "invalid-edit", "edit-not-possible"]);
 
   // "/prefix/approvals" or "/prefix/approvals/ID": the API lives at "/prefix/v1/approvals".
   const path = location.pathname.match(/^(.*?)\/approvals(?:\/([^/]+))?\/?$/);
@@ -15,6 +17,7 @@
 
   const $ = (id) => document.getElementById(id);
   const run = window.approvalsRun; // approvals_run.js: the held call's run, and "2 min ago"
+  const edits = window.approvalsEdit; // approvals_edit.js: editing the arguments before approving
   const cards = new Map(); // approval id -> {root, details, form, data, fingerprint}
   let key = sessionStorage.getItem(KEY_STORAGE);
   let mode = null; // "key" (a pasted API key) or "sso" (the gateway's session cookie, from the IdP's sign-in)
@@ -241,12 +244,16 @@
     const deny = el("button", { type: "button", class: "deny", "data-testid": "deny" }, "Deny");
     const error = el("p", { class: "error", role: "alert", "data-testid": "card-error", hidden: true });
     const info = el("p", { class: "info", "data-testid": "card-info", hidden: true });
-    const form = el("div", { class: "decide" }, comment, el("div", { class: "buttons" }, approve, deny), error, info);
+    const card = { comment, approve, deny, error, info, data: null, fingerprint: "", busy: false };
+    card.edit = edits.editor(el, approval.id, {
+      current: () => card.data, approve: (args) => decide(card, true, args), error: (text) => show(error, text) });
+    const form = el("div", { class: "decide" }, comment,
+      el("div", { class: "buttons" }, approve, deny, card.edit.toggle), card.edit.panel, error, info);
     const details = el("div", { class: "details" });
     const root = el("article", { class: "card", "data-testid": "approval", "data-approval-id": approval.id },
       details, form);
     if (approval.id === focusId) root.classList.add("focused");
-    const card = { root, details, form, comment, approve, deny, error, info, data: null, fingerprint: "", busy: false };
+    Object.assign(card, { root, details, form });
     approve.addEventListener("click", () => decide(card, true));
     deny.addEventListener("click", () => decide(card, false));
     return card;
@@ -258,6 +265,7 @@
     if (fingerprint === card.fingerprint) return;
     card.fingerprint = fingerprint;
     card.details.replaceChildren(...details(approval));
+    card.edit.sync(approval);
     const open = approval.state === "pending";
     card.form.hidden = !open;
     card.root.classList.toggle("closed", !open);
@@ -288,7 +296,8 @@
           ` (rule ${a.execution.rule})`) : null),
       el("dt", {}, "Request"), el("dd", {}, link));
     const nodes = [head, meta, el("h3", {}, "Why"), requirements(a.requirements),
-      ...run.section(el, a.run, Date.now() + serverOffset), el("h3", {}, "Arguments"), args(a)];
+      ...run.section(el, a.run, Date.now() + serverOffset), el("h3", {}, "Arguments"), args(a),
+      ...edits.section(el, a.edit)];
     if (a.votes.length) nodes.push(el("h3", {}, "Decisions"), votes(a.votes));
     return nodes;
   }
@@ -365,7 +374,8 @@
 
   // -- deciding ------------------------------------------------------------------------------------
 
-  async function decide(card, approve) {
+  // An approval, or a denial; `edited`: approved with these arguments in place of the call's.
+  async function decide(card, approve, edited) {
     const comment = card.comment.value.trim();
     show(card.info, "");
     if (!approve && !comment) {
@@ -375,25 +385,30 @@
     }
     show(card.error, "");
     card.busy = true;
-    card.approve.disabled = card.deny.disabled = true;
+    const buttons = [card.approve, card.deny, ...card.edit.buttons];
+    for (const button of buttons) button.disabled = true;
     const id = card.data.id;
-    const result = await api("POST", `/v1/approvals/${encodeURIComponent(id)}/decision`, { approve, comment });
+    const body = edited === undefined ? { approve, comment } : { approve, comment, arguments: edited };
+    const result = await api("POST", `/v1/approvals/${encodeURIComponent(id)}/decision`, body);
     card.busy = false;
-    card.approve.disabled = card.deny.disabled = false;
+    for (const button of buttons) button.disabled = false;
     if (!result.ok) {
       if (result.status === 401 && mode === "sso") return signOut("Your session has ended. Sign in again.", true);
       if (result.status === 401) return signOut("That key is no longer accepted. Sign in again.");
-      const what = { 403: "Not allowed", 404: "Not found", 409: "Already decided" }[result.status] || "Failed";
+      const what = EDIT_ERRORS.has(result.error.code) ? "Edit refused"
+        : { 403: "Not allowed", 404: "Not found", 409: "Already decided" }[result.status] || "Failed";
       show(card.error, `${what}: ${result.error.message}`);
       if (result.status === 409 || result.status === 404) refresh();
       return;
     }
     const a = result.data;
     card.comment.value = "";
+    card.edit.close();
     if (a.state === "pending") {
       show(card.info, "Your approval is recorded. Other approvers are still needed.");
     } else {
-      notice(`${a.state === "denied" ? "Denied" : "Approved"}: ${a.tool} requested by ${a.principal.id}`, a.state);
+      const how = a.state === "denied" ? "Denied" : a.edit ? "Approved with edited arguments" : "Approved";
+      notice(`${how}: ${a.tool} requested by ${a.principal.id}`, a.state);
     }
     update(card, a);
     refresh();
