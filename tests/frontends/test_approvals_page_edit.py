@@ -5,6 +5,7 @@ arguments and of the refusals is text, never markup."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 
 import pytest
@@ -51,6 +52,11 @@ async def test_an_approver_edits_the_arguments_on_the_page_and_the_held_call_run
         area = card.get_by_label(LABEL)
         await expect(area).to_be_focused()
         assert json.loads(await area.input_value()) == ASKED
+        # The page refreshes every 2 s: the approver typing keeps the focus, and the text.
+        status = page.get_by_test_id("status")
+        await expect(status).to_have_text(re.compile("^Updated"))
+        await expect(status).not_to_have_text(await status.text_content() or "")
+        await expect(area).to_be_focused()
 
         # An edit the policies refuse: the page says which rule, as text; the request stays pending.
         await area.fill(json.dumps({"to": HOSTILE, "amount": 500}))

@@ -210,6 +210,7 @@
     // The focused request first, then the ones whose time runs out first.
     approvals.sort((a, b) => (b.id === focusId) - (a.id === focusId) || Date.parse(a.expires_at) - Date.parse(b.expires_at));
     const seen = new Set();
+    let previous = null;
     for (const approval of approvals) {
       seen.add(approval.id);
       let card = cards.get(approval.id);
@@ -218,7 +219,10 @@
         cards.set(approval.id, card);
       }
       update(card, approval);
-      $("list").append(card.root); // append moves an existing node: this keeps the order
+      // Moved only when out of place: moving a card takes the focus from its comment or arguments being typed.
+      const place = previous ? previous.nextSibling : $("list").firstChild;
+      if (place !== card.root) $("list").insertBefore(card.root, place);
+      previous = card.root;
     }
     for (const [id, card] of cards) {
       if (!seen.has(id) && !card.busy) {
