@@ -116,7 +116,7 @@ async def test_a_held_call_runs_once_with_the_edited_arguments_and_the_agent_rea
     [ran] = [e for e in events(gw, "call.outcome", call_id) if e["upstream_outcome"]["status"] == "ok"]
     assert (ran["original_args"], ran["edited_args"], ran["final_args"], ran["edited_by"]) == (
         ASKED, edited, with_memo(edited), "bob")
-    assert [d for d in ran["decided_by"]] == ["approvals/transfers-need-ops", "approvals/transfers-need-ops"]
+    assert ran["decided_by"] == ["approvals/transfers-need-ops", "approvals/transfers-need-ops"]
 
 
 async def test_an_edit_the_policies_allow_outright_runs_at_the_agents_retry_exactly_once(bench):
