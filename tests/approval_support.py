@@ -94,6 +94,15 @@ class _ListChangedServer(Server[Any]):
             notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
 
 
+def transfer_tool() -> types.Tool:
+    """``transfer``: pays ``amount`` to ``to`` (a ``memo`` the policies may set); put in ``CountingUpstream.tools``
+    by tests that need a number to decide on (``reset`` takes it away again)."""
+    return types.Tool(name="transfer", description="Pay an amount to someone.", input_schema={
+        "type": "object", "required": ["to", "amount"], "additionalProperties": False,
+        "properties": {"to": {"type": "string"}, "amount": {"type": "integer", "minimum": 1},
+                       "memo": {"type": "string"}}})
+
+
 def _tool(name: str, description: str, arg: str) -> types.Tool:
     return types.Tool(name=name, description=description, input_schema={
         "type": "object", "required": [arg], "properties": {arg: {"type": "string"}}})
@@ -231,8 +240,8 @@ class Bench:
         if call_timeout is not None:
             mcp["timeout"] = call_timeout
             overrides.setdefault("limits", {"call_timeout": call_timeout})
-        config = self.configs.base({"name": "ops", "mcp": mcp},
-                                   auth={"api_keys": api_keys()}, approvals={"public_url": PUBLIC_URL},
+        approvals = {"public_url": PUBLIC_URL, **overrides.pop("approvals", {})}
+        config = self.configs.base({"name": "ops", "mcp": mcp}, auth={"api_keys": api_keys()}, approvals=approvals,
                                    **overrides)
         path: Path = self.configs.write(root, config, {"approvals.yaml": policy_text})
         return path
@@ -276,10 +285,10 @@ class Bench:
     # the approver API
 
     async def decide(self, gw: Any, who: str, approval_id: str, approve: bool = True,
-                     comment: str = "") -> httpx2.Response:
-        """POST /v1/approvals/{id}/decision as ``who``."""
+                     comment: str = "", **edit: Any) -> httpx2.Response:
+        """POST /v1/approvals/{id}/decision as ``who`` (``arguments=``: approved with the arguments edited)."""
         return await self.rest(gw, who).post(f"/v1/approvals/{approval_id}/decision",
-                                             json={"approve": approve, "comment": comment})
+                                             json={"approve": approve, "comment": comment, **edit})
 
     async def approval(self, gw: Any, approval_id: str, who: str = "dave") -> Json:
         """GET /v1/approvals/{id}."""

@@ -180,7 +180,7 @@ def build_gateway(config: LoadedConfig) -> Gateway:
 
     approvals = ApprovalService(ApprovalStore(store), notifier, page,
                                 redact=redactor if spec.approvals.redact else None, audit=audited,
-                                lease_seconds=lease, heartbeat_seconds=lease / LEASE_RENEWALS)
+                                audit_redactor=redactor, lease_seconds=lease, heartbeat_seconds=lease / LEASE_RENEWALS)
     if metrics is not None:
         metrics.count_open_approvals(lambda: approvals.store.list_requests("pending", 1, 0)[1])
     per_principal = spec.limits.per_principal
@@ -316,7 +316,7 @@ def _approvals(gateway: Gateway, sso: SsoPages | None, api: list[Route], open_ro
     """The approver API, the page and its sign-in, when this gateway serves approvals."""
     if not isinstance(gateway.approvals, ApprovalService):
         return
-    api.extend(approval_routes(gateway.approvals, gateway.store))
+    api.extend(approval_routes(gateway.approvals, gateway.store, gateway.judge_edit))
     open_routes.extend(approvals_page_routes())
     if sso is not None:  # the approver's session cookie is read before the shares count the request
         open_routes.extend(sso.routes())

@@ -11,7 +11,7 @@ told which one came first (the store's guarded transition).
 from __future__ import annotations
 
 from gateway.approvals.expiry import Expiry
-from gateway.approvals.model import Approval, ApprovalState, Vote, qualifies, seen_as
+from gateway.approvals.model import Approval, ApprovalState, Edit, Requirement, Vote, qualifies, seen_as
 from gateway.approvals.notification import Notification
 from gateway.approvals.records import Records
 from gateway.approvals.store import ListFilter
@@ -53,6 +53,13 @@ class Decisions:
                      *, elicitation: bool = False) -> Approval:
         """Record a decision (``elicitation``: the requester's own answer); raises 404/403/409-mapped errors
         (503 if the database is locked)."""
+        approval, open_reqs = await self.open(approval_id, approver, elicitation=elicitation)
+        return await self.record(approval, open_reqs, approver, approve, comment)
+
+    async def open(self, approval_id: str, approver: Principal, *,
+                   elicitation: bool = False) -> tuple[Approval, list[Requirement]]:
+        """The undecided request and the open requirements ``approver`` may decide; raises 404/403/409-mapped errors
+        (an expired request is expired here)."""
         approval = await self._records.run(self._store.get, approval_id)
         if approval is None:
             raise ApprovalNotFound(f"no approval request {approval_id}")
@@ -70,6 +77,12 @@ class Decisions:
                      and (r.asks_requester if elicitation else qualifies(approver, r.approvers))]
         if not open_reqs:
             raise ApprovalForbidden("you are not an approver of any open requirement of this request")
+        return approval, open_reqs
+
+    async def record(self, approval: Approval, open_reqs: list[Requirement], approver: Principal, approve: bool,
+                     comment: str, edit: Edit | None = None) -> Approval:
+        """Record ``approver``'s vote on ``open_reqs`` of the request read by ``open`` (with ``edit``: approved as
+        edited); raises 409 when someone else decided it meanwhile."""
         vote = Vote(approver.id, list(approver.groups), approve, comment, now_rfc3339())
         if approve:
             for requirement in open_reqs:
@@ -77,14 +90,15 @@ class Decisions:
                 vote.rules.append(requirement.rule)
             if all(r.satisfied_by for r in approval.requirements):
                 approval.state = ApprovalState.APPROVED
+            approval.edit = edit
         else:
             approval.state = ApprovalState.DENIED
         approval.votes.append(vote)
         if approval.state is not ApprovalState.PENDING:
             approval.decided_at, approval.decided_ts = vote.at, self._records.clock()
         if not await self._records.run(self._store.transition, approval, ApprovalState.PENDING):
-            raise ApprovalConflict(f"approval {approval_id} was decided by someone else just now")
-        self._notification.signal(approval_id)
+            raise ApprovalConflict(f"approval {approval.id} was decided by someone else just now")
+        self._notification.signal(approval.id)
         if approval.state is not ApprovalState.PENDING:
             self._notification.notify("approval.decided", approval)
         return approval

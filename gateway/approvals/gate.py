@@ -8,7 +8,8 @@ not (the policies now need other approvers) is set aside, and the call asks afre
 approved when the call, decided again by the policies in force at the claim, needs more. It then
 waits — sending progress, and asking the end user through MCP elicitation where a rule names them —
 until the request is decided, expires, or the caller stops waiting. An approved request is claimed
-for the one run it allows (see ``claims``), within its ``valid_for``.
+for the one run it allows (see ``claims``), within its ``valid_for``; one an approver approved with an edit of
+the arguments runs the edited call instead, decided again first (see ``edits``).
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 from gateway.approvals.claims import Claims
 from gateway.approvals.decisions import Decisions
+from gateway.approvals.edits import Edits
 from gateway.approvals.expiry import Expiry
 from gateway.approvals.messages import (
     END_USER,
@@ -42,6 +43,7 @@ from gateway.approvals.model import (
     Requirement,
     args_digest,
     json_safe,
+    requirements_of,
     uncovered,
 )
 from gateway.approvals.notification import Notification
@@ -55,6 +57,7 @@ from gateway.core.limits import (
     DEFAULT_APPROVAL_HOLD_SECONDS,
     DEFAULT_APPROVAL_VALID_SECONDS,
 )
+from gateway.core.redaction import Redaction
 from gateway.pipeline.approvals import ApprovalResult, HeldCall
 from gateway.policy.call import Principal
 from gateway.policy.decision import Decision, Verdict
@@ -86,7 +89,7 @@ class Gate:
     """Holds calls until their request is decided (the pipeline's ``ApprovalGate`` ``hold``)."""
 
     def __init__(self, records: Records, notification: Notification, expiry: Expiry, decisions: Decisions,
-                 claims: Claims, page_url: str = "/approvals", redact: Callable[[Any], Any] | None = None) -> None:
+                 claims: Claims, edits: Edits, page_url: str = "/approvals", redact: Redaction | None = None) -> None:
         self._records = records
         self._store = records.store
         self._clock = records.clock
@@ -94,6 +97,7 @@ class Gate:
         self._expiry = expiry
         self._decisions = decisions
         self._claims = claims
+        self._edits = edits
         self._page_url = page_url.rstrip("/")
         self._redact = redact  # applied to the arguments before a request is stored, listed or announced
 
@@ -118,7 +122,7 @@ class Gate:
                 return outcome
             # A reload changed what the call needs while it waited: the request it waited on was set
             # aside, and the call now waits on one made for the current decision.
-            held = HeldCall(held.request, held.tool, outcome, held.recheck, held.answer_now)
+            held = replace(held, decision=outcome)
         raise StoreUnavailable("the call's approval request kept being set aside by policy reloads")
 
     async def _hold_request(self, held: HeldCall, deadline: float) -> ApprovalResult | Decision:
@@ -142,7 +146,7 @@ class Gate:
 
     async def _find_or_create(self, held: HeldCall) -> Approval:
         """The request the call belongs to: the one its key finds, if that covers the call's requirements."""
-        needed = _requirements(held.decision)
+        needed = requirements_of(held.decision)
         for _ in range(APPROVAL_LOOKUP_ATTEMPTS):
             found = await self._find(held)
             if found is not None and found.retired and set_aside_by(found) is not None:
@@ -239,10 +243,12 @@ class Gate:
         if isinstance(current, ApprovalResult):
             return current
         if current is not None:  # the policies now need approvers it did not have
-            await self._expiry.set_aside(approval, uncovered(approval.requirements, _requirements(current)))
+            await self._expiry.set_aside(approval, uncovered(approval.requirements, requirements_of(current)))
             return current
         if await self._claims.claim(approval, now):
-            return ApprovalResult(True, approval_id=approval.id)
+            # Edited by its approver: the edited call runs, if the policies still make the same of it (edits.py).
+            return ApprovalResult(True, approval_id=approval.id) if approval.edit is None else \
+                await self._edits.released(approval, waiting.held)
         return None  # another caller claimed it; wait for its result
 
     async def _running(self, approval: Approval, changed: asyncio.Event, now: float) -> None:
@@ -285,7 +291,7 @@ class Gate:
             return None
         if current.verdict is not Verdict.APPROVE or args_digest(current.args) != approval.digest:
             return ApprovalResult(False, POLICIES_CHANGED, approval.id, decision="reject")
-        return current if uncovered(approval.requirements, _requirements(current)) else None
+        return current if uncovered(approval.requirements, requirements_of(current)) else None
 
     async def _told(self, approval: Approval) -> None:
         """A caller is being given this request's outcome: a request bound by its run lets go of its key,
@@ -326,7 +332,3 @@ async def _wait(event: asyncio.Event, seconds: float) -> bool:
         return False
 
 
-def _requirements(decision: Decision) -> list[Requirement]:
-    """The requirements of a decision to approve, as a request records them (none satisfied yet)."""
-    return [Requirement(a.rule, a.message or decision.message or "", list(a.approvers), None, a.via)
-            for a in decision.approvals]

@@ -11,8 +11,9 @@ from typing import Any
 from gateway.approvals.model import POLICY_CHANGE, Approval, Vote
 from gateway.core.durations import duration_unit_text
 
-__all__ = ["END_USER", "NOT_REACHED_WAITER", "POLICIES_CHANGED", "STORE_UNAVAILABLE", "denial_message",
-           "expired_message", "lapse_of", "lapse_reason", "late_vote", "pending_message", "refusal", "set_aside_by"]
+__all__ = ["EDIT_NOT_RELEASED", "END_USER", "NOT_REACHED_WAITER", "POLICIES_CHANGED", "STORE_UNAVAILABLE",
+           "denial_message", "expired_message", "lapse_of", "lapse_reason", "late_vote", "pending_message", "refusal",
+           "set_aside_by"]
 
 # Votes cast by the end user through MCP elicitation are recorded under this prefix.
 END_USER = "end-user:"
@@ -21,6 +22,9 @@ STORE_UNAVAILABLE = ("The approval could not be read or recorded (the gateway's 
                      "was not run. Try again shortly.")
 POLICIES_CHANGED = ("The policies changed while this call waited for its approval, so it was not run. Call again "
                     "with the same arguments: the policies in force now decide it.")
+EDIT_NOT_RELEASED = ("An approver edited the arguments of this call and approved the edited call, but when it was "
+                     "released the policies no longer let it run with them, so it was not run. Call again to ask "
+                     "for a new approval.")
 NOT_REACHED_WAITER = ("The approved call was tried, but its service could not be reached, so it was not sent. "
                       "The approval is still valid: call again to run it.")
 

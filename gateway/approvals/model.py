@@ -27,10 +27,10 @@ from gateway.core.clock import rfc3339
 from gateway.core.limits import DEFAULT_APPROVAL_VALID_SECONDS
 from gateway.pipeline.results import REFUSED_AT_RELEASE
 from gateway.policy.call import Principal
-from gateway.policy.decision import REQUESTER
+from gateway.policy.decision import REQUESTER, Decision
 
-__all__ = ["POLICY_CHANGE", "Approval", "ApprovalState", "Binding", "Requirement", "Vote", "args_digest",
-           "audience_of", "json_safe", "qualifies", "seen_as", "uncovered"]
+__all__ = ["POLICY_CHANGE", "Approval", "ApprovalState", "Binding", "Edit", "Requirement", "Vote", "args_digest",
+           "audience_of", "json_safe", "qualifies", "requirements_of", "seen_as", "uncovered"]
 
 # The voter recorded when a request is set aside because the policies now need approvers it did not have.
 POLICY_CHANGE = "policy"
@@ -125,6 +125,12 @@ class Requirement:
                 "satisfied_by": self.satisfied_by, "via": self.via}
 
 
+def requirements_of(decision: Decision) -> list[Requirement]:
+    """The requirements of a decision to approve, as a request records them (none satisfied yet)."""
+    return [Requirement(a.rule, a.message or decision.message or "", list(a.approvers), None, a.via)
+            for a in decision.approvals]
+
+
 def uncovered(had: list[Requirement], needed: list[Requirement]) -> list[Requirement]:
     """The requirements in ``needed`` that a request made with ``had`` does not cover.
 
@@ -167,6 +173,34 @@ class Vote:
                 "comment": self.comment, "at": self.at, "rules": self.rules}
 
 
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """An approver's edit of the arguments, approved with it: the call that runs is the edited one.
+
+    ``arguments`` are the approver's, ``final_args`` what the request-stage policies made of them (their rewrites),
+    and ``digest`` binds the release: the call runs only if the policies then still make exactly these of them.
+    """
+
+    by: str  # the approver who edited (and approved) it
+    at: str
+    arguments: dict[str, Any]
+    final_args: dict[str, Any]
+    digest: str
+    verdict: str  # the policies' verdict on the edited call when it was approved: allow or approve
+    decided_by: str | None = None  # the rule that set that verdict
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view."""
+        return {"by": self.by, "at": self.at, "arguments": self.arguments, "final_args": self.final_args,
+                "digest": self.digest, "verdict": self.verdict, "decided_by": self.decided_by}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Edit:
+        """Back from ``to_dict``."""
+        return cls(str(data["by"]), str(data["at"]), dict(data["arguments"]), dict(data["final_args"]),
+                   str(data["digest"]), str(data["verdict"]), data.get("decided_by"))
+
+
 @dataclass(slots=True)
 class Approval:
     """One approval request."""
@@ -199,6 +233,8 @@ class Approval:
     executed_at: str | None = None  # when the one execution's outcome was recorded
     upstream: str = ""  # the upstream of the tool it was asked for ("client": an agent-run tool); "" before 3
     across_runs: bool = False  # bound by (principal, upstream, tool, digest) whatever the run (Binding.PRINCIPAL)
+    args_redacted: bool = False  # the stored arguments are a redacted copy: the gateway does not have them to edit
+    edit: Edit | None = None  # the approver's edit, approved with it: the call runs with the edited arguments
 
     @property
     def binding(self) -> Binding:
@@ -225,10 +261,13 @@ class Approval:
         """A copy whose arguments went through ``redact``: the copy that is stored, listed and announced.
 
         The digest stays that of the real final arguments, and the call runs with the arguments its
-        caller sends again (which must match the digest), so the real values are never needed here.
+        caller sends again (which must match the digest), so the real values are never needed here (and a copy
+        that lost some is marked ``args_redacted``: it cannot be edited).
         """
-        return dataclasses.replace(self, original_args=redact(self.original_args),
-                                   final_args=redact(self.final_args))
+        original, final = redact(self.original_args), redact(self.final_args)
+        lost = original != self.original_args or final != self.final_args
+        return dataclasses.replace(self, original_args=original, final_args=final,
+                                   args_redacted=self.args_redacted or lost)
 
     def to_dict(self) -> dict[str, Any]:
         """The API's view of an approval."""
@@ -243,7 +282,8 @@ class Approval:
             "valid_for_seconds": self.valid_for,
             "valid_until": None if self.valid_until_ts is None else rfc3339(self.valid_until_ts),
             "bound_by": str(self.binding), "executed_at": self.executed_at,
-            "execution": self.execution(),
+            "execution": self.execution(), "args_redacted": self.args_redacted,
+            "edit": None if self.edit is None else self.edit.to_dict(),
         }
 
     def execution(self) -> dict[str, Any]:

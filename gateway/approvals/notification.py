@@ -18,6 +18,7 @@ from gateway.approvals.store import ApprovalStore
 from gateway.core.audit_head import audit_head
 from gateway.core.clock import now_rfc3339
 from gateway.core.limits import APPROVAL_NOTIFY_FALLBACK_SECONDS, APPROVAL_SHARED_POLL_SECONDS
+from gateway.core.redaction import Redaction
 from gateway.observe.tracing import current_trace_id
 
 __all__ = ["Notification", "Notifier"]
@@ -41,9 +42,10 @@ class Notification:
     """Wakes held calls when their request changes; tells the notifier and the audit log about requests."""
 
     def __init__(self, notifier: Notifier | None = None,
-                 audit: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 audit: Callable[[dict[str, Any]], None] | None = None, redactor: Redaction | None = None) -> None:
         self.notifier = notifier
         self._audit = audit  # the audit log's writer, for what happens with no call in flight (a lapse)
+        self._redactor = redactor or Redaction()  # the audit log's redaction, for the arguments an event names
         self._changed: dict[str, asyncio.Event] = {}
         self.poll = APPROVAL_SHARED_POLL_SECONDS  # until ``watch`` finds the database pushes changes
 
@@ -94,6 +96,19 @@ class Notification:
                          "decided_at": approval.decided_at, "execution": approval.execution(), **fields})
         except Exception as exc:  # an audit failure must not stop the sweeper
             log.error("approval %s: %s not audited: %s", approval.id, event, exc)
+
+    def audit_edit(self, approval: Approval) -> None:
+        """``approval.edited``: the arguments as asked, as the approver edited them and as they will run, and who
+        edited them, redacted as the audit log redacts (the pointers in ``redacted``)."""
+        edit = approval.edit
+        assert edit is not None
+        redacted: list[str] = []
+        named = (("original_args", approval.original_args), ("edited_args", edit.arguments),
+                 ("final_args", edit.final_args))
+        shown = {name: self._redactor.apply(value, f"/{name}", redacted)[0] for name, value in named}
+        self.audit("approval.edited", approval, call_id=approval.call_id, upstream=approval.upstream, **shown,
+                   edited_by=edit.by, edited_at=edit.at, verdict=edit.verdict, decided_by=edit.decided_by,
+                   redacted=redacted)
 
     async def aclose(self) -> None:
         """Let the notifier's deliveries in flight finish (briefly)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.approvals.model import Approval, ApprovalState, Requirement, Vote, json_safe
+from gateway.approvals.model import Approval, ApprovalState, Edit, Requirement, Vote, json_safe
 from gateway.core.clock import parse_rfc3339
 from gateway.core.limits import DEFAULT_APPROVAL_VALID_SECONDS
 from gateway.policy.call import Principal
@@ -96,7 +96,8 @@ def load(row: tuple[Any, ...]) -> Approval:
         decided_ts=d.get("decided_ts", _timestamp(d.get("decided_at"))),
         owner=owner, lease_ts=lease_ts, retired=bool(retired),
         by_run=d.get("bound_by") in ("run", "principal"), across_runs=d.get("bound_by") == "principal",
-        executed_at=d.get("executed_at"),
+        executed_at=d.get("executed_at"), args_redacted=bool(d.get("args_redacted", False)),
+        edit=Edit.from_dict(d["edit"]) if d.get("edit") else None,
     )
 
 

@@ -7,6 +7,7 @@ gateway's lifespan runs its recovery, watcher and sweeper. Each concern lives in
 - ``gate``: hold a call, find or create its request, and wait for the decision;
 - ``claims``: the one run an approval allows (claim, lease, stored outcome, gone tools);
 - ``decisions``: approvers reading and deciding requests, with their checks;
+- ``edits``: approving with an edit of the arguments (decided again by the policies), and its release;
 - ``expiry``: timeouts, lapses, set-asides, abandoned runs, and the sweeper;
 - ``notification``: waking held calls, webhooks, audit events;
 - ``records``: the store off the event loop, and the shared clock;
@@ -24,6 +25,7 @@ from typing import Any
 
 from gateway.approvals.claims import Claims
 from gateway.approvals.decisions import Decisions
+from gateway.approvals.edits import EditJudge, Edits
 from gateway.approvals.expiry import Expiry
 from gateway.approvals.gate import Gate
 from gateway.approvals.messages import STORE_UNAVAILABLE
@@ -32,6 +34,7 @@ from gateway.approvals.notification import Notification, Notifier
 from gateway.approvals.records import Records
 from gateway.approvals.store import ApprovalStore, ListFilter
 from gateway.core.limits import APPROVAL_HEARTBEAT_SECONDS, APPROVAL_LEASE_SECONDS, APPROVAL_SWEEP_SECONDS
+from gateway.core.redaction import Redaction
 from gateway.pipeline.approvals import ApprovalResult, HeldCall
 from gateway.policy.call import Principal
 
@@ -42,20 +45,23 @@ class ApprovalService:
     """The approval gate, the approver API's backend, and the expiry sweeper, over one store."""
 
     def __init__(self, store: ApprovalStore, notifier: Notifier | None = None, page_url: str = "/approvals",
-                 clock: Callable[[], float] = time.time, redact: Callable[[Any], Any] | None = None, *,
+                 clock: Callable[[], float] = time.time, redact: Redaction | None = None, *,
                  lease_seconds: float = APPROVAL_LEASE_SECONDS, heartbeat_seconds: float = APPROVAL_HEARTBEAT_SECONDS,
-                 audit: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 audit: Callable[[dict[str, Any]], None] | None = None,
+                 audit_redactor: Redaction | None = None) -> None:
         self.store = store
         self.notifier = notifier
         self.page_url = page_url.rstrip("/")
         self.instance_id = store.instance_id
         records = Records(store, clock)
-        self.notification = Notification(notifier, audit)
+        self.notification = Notification(notifier, audit, audit_redactor)
         self.expiry = Expiry(records, self.notification)
         self.decisions = Decisions(records, self.notification, self.expiry)
         self.claims = Claims(records, self.notification, lease_seconds=lease_seconds,
                              heartbeat_seconds=heartbeat_seconds)
-        self.gate = Gate(records, self.notification, self.expiry, self.decisions, self.claims, self.page_url, redact)
+        self.edits = Edits(self.decisions, self.claims, self.notification, redact)
+        self.gate = Gate(records, self.notification, self.expiry, self.decisions, self.claims, self.edits,
+                         self.page_url, redact)
 
     # -- the pipeline's ApprovalGate --------------------------------------------------------------
 
@@ -98,6 +104,12 @@ class ApprovalService:
     async def decide(self, approval_id: str, approver: Principal, approve: bool, comment: str = "") -> Approval:
         """Record an approver's decision; raises 404/403/409-mapped errors (503 if the database is locked)."""
         return await self.decisions.decide(approval_id, approver, approve, comment)
+
+    async def approve_edited(self, approval_id: str, approver: Principal, arguments: dict[str, Any], comment: str,
+                             judge: EditJudge) -> Approval:
+        """Approve with the arguments edited, once ``judge`` (the request-stage policies) accepts the edited call;
+        raises like ``decide``, and 409 ``edit-not-possible`` / 422 ``invalid-edit``, ``edit-refused``."""
+        return await self.edits.approve_edited(approval_id, approver, arguments, comment, judge)
 
     # -- the gateway's lifespan -----------------------------------------------------------------------
 

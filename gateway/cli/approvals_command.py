@@ -135,6 +135,10 @@ def _details(a: dict[str, Any]) -> str:
                          "   (rewritten by policy)")
     if not original and not final:
         lines.append("  (none)")
+    edit = a.get("edit")
+    if edit:  # approved with the arguments edited: the call runs with these instead
+        lines.append(f"Edited by {clean(edit['by'])} at {clean(edit['at'])}; the call runs with:")
+        lines.extend(f"  {clean(key)}: {_value(value)}" for key, value in sorted(edit["final_args"].items()))
     if a["votes"]:
         lines.append("Decisions:")
         for v in a["votes"]:

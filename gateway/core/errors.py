@@ -13,7 +13,10 @@
     ├── ApprovalError          an approver's request cannot be carried out
     │   ├── ApprovalNotFound   no approval request has that id (404)
     │   ├── ApprovalForbidden  this approver may not decide it, e.g. their own call (403)
-    │   └── ApprovalConflict   it was already decided (409)
+    │   ├── ApprovalConflict   it was already decided (409)
+    │   │   └── EditNotPossible  this request's arguments cannot be edited (409)
+    │   ├── EditInvalid        an approver's edited arguments are not ones the tool can take (422)
+    │   └── EditRefused        the request-stage policies refuse the edited call (422, naming the rule)
     ├── StoreUnavailable       the database stayed locked (or broke); nothing was changed (503)
     ├── ModelUpstreamError     the model proxy's model upstream failed or answered an error (502, or its 4xx)
     ├── StoreSchemaError       the database was migrated by a newer gateway: refuse to start
@@ -55,6 +58,9 @@ __all__ = [
     "CelEvaluationError",
     "ConfigError",
     "CredentialError",
+    "EditInvalid",
+    "EditNotPossible",
+    "EditRefused",
     "GatewayError",
     "InvalidArgumentsError",
     "ItemNotFound",
@@ -159,6 +165,32 @@ class ApprovalConflict(ApprovalError):
 
     code = "approval-conflict"
     status = 409
+
+
+class EditNotPossible(ApprovalConflict):
+    """This request's arguments cannot be edited; it may still be approved as asked, or denied."""
+
+    code = "edit-not-possible"
+    status = 409
+
+
+class EditInvalid(ApprovalError):
+    """An approver's edited arguments are not ones the tool can take (values, size, input schema); nothing changed."""
+
+    code = "invalid-edit"
+    status = 422
+
+
+class EditRefused(ApprovalError):
+    """The request-stage policies refuse the edited call (``rule`` and ``verdict`` say how); nothing changed."""
+
+    code = "edit-refused"
+    status = 422
+
+    def __init__(self, message: str, rule: str | None, verdict: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.verdict = verdict
 
 
 class StoreUnavailable(GatewayError):

@@ -6,8 +6,9 @@
 The page holds no data: it asks for an approver's API key and reads and decides requests through
 the approver API (``approvals_api``), which checks the key on every call. It is one view of the operator console
 (``console_page``): it shares the console's header and navigation, style sheet and helpers (``static/common.*``).
-Its scripts (common.js; approvals_run.js, what a held call's run did before; approvals_card.js, one request;
-approvals.js) are inlined and pinned by hash (``inlined_page``).
+Its scripts (common.js; approvals_run.js, what a held call's run did before; approvals_edit.js, an approver's
+edit of the arguments; approvals_card.js, one request; approvals.js) are inlined and pinned by hash
+(``inlined_page``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ __all__ = ["approvals_page_routes"]
 
 _STYLES = ("common.css", "approvals.css")
 # In this order: each uses those before it.
-_SCRIPTS = ("common.js", "approvals_run.js", "approvals_card.js", "approvals.js")
+_SCRIPTS = ("common.js", "approvals_run.js", "approvals_edit.js", "approvals_card.js", "approvals.js")
 
 
 def approvals_page_routes() -> list[Route]:

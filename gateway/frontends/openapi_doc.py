@@ -94,7 +94,9 @@ def _schemas() -> Json:
             "type": "object", "required": ["error"], "description": "The one error body of the REST API.",
             "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
                 "code": {"type": "string", "description": "Stable, machine-readable."},
-                "message": {"type": "string", "description": "For people."}}}},
+                "message": {"type": "string", "description": "For people."},
+                "rule": {"type": ["string", "null"], "description": "edit-refused: the rule that refused the edit."},
+                "verdict": {"type": "string", "description": "edit-refused: the policies' verdict on the edit."}}}},
         },
         "Tool": {
             "type": "object", "required": ["name", "input_schema", "upstream"],
@@ -155,6 +157,15 @@ def _schemas() -> Json:
                 "created_at": {"type": "string"}, "expires_at": {"type": "string"},
                 "on_timeout": {"type": "string"}, "votes": {"type": "array", "items": vote},
                 "decided_at": {"type": ["string", "null"]},
+                "args_redacted": {"type": "boolean", "description": "The arguments were stored redacted "
+                                  "(approvals.redact): the request cannot be approved with an edit."},
+                "edit": {"type": ["object", "null"], "description": "The approver's edit it was approved with: the "
+                         "call runs with these arguments (null: as asked).", "properties": {
+                             "by": {"type": "string"}, "at": {"type": "string"}, "arguments": any_object,
+                             "final_args": {**any_object, "description": "The edited arguments after the policies' "
+                                            "rewrites: what the call runs with."},
+                             "digest": {"type": "string"}, "verdict": {"enum": ["allow", "approve"]},
+                             "decided_by": {"type": ["string", "null"]}}},
                 "run": {"type": "object", "description": "A pending request's run as the store has it now: its "
                         "labels, its calls, and the latest of them, oldest first (absent when it cannot be read).",
                         "properties": {"labels": strings, "calls": {"type": "integer", "minimum": 0},
@@ -176,7 +187,12 @@ def _schemas() -> Json:
         },
         "Decision": {
             "type": "object", "required": ["approve"],
-            "properties": {"approve": {"type": "boolean"}, "comment": {"type": "string"}},
+            "properties": {"approve": {"type": "boolean"}, "comment": {"type": "string"},
+                           "arguments": {"type": "object", "description": "With approve true only: the arguments to "
+                                         "run the call with instead of the agent's. The edited call is decided again "
+                                         "by the request-stage policies for the agent's principal and run first; "
+                                         "an edit they refuse, or that the tool cannot take, is 422 and changes "
+                                         "nothing."}},
         },
         "Session": {
             "type": "object",
@@ -232,7 +248,9 @@ def _responses() -> Json:
         "Forbidden": "This key may not do that, or the request's Origin or Host is not allowed.",
         "NotFound": "No such tool, approval request or session (for this key).",
         "Unavailable": "The audit log could not record the change, so it was not made.",
-        "Conflict": "The approval request is already decided or expired.",
+        "Conflict": "The approval request is already decided or expired (or its arguments cannot be edited).",
+        "EditRefused": "The edited arguments are not ones the tool takes (invalid-edit), or the request-stage policies"
+                       " refuse the edited call (edit-refused, naming the rule); nothing changed.",
         "TooLarge": "The request body is larger than the configured limit.",
         "UnsupportedMediaType": "The body must be sent as application/json.",
         "TooManyRequests": "This principal is over its configured rate or concurrency limit.",
@@ -330,11 +348,13 @@ def _operations() -> Json:
             "responses": {"200": _body(_ref("Approval"), "The request."), "404": _error("NotFound"),
                           **_EDGE_ERRORS}}},
         "/v1/approvals/{approval_id}/decision": {"post": {
-            "operationId": "decideApproval", "summary": "Approve or deny a request (approvers only).",
+            "operationId": "decideApproval",
+            "summary": "Approve (as asked, or with the arguments edited) or deny a request (approvers only).",
             "parameters": [approval_id],
             "requestBody": {"required": True, "content": {_JSON: {"schema": _ref("Decision")}}},
             "responses": {"200": _body(_ref("Approval"), "The request after this vote."),
-                          "404": _error("NotFound"), "409": _error("Conflict"), **_BODY_ERRORS}}},
+                          "404": _error("NotFound"), "409": _error("Conflict"), "422": _error("EditRefused"),
+                          **_BODY_ERRORS}}},
     }
 
 

@@ -11,13 +11,17 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.pipeline.request import CallRequest
+from gateway.policy.call import Principal
 from gateway.policy.decision import Decision
 from gateway.upstreams.registry import ExposedTool
 
-__all__ = ["ApprovalGate", "ApprovalResult", "HeldCall", "NoApprovals", "Recheck"]
+__all__ = ["ApprovalGate", "ApprovalResult", "EditAsk", "EditedCall", "HeldCall", "NoApprovals", "Recheck", "Redecide",
+           "ReleasedEdit"]
 
 # The call decided again by the policies in force now; ``decision`` itself when they have not changed.
 Recheck = Callable[[], Decision]
+# The call with other arguments (an approver's edit) decided by the policies in force now, on the call's own run.
+Redecide = Callable[[dict[str, Any]], Decision]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +35,39 @@ class HeldCall:
     # stricter, and an approval releases only a call whose current requirements it covers.
     recheck: Recheck | None = None
     answer_now: bool = False  # the principal's held calls are at their share: answer "pending" without waiting
+    # Asked when an approval that an approver edited is claimed: the edited call, decided again (gate, edits.py).
+    redecide: Redecide | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReleasedEdit:
+    """An approved call that an approver edited: it runs as ``decision`` (the edited arguments, decided again)."""
+
+    decision: Decision
+    arguments: dict[str, Any]  # the approver's arguments (``decision.args``: what the policies made of them)
+    by: str  # who edited and approved it
+
+
+@dataclass(frozen=True, slots=True)
+class EditAsk:
+    """An approver's edit of a held call: the call's principal, run, exposed tool, upstream and call id (the agent's,
+    not the approver's), and the arguments the approver would run it with."""
+
+    principal: Principal
+    run: str
+    tool: str
+    upstream: str
+    call_id: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class EditedCall:
+    """What the gateway makes of an approver's edit before it is approved: the request-stage decision on the edited
+    arguments, or (``problem``) why they cannot be decided (values, size, input schema, the tool or run gone)."""
+
+    decision: Decision | None
+    problem: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +81,7 @@ class ApprovalResult:
     replay: dict[str, Any] | None = None  # the stored result of the one execution, for a retry
     decision: str = "reject"  # the refusal's decision name when not approved ("store_unavailable", ...)
     expires_at: str | None = None  # while pending: when the request expires unless decided
+    edit: ReleasedEdit | None = None  # approved with an approver's edit: what runs instead of the call as asked
 
 
 class ApprovalGate(Protocol):

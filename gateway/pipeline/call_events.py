@@ -65,12 +65,18 @@ def outcome_event(trace: CallTrace, tool: ExposedTool | None, session: SessionSt
     request = trace.request
     original, redacted_original = redactor.apply(request.arguments, "/original_args")
     final_args = trace.decisions[0].args if trace.decisions else request.arguments
+    edit: dict[str, Any] = {}
+    if trace.edit is not None:  # an approver edited the arguments: they, and what ran, on the record
+        final_args = trace.edit["final_args"]
+        edit["edited_args"] = redactor.apply(trace.edit["edited_args"], "/edited_args", redacted_original)[0]
+        edit["edited_by"] = trace.edit["by"]
     final, redacted_final = redactor.apply(final_args, "/final_args")
     context, redacted_context = _replay_context(trace, redactor)
     flows, redacted_flow = redactor.apply(flow_record(trace, session), "/flow") if flow else (None, [])
     return {
         **_call_head("call.outcome", trace, tool, session),
         "original_args": original,
+        **edit,
         "final_args": final,
         "verdict": outcome.decision,
         "is_error": outcome.is_error,

@@ -38,3 +38,5 @@ class CallTrace:
     decided: ToolCall | None = None  # the request-stage input, for the audit's replay context
     labels_added: dict[str, list[str]] = field(default_factory=dict)  # stage -> the labels it added to the run
     tallies: dict[str, dict[str, float | int]] = field(default_factory=dict)  # tally id -> {before, after}
+    # Released with an approver's edit: {edited_args, final_args, by} (gateway/pipeline/edits.py ``released``).
+    edit: dict[str, Any] | None = None

@@ -76,11 +76,12 @@ async def admitted(trace: CallTrace, store: SessionStore, session: SessionState,
 
 
 async def readmitted(trace: CallTrace, store: SessionStore, policy_set: PolicySet, tool: ExposedTool,
-                     approved: Decision, env: dict[str, Any], observer: CallObserver) -> CallOutcome | None:
+                     approved: Decision, env: dict[str, Any], observer: CallObserver,
+                     asked: dict[str, Any] | None = None) -> CallOutcome | None:
     """An approved call of a tool a tally counts, admitted again as it is released: decided on the run and the
     tallies now, counted if the verdict is still allow or approve (the approved arguments are what run and
-    count). Returns the outcome that ends it instead of running (the policies now refuse it, or the store
-    cannot say), else None."""
+    count). ``asked``: the arguments decided (an approver's edit), else the caller's. Returns the outcome that
+    ends it instead of running (the policies now refuse it, or the store cannot say), else None."""
     if not policy_set.tallies_for(tool.name):
         return None
     request = trace.request
@@ -88,6 +89,8 @@ async def readmitted(trace: CallTrace, store: SessionStore, policy_set: PolicySe
         session = await store.session(request.principal.key, request.session_id, request.run_client)
         usage = await store.usage_now(request.principal.key)
         call = request_stage_call(request, tool, session, usage, env)  # the windows' tallies: from the view
+        if asked is not None:
+            call = replace(call, args=asked)
         judged = await store.admit(session, _judge(policy_set, call, _COUNTS_RELEASED, approved.args))
     except StoreUnavailable as exc:  # nothing was sent: the approval stays valid for a retry
         log.warning("approved call %s not released: %s", printable(request.call_id), exc)

@@ -8,9 +8,10 @@
     tallies read under its lock) → check the final args against the tool's input schema (what a rewrite
     may mend: missing or extra arguments) → approval (the gate; held on a connection only within the
     principal's held-call share, else answered pending at once; once released, admitted again on the
-    tallies then) → upstream with a timeout (its intent on record, then its request-stage labels added
-    to the run) → admit the result's values → response-stage policies (their labels added) → the
-    frontend's result → audit event (what the call added to the run) → session counters and history
+    tallies then; an approver's edit, decided again, runs in place of the call as asked) → upstream with a
+    timeout (its intent on record, then its request-stage labels added to the run) → admit the result's
+    values → response-stage policies (their labels added) → the frontend's result → audit event (what the
+    call added to the run) → session counters and history
 
 ``Gateway.call`` runs every step. ``Gateway.decide`` runs the same steps for a call its caller runs itself
 (the model proxy's agent-run tools): in place of the upstream step the call is handed out, its intent on
@@ -34,11 +35,12 @@ from gateway.core.values import printable, problem, shown_id
 from gateway.observe.observer import CallObserver
 from gateway.observe.tracing import current_trace_id
 from gateway.pipeline.admission import input_problem, no_token_refusal
-from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals
+from gateway.pipeline.approvals import ApprovalGate, HeldCall, NoApprovals, ReleasedEdit
 from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.call_events import outcome_event
 from gateway.pipeline.call_trace import CallTrace
 from gateway.pipeline.deciding import evaluate, request_stage_call
+from gateway.pipeline.edits import redecider, released, with_note
 from gateway.pipeline.execution import Execution
 from gateway.pipeline.flow_step import admitted, readmitted, record_history, usage_now
 from gateway.pipeline.principal_limits import PrincipalLimits
@@ -286,8 +288,9 @@ class Gateway(Questions):
         if waits and not holding:
             self.observer.share_refused("held")
         try:
-            approval = await self.observer.held(self.approvals.hold(HeldCall(request, tool, decision, recheck,
-                                                                             answer_now=waits and not holding)))
+            held = HeldCall(request, tool, decision, recheck, answer_now=waits and not holding,
+                            redecide=redecider(self.policies, call))
+            approval = await self.observer.held(self.approvals.hold(held))
         except asyncio.CancelledError:  # the caller stopped waiting (an MCP task cancelled, ...): on the record too
             self._execution.record_cancelled(trace, tool, policy_set, UNHELD)
             raise
@@ -311,38 +314,43 @@ class Gateway(Questions):
                               approval.message or "The call was not approved.", approval_id=approval.approval_id)
             outcome.pending_approval = approval.approval_id if approval.pending else None
             return outcome
-        approval_id = approval.approval_id
-        assert approval_id is not None
-
-        async def run_once() -> CallOutcome:
-            # Shielded from the caller: a client that goes away mid-run must not leave the approval
-            # "executing" for ever; the one run always records its outcome.
-            try:
-                current = self._tool(request)  # resolved now, at execution, not at approval
-                if current is None:
-                    outcome = refusal(request.call_id, "tool_unavailable", unavailable(request.tool))
-                else:
-                    outcome = (await readmitted(trace, self.store, policy_set, current, decision, self.env,
-                                                self.observer) or await run(trace, current, policy_set, call, decision))
-            except BaseException:
-                await self.approvals.executed(approval_id,
-                                              refusal(request.call_id, "interrupted", INTERRUPTED).to_rest())
-                raise
-            outcome.meta[f"{META}approval_id"] = approval_id
-            if trace.upstream.get("reached") is False:
-                # Nothing was sent, so the approval is not used up: a retry within its validity runs. A reason
-                # the upstream step gave (no credential for the upstream) is kept for the caller.
-                await self.approvals.released(approval_id)
-                why = NOT_REACHED if outcome.text == TOOL_FAILED else f"{outcome.text} {APPROVAL_KEPT}"
-                outcome = refusal(request.call_id, "tool_failed", why, approval_id=approval_id)
-            else:
-                await self.approvals.executed(approval_id, _stored(trace, outcome, current, approval_id).to_rest())
-            return outcome
-
-        task = asyncio.ensure_future(run_once())
+        assert approval.approval_id is not None
+        if approval.edit is not None:  # an approver edited the arguments: the edited call is the one that runs
+            call, decision = released(trace, call, approval.edit, self.observer)
+        # Shielded from the caller: a client that goes away mid-run must not leave the approval "executing" for
+        # ever; the one run always records its outcome.
+        task = asyncio.ensure_future(self._run_once(trace, policy_set, call, decision, run, approval.approval_id,
+                                                    approval.edit))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         return await asyncio.shield(task)
+
+    async def _run_once(self, trace: CallTrace, policy_set: PolicySet, call: ToolCall, decision: Decision, run: _Run,
+                        approval_id: str, edit: ReleasedEdit | None) -> CallOutcome:
+        """The one run an approval allows: admitted again, run, and its outcome stored for every retry."""
+        request = trace.request
+        try:
+            current = self._tool(request)  # resolved now, at execution, not at approval
+            if current is None:
+                outcome = refusal(request.call_id, "tool_unavailable", unavailable(request.tool))
+            else:
+                outcome = (await readmitted(trace, self.store, policy_set, current, decision, self.env, self.observer,
+                                            None if edit is None else call.args)
+                           or await run(trace, current, policy_set, call, decision))
+        except BaseException:
+            await self.approvals.executed(approval_id, refusal(request.call_id, "interrupted", INTERRUPTED).to_rest())
+            raise
+        outcome.meta[f"{META}approval_id"] = approval_id
+        if trace.upstream.get("reached") is False:
+            # Nothing was sent, so the approval is not used up: a retry within its validity runs. A reason
+            # the upstream step gave (no credential for the upstream) is kept for the caller.
+            await self.approvals.released(approval_id)
+            why = NOT_REACHED if outcome.text == TOOL_FAILED else f"{outcome.text} {APPROVAL_KEPT}"
+            return refusal(request.call_id, "tool_failed", why, approval_id=approval_id)
+        if edit is not None and trace.upstream.get("status") != "not_called":
+            outcome = with_note(outcome, edit, self.audit.redactor)  # the agent is told what ran
+        await self.approvals.executed(approval_id, _stored(trace, outcome, current, approval_id).to_rest())
+        return outcome
 
     # --- what the steps share ---------------------------------------------------------------------------
 

@@ -13,7 +13,9 @@ from typing import Any
 from gateway.core.audit_head import audit_head
 from gateway.core.clock import now_rfc3339
 from gateway.observe.tracing import current_trace_id
+from gateway.pipeline.approvals import EditAsk, EditedCall
 from gateway.pipeline.audit import AuditLog
+from gateway.pipeline.edits import judge_edit
 from gateway.pipeline.run_end import terminated_text
 from gateway.pipeline.runs import Run, resolve_run
 from gateway.pipeline.settings import CallSettings
@@ -100,6 +102,11 @@ class Questions:
     def revision(self) -> str:
         """The revision of the policy set in force."""
         return self.policies.current.revision
+
+    async def judge_edit(self, ask: EditAsk) -> EditedCall:
+        """An approver's edit of a held call decided by the request-stage policies in force, for the call's own
+        principal and run (gateway/pipeline/edits.py); nothing is counted or run."""
+        return await judge_edit(self.policies, self.registry, self.store, self.settings, ask)
 
     def policy_status(self) -> dict[str, object]:
         """What ``GET /v1/policies`` shows."""

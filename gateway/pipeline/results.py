@@ -14,7 +14,8 @@ from gateway.upstreams.base import ToolResult, text_result
 __all__ = ["APPROVAL_KEPT", "AUDIT_FAILED", "AUDIT_FAILED_AFTER_RUN", "CANCELLED", "HANDED_OUT", "INTERRUPTED",
            "META", "NOT_REACHED", "POLICY_FAILED", "REFUSED_AT_RELEASE", "RESULT_WITHHELD", "STORE_UNAVAILABLE",
            "TOOL_FAILED", "UNHELD", "UNRECORDED", "admitted", "as_result_info", "from_response_stage", "handed_out",
-           "needs_client", "pending", "refusal", "schema_refusal", "skipped", "tool_result", "unavailable"]
+           "needs_client", "pending", "refusal", "schema_refusal", "schema_text", "skipped", "tool_result",
+           "unavailable"]
 
 # Keys of the `_meta` the gateway adds to every result (MCP reserves un-prefixed names).
 META = "gateway/"
@@ -35,12 +36,17 @@ def refusal(call_id: str, decision: str, message: str, **extra: Any) -> CallOutc
                        _meta(call_id, decision, **extra))
 
 
-def schema_refusal(call_id: str, problems: Sequence[ArgumentProblem]) -> CallOutcome:
-    """Arguments that do not fit the tool's input schema, refused naming each argument and what it needs."""
+def schema_text(problems: Sequence[ArgumentProblem]) -> str:
+    """"The arguments do not match the tool's input schema: …", naming each argument and what it needs (bounded)."""
     listed = "; ".join(p.text for p in problems[:MAX_ARGUMENT_PROBLEMS])
     more = f" (and {len(problems) - MAX_ARGUMENT_PROBLEMS} more)" if len(problems) > MAX_ARGUMENT_PROBLEMS else ""
-    return refusal(call_id, "invalid_arguments", f"The arguments do not match the tool's input schema: {listed}{more}."
-                   " The tool did not run: correct the arguments and call it again.")
+    return f"The arguments do not match the tool's input schema: {listed}{more}."
+
+
+def schema_refusal(call_id: str, problems: Sequence[ArgumentProblem]) -> CallOutcome:
+    """Arguments that do not fit the tool's input schema, refused naming each argument and what it needs."""
+    return refusal(call_id, "invalid_arguments",
+                   f"{schema_text(problems)} The tool did not run: correct the arguments and call it again.")
 
 
 _ASKS = {"sampling": "its model (MCP sampling)", "elicitation": "its user (MCP elicitation)",

@@ -3,13 +3,16 @@ the API serves on the test's event loop), and once as a real process (the consol
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 from typing import Any
 
 from cli_run import run_cli_async as gateway
 from cli_run import run_subprocess_async
 
-from gateway.approvals.model import ApprovalState, Requirement
+from gateway.approvals.model import ApprovalState, Edit, Requirement, args_digest
+from gateway.core.clock import now_rfc3339
 
 
 async def test_list_and_show_as_text_and_json(serve: Any, approval_desk: Any) -> None:
@@ -48,6 +51,22 @@ async def test_list_and_show_as_text_and_json(serve: Any, approval_desk: Any) ->
 
     shown_json = await gateway("approvals", "show", shell.id, "--format", "json", *auth)
     assert json.loads(shown_json.stdout) == approval_desk.service.store.get(shell.id).to_dict()
+
+
+async def test_show_says_who_edited_the_arguments_and_what_runs(serve: Any, approval_desk: Any) -> None:
+    refund = approval_desk.add(args={"order": "A-1", "amount": 900})
+    edited = {"order": "A-1", "amount": 50, "note": "\x1b[31mpaid"}
+    approved = dataclasses.replace(refund, state=ApprovalState.APPROVED, decided_at=now_rfc3339(),
+                                   decided_ts=time.time(), edit=Edit("bob", "2026-12-02T16:20:00Z", edited, edited,
+                                                                     args_digest(edited), "allow"))
+    assert approval_desk.service.store.transition(approved, ApprovalState.PENDING)
+    base = await serve(approval_desk.app())
+
+    shown = await gateway("approvals", "show", refund.id, "--url", base, "--key", "bob-key")
+
+    assert shown.returncode == 0, shown.stderr
+    assert "Edited by bob at 2026-12-02T16:20:00Z; the call runs with:\n  amount: 50\n" in shown.stdout
+    assert "\x1b" not in shown.stdout  # untrusted text cannot drive the terminal
 
 
 async def test_approve_then_conflict_then_deny(serve: Any, approval_desk: Any) -> None:

@@ -7,6 +7,8 @@
   const REFRESH_MS = 2000;
   const SHOWN_STEP = 100; // requests added by "Show more"
   const API_PAGE = 500; // the API's largest page (MAX_APPROVALS_PAGE)
+  // The API's codes for an edit it refused (the message says why: the rule, the argument, ...).
+  const EDIT_ERRORS = new Set(["edit-refused", "invalid-edit", "edit-not-possible"]);
 
   const ui = window.gatewayUi; // common.js
   const { el, show, $, prefix, when } = ui;
@@ -14,6 +16,7 @@
   const path = location.pathname.match(/\/approvals\/([^/]+)\/?$/);
   const focusId = path ? decodeURIComponent(path[1]) : null;
 
+  const edits = window.approvalsEdit; // approvals_edit.js: editing the arguments before approving
   const cards = new Map(); // approval id -> {root, details, form, data, fingerprint}
   let key = ui.storedKey.get();
   let mode = null; // "key" (a pasted API key) or "sso" (the gateway's session cookie, from the IdP's sign-in)
@@ -167,6 +170,7 @@
     // The focused request first, then the ones whose time runs out first.
     approvals.sort((a, b) => (b.id === focusId) - (a.id === focusId) || Date.parse(a.expires_at) - Date.parse(b.expires_at));
     const seen = new Set();
+    let previous = null;
     for (const approval of approvals) {
       seen.add(approval.id);
       let card = cards.get(approval.id);
@@ -175,7 +179,10 @@
         cards.set(approval.id, card);
       }
       update(card, approval);
-      $("list").append(card.root); // append moves an existing node: this keeps the order
+      // Moved only when out of place: moving a card takes the focus from its comment or arguments being typed.
+      const place = previous ? previous.nextSibling : $("list").firstChild;
+      if (place !== card.root) $("list").insertBefore(card.root, place);
+      previous = card.root;
     }
     for (const [id, card] of cards) {
       if (!seen.has(id) && !card.busy) {
@@ -201,12 +208,16 @@
     const deny = el("button", { type: "button", class: "deny", "data-testid": "deny" }, "Deny");
     const error = el("p", { class: "error", role: "alert", "data-testid": "card-error", hidden: true });
     const info = el("p", { class: "info", "data-testid": "card-info", hidden: true });
-    const form = el("div", { class: "decide" }, comment, el("div", { class: "buttons" }, approve, deny), error, info);
+    const card = { comment, approve, deny, error, info, data: null, fingerprint: "", busy: false };
+    card.edit = edits.editor(el, approval.id, {
+      current: () => card.data, approve: (args) => decide(card, true, args), error: (text) => show(error, text) });
+    const form = el("div", { class: "decide" }, comment,
+      el("div", { class: "buttons" }, approve, deny, card.edit.toggle), card.edit.panel, error, info);
     const details = el("div", { class: "details" });
     const root = el("article", { class: "card", "data-testid": "approval", "data-approval-id": approval.id },
       details, form);
     if (approval.id === focusId) root.classList.add("focused");
-    const card = { root, details, form, comment, approve, deny, error, info, data: null, fingerprint: "", busy: false };
+    Object.assign(card, { root, details, form });
     approve.addEventListener("click", () => decide(card, true));
     deny.addEventListener("click", () => decide(card, false));
     return card;
@@ -218,6 +229,7 @@
     if (fingerprint === card.fingerprint) return;
     card.fingerprint = fingerprint;
     card.details.replaceChildren(...window.approvalsCard.details(approval));
+    card.edit.sync(approval);
     const open = approval.state === "pending";
     card.form.hidden = !open;
     card.root.classList.toggle("closed", !open);
@@ -225,7 +237,8 @@
 
   // -- deciding ------------------------------------------------------------------------------------
 
-  async function decide(card, approve) {
+  // An approval, or a denial; `edited`: approved with these arguments in place of the call's.
+  async function decide(card, approve, edited) {
     const comment = card.comment.value.trim();
     show(card.info, "");
     if (!approve && !comment) {
@@ -235,25 +248,30 @@
     }
     show(card.error, "");
     card.busy = true;
-    card.approve.disabled = card.deny.disabled = true;
+    const buttons = [card.approve, card.deny, ...card.edit.buttons];
+    for (const button of buttons) button.disabled = true;
     const id = card.data.id;
-    const result = await api("POST", `/v1/approvals/${encodeURIComponent(id)}/decision`, { approve, comment });
+    const body = edited === undefined ? { approve, comment } : { approve, comment, arguments: edited };
+    const result = await api("POST", `/v1/approvals/${encodeURIComponent(id)}/decision`, body);
     card.busy = false;
-    card.approve.disabled = card.deny.disabled = false;
+    for (const button of buttons) button.disabled = false;
     if (!result.ok) {
       if (result.status === 401 && mode === "sso") return signOut("Your session has ended. Sign in again.", true);
       if (result.status === 401) return signOut("That key is no longer accepted. Sign in again.");
-      const what = { 403: "Not allowed", 404: "Not found", 409: "Already decided" }[result.status] || "Failed";
+      const what = EDIT_ERRORS.has(result.error.code) ? "Edit refused"
+        : { 403: "Not allowed", 404: "Not found", 409: "Already decided" }[result.status] || "Failed";
       show(card.error, `${what}: ${result.error.message}`);
       if (result.status === 409 || result.status === 404) refresh();
       return;
     }
     const a = result.data;
     card.comment.value = "";
+    card.edit.close();
     if (a.state === "pending") {
       show(card.info, "Your approval is recorded. Other approvers are still needed.");
     } else {
-      notice(`${a.state === "denied" ? "Denied" : "Approved"}: ${a.tool} requested by ${a.principal.id}`, a.state);
+      const how = a.state === "denied" ? "Denied" : a.edit ? "Approved with edited arguments" : "Approved";
+      notice(`${how}: ${a.tool} requested by ${a.principal.id}`, a.state);
     }
     update(card, a);
     refresh();

@@ -1,6 +1,7 @@
 // The approvals page, part three: what a card shows of one request (who asks, why, the arguments as asked for
 // and as they will run, the votes), with a link to its run's timeline in the console. Loaded after common.js and
-// approvals_run.js (the held call's run so far), before approvals.js, which builds the cards and calls this.
+// approvals_run.js (the held call's run so far) and approvals_edit.js (an approver's edit of the arguments), before
+// approvals.js, which builds the cards and calls this.
 // Every piece of data is put on the page as text, never as HTML.
 "use strict";
 window.approvalsCard = Object.freeze((() => {
@@ -34,7 +35,8 @@ window.approvalsCard = Object.freeze((() => {
           ` (rule ${a.execution.rule})`) : null),
       el("dt", {}, "Request"), el("dd", {}, link));
     const nodes = [head, meta, el("h3", {}, "Why"), requirements(a.requirements),
-      ...run.section(el, a.run, ui.now()), el("h3", {}, "Arguments"), args(a)];
+      ...run.section(el, a.run, ui.now()), el("h3", {}, "Arguments"), args(a),
+      ...window.approvalsEdit.section(el, a.edit)];
     if (a.votes.length) nodes.push(el("h3", {}, "Decisions"), votes(a.votes));
     return nodes;
   }
