@@ -21,10 +21,10 @@ def _hash(name: str) -> str:
 
 def test_each_inlined_file_is_allowed_by_its_hash_and_nothing_else() -> None:
     page = inlined_page("approvals.html", ["common.css", "approvals.css"],
-                        ["common.js", "approvals_run.js", "approvals_card.js", "approvals.js"])
+                        ["common.js", "approvals_run.js", "approvals_edit.js", "approvals_card.js", "approvals.js"])
     csp = dict(part.split(" ", 1) for part in page.headers["content-security-policy"].split("; "))
-    assert csp["script-src"].split() == [_hash(n) for n in ("common.js", "approvals_run.js", "approvals_card.js",
-                                                            "approvals.js")]
+    assert csp["script-src"].split() == [_hash(n) for n in ("common.js", "approvals_run.js", "approvals_edit.js",
+                                                            "approvals_card.js", "approvals.js")]
     assert csp["style-src"].split() == [_hash("common.css"), _hash("approvals.css")]
     assert csp["default-src"] == "'none'" and csp["connect-src"] == "'self'" and csp["form-action"] == "'none'"
     body = page.body.decode()
