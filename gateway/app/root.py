@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.types import Scope
 
+from gateway.app.audit import build_audit
 from gateway.app.credentials import build_authenticator, build_notifier, build_upstream_credentials
 from gateway.app.model_proxy import build_model_proxy
 from gateway.app.protected_resource import build_protected_resource
@@ -159,10 +160,16 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     """The call pipeline with its policies, store, audit log and approvals (upstreams not started yet)."""
     spec = config.spec
     registry = build_registry(config)
-    redactor = Redactor(spec.audit.redact_keys, spec.audit.redact_patterns)
-    audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout, redactor,
-                     fsync=spec.audit.fsync, max_value_bytes=spec.audit.max_value_bytes,
-                     max_event_bytes=spec.audit.max_event_bytes)
+    audit = build_audit(config, Redactor(spec.audit.redact_keys, spec.audit.redact_patterns))
+    try:
+        return _gateway(config, registry, audit)
+    except BaseException:
+        audit.close()  # a start that failed holds nothing: the audit file (and its lock) is let go
+        raise
+
+
+def _gateway(config: LoadedConfig, registry: ToolRegistry, audit: AuditLog) -> Gateway:
+    spec, redactor = config.spec, audit.redactor
     metrics = Metrics() if spec.metrics.enabled else None
     if metrics is not None:
         audit.on_failure = metrics.audit_failed
@@ -212,6 +219,14 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     """The ASGI app: /mcp, /v1/*, /healthz, /readyz, with upstreams supervised and policies watched in its lifespan."""
     edge = _edge_middleware(config)  # first: a config the edge refuses starts nothing
     gateway = gateway or build_gateway(config)
+    try:
+        return _app(config, gateway, edge)
+    except BaseException:
+        gateway.audit.close()  # a start that failed holds nothing: the audit file (and its lock) is let go
+        raise
+
+
+def _app(config: LoadedConfig, gateway: Gateway, edge: list[Middleware]) -> Starlette:
     auth = build_authenticator(config, refused=gateway.observer.auth_refused)
     resource = build_protected_resource(config)
     challenge = PLAIN if resource is None else resource.challenge()

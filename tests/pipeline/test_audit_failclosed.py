@@ -23,7 +23,9 @@ from typing import Any
 
 import httpx2
 import pytest
+from audit_support import strict_lines
 
+from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.lifecycle import AUDIT_FAILED, AUDIT_FAILED_AFTER_RUN
 
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
@@ -32,15 +34,12 @@ Json = dict[str, Any]
 POLICY = {"p.yaml": "policy: p\nrules: []\n"}
 
 
-def strict_lines(path: Path) -> list[Json]:
-    """Every line of an audit file, parsed strictly; fails on a partial line or a non-JSON one."""
-    data = path.read_bytes()
-    assert data == b"" or data.endswith(b"\n"), f"{path} ends inside a line: {data[-80:]!r}"
-
-    def refuse(name: str) -> Any:
-        raise AssertionError(f"not strict JSON: {name}")
-
-    return [json.loads(line.decode("utf-8"), parse_constant=refuse) for line in data.split(b"\n")[:-1]]
+def earlier_events(path: Path, *events: Json) -> None:
+    """What a gateway before this one left in the file (chained, as every gateway writes)."""
+    log = AuditLog(path)
+    for event in events:
+        log.write(event)
+    log.close()
 
 
 def of(events: list[Json], call_id: str, kind: str) -> list[Json]:
@@ -93,12 +92,12 @@ async def test_a_read_only_audit_file_refuses_calls(start_gateway, configs, http
     with contextlib.ExitStack() as stack:
         if os.geteuid() == 0:  # root writes through file modes: make the filesystem itself read-only
             folder = stack.enter_context(tmpfs(tmp_path / "ro", "1m"))
-            (folder / "audit.jsonl").write_text('{"event":"earlier"}\n')
+            earlier_events(folder / "audit.jsonl", {"event": "earlier"})
             subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
         else:
             folder = tmp_path / "ro"
             folder.mkdir()
-            (folder / "audit.jsonl").write_text('{"event":"earlier"}\n')
+            earlier_events(folder / "audit.jsonl", {"event": "earlier"})
             (folder / "audit.jsonl").chmod(0o444)
         config = configs.base(configs.http_upstream("api", http_api.url), audit={"file": str(folder / "audit.jsonl")})
         gateway = await start_gateway(config, POLICY)
@@ -202,8 +201,11 @@ async def test_under_ulimit_f_calls_are_refused_the_process_survives_and_every_l
     config_file = configs.write(tmp_path, config, POLICY)
     audit = tmp_path / "data" / "audit.jsonl"
     audit.parent.mkdir()
-    filler = b'{"event":"filler","pad":"' + b"p" * 1000 + b'"}\n'
-    audit.write_bytes(filler * ((limit - 6_000) // len(filler)))
+    filler = AuditLog(audit)
+    filler.write({"event": "filler"})
+    while audit.stat().st_size < limit - 7_000:  # lines of 1,156 bytes (chain fields included): 6 KiB or so left
+        filler.write({"event": "filler", "pad": "p" * 1000})
+    filler.close()
     before = audit.stat().st_size
 
     async with gateway_process(config_file, file_limit=limit) as (process, url):
