@@ -18,6 +18,7 @@ import pytest
 from audit_support import chained_lines
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from gateway.cli.workers import worker_audit_file
 from gateway.core.errors import AuditChainBroken, AuditLogInUse
 from gateway.pipeline.audit import AuditLog, ChainSettings, Rotation
 from gateway.pipeline.audit_chain import CHAIN_STARTED_EVENT, CHECKPOINT_EVENT, checkpoint_message
@@ -149,6 +150,28 @@ def test_a_start_after_a_rotation_takes_up_the_chain_of_file_1(tmp_path: Path) -
     log.close()
     assert [e["seq"] for e in chained_lines(path)] == [4, 5]
     assert verify([path.with_name("audit.jsonl.1"), path]).ok
+
+
+def test_two_workers_rotated_twice_verify_each_chain_on_its_own(tmp_path: Path) -> None:
+    """What `gateway serve --workers 2` writes (gateway/cli/workers.py): each worker its own file and chain."""
+    configured = tmp_path / "audit.jsonl"
+    paths = [Path(worker_audit_file(str(configured), slot)) for slot in (0, 1)]
+    assert [p.name for p in paths] == ["audit.worker-0.jsonl", "audit.worker-1.jsonl"]
+    workers = [AuditLog(p, rotation=Rotation(65_536)) for p in paths]
+    for n in range(600):  # interleaved, as the kernel spreads the connections
+        workers[n % 2].write({"event": "call.outcome", "n": n, "pad": PAD})
+    workers[0].close()
+    workers[0] = AuditLog(paths[0], rotation=Rotation(65_536))  # worker 0 dies and is started again in its slot
+    write(workers[0], 600, 10)
+    for worker in workers:
+        worker.close()
+
+    files = sorted(tmp_path.iterdir())
+    assert len(files) == 6  # FILE, FILE.1, FILE.2 for each worker
+    report = verify(random.sample(files, len(files)))
+    assert report.ok, report.shown
+    assert (report.events, len(report.chains)) == (610, 2)
+    assert sorted(c.events for c in report.chains) == [300, 310]
 
 
 # --- signed checkpoints -----------------------------------------------------------------------------------------
