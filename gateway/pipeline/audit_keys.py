@@ -57,9 +57,9 @@ def load_signer(pem: bytes) -> CheckpointSigner:
     except TypeError:  # encrypted: the gateway starts unattended, so there is no one to ask for the password
         raise ValueError("the key is encrypted: give an unencrypted PKCS#8 PEM key (keep the file 0600)") from None
     except (ValueError, UnsupportedAlgorithm):
-        raise ValueError("not a PEM private key (make one with: openssl genpkey -algorithm ed25519)") from None
+        raise ValueError("not a PEM private key") from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise ValueError(f"a {type(key).__name__.removeprefix('_')} key, not Ed25519")
+        raise ValueError(f"the key is {_algorithm(key)}, not Ed25519")
     return CheckpointSigner(key)
 
 
@@ -72,8 +72,13 @@ def load_verifier(pem: bytes) -> CheckpointVerifier:
             raise ValueError("a private key: give the public key (openssl pkey -in KEY -pubout)") from None
         raise ValueError("not a PEM public key") from None
     if not isinstance(key, Ed25519PublicKey):
-        raise ValueError(f"a {type(key).__name__.removeprefix('_')} key, not Ed25519")
+        raise ValueError(f"the key is {_algorithm(key)}, not Ed25519")
     return CheckpointVerifier(key)
+
+
+def _algorithm(key: object) -> str:
+    """``RSA`` for an RSAPrivateKey, ``EllipticCurve`` for an EllipticCurvePublicKey, …"""
+    return type(key).__name__.removesuffix("PrivateKey").removesuffix("PublicKey")
 
 
 def _pem(data: bytes) -> bytes:
