@@ -415,3 +415,35 @@ async def test_fsync_on_still_records_every_call(start_gateway, configs, http_ap
     assert (await rest_call(rest(gateway), "api_create_item", {"name": cid}, call_id=cid))["decision"] == "allow"
     assert [e["event"] for e in strict_lines(gateway.audit_path) if e["call_id"] == cid] == [
         "call.intent", "call.outcome"]
+
+
+# --- the chain at start --------------------------------------------------------------------------------
+
+
+async def test_start_new_on_a_broken_log_records_the_calls_on_a_new_chain_that_says_why(start_gateway, configs,
+                                                                                         http_api, rest, rest_call,
+                                                                                         tmp_path):
+    from audit_support import chained_lines
+
+    from gateway.pipeline.audit_verify import verify
+
+    root = tmp_path / "gw"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "audit.jsonl").write_text('{"event":"call.outcome","edited":"by hand"}\n')
+    config = configs.base(configs.http_upstream("api", http_api.url),
+                          audit={"file": "data/audit.jsonl", "on_broken_chain": "start_new"})
+    gateway = await start_gateway(config, POLICY, root=root)
+    cid = marker()
+    assert (await rest_call(rest(gateway), "api_create_item", {"name": cid}, call_id=cid))["decision"] == "allow"
+
+    lines = gateway.audit_path.read_bytes().splitlines(keepends=True)
+    rest_of_log = tmp_path / "after-the-broken-line.jsonl"
+    rest_of_log.write_bytes(b"".join(lines[1:]))
+    started, *after = chained_lines(rest_of_log)
+    assert (started["event"], started["seq"], started["prev"]) == ("audit.chain_started", 1, None)
+    assert "is not a chained event" in started["reason"]
+    assert [(e["event"], e["chain"]) for e in after if e.get("call_id") == cid] == [
+        ("call.intent", started["chain"]), ("call.outcome", started["chain"])]
+    report = verify([gateway.audit_path])
+    assert [(p.where.line, p.kind) for p in report.problems] == [(1, "not-chained")]  # the old line, still shown
+    assert [c.intact for c in report.chains] == [True]
