@@ -150,10 +150,11 @@ class AuditLog:
                         view = view[count:]
                 except OSError as exc:
                     self._cut_back(fd, done)
+                    if self.chain is not None:
+                        self.chain.undo()  # the line takes no place in the chain
                     outcomes.append(self._failed(exc))
                     continue
                 written += done
-                self._commit()
                 outcomes.append(None)
             if written:
                 try:
@@ -177,19 +178,26 @@ class AuditLog:
         return encode_event(event, self.max_value_bytes, self._line_bytes)
 
     def _put(self, data: bytes) -> None:
-        """Write sealed bytes to the file and/or stdout (hold ``_lock``); the chain moves on once they are in."""
+        """Write sealed bytes to the file and/or stdout (hold ``_lock``). Bytes that do not reach the file (or
+        stdout, the only sink) are undone from the chain; in the file, they stay in it whatever stdout does."""
         if self.path is not None:
-            self._append(data)
-            self._commit()
+            try:
+                self._append(data)
+            except BaseException:
+                self._undo()
+                raise
         if self._stdout is not None:
-            self._stdout.write(data.decode("utf-8"))
-            self._stdout.flush()
-            if self.path is None:
-                self._commit()
+            try:
+                self._stdout.write(data.decode("utf-8"))
+                self._stdout.flush()
+            except BaseException:
+                if self.path is None:
+                    self._undo()
+                raise
 
-    def _commit(self) -> None:
+    def _undo(self) -> None:
         if self.chain is not None:
-            self.chain.commit()
+            self.chain.undo()
 
     def _failed(self, exc: Exception) -> AuditWriteError:
         """Note a failed write (hold ``_lock``): logged once until writes work again, counted each time."""
@@ -207,7 +215,9 @@ class AuditLog:
 
     def _append(self, data: bytes) -> None:
         try:
-            fd = self._rotated(self._open(), len(data))
+            fd = self._open()
+            if self.rotation is not None:
+                fd = self._rotated(fd, len(data))
         except OSError:
             self._close()  # start from the path again next time
             raise

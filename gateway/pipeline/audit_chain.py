@@ -22,9 +22,9 @@ only when told the line is in the file (``commit``), so a line that could not be
 
 from __future__ import annotations
 
-import binascii
 import hashlib
 import re
+import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -84,15 +84,16 @@ def checkpoint_message(chain: str, seq: int, digest: str) -> bytes:
     return f"gateway-audit-checkpoint/1\n{chain}\n{seq}\n{digest}".encode()
 
 
-_State = tuple[int, bytes | None, int, bool]  # seq, digest (hex), events since the last checkpoint, opening flushed
+_State = tuple[int, bytes, int, list[dict[str, Any]]]  # seq, the next line's prev field, mark, opening
 
 
 class ChainWriter:
     """One writer's chain: its head, and each line sealed with its chain fields (call under the log's lock).
 
     ``seal`` returns the bytes to write: the line with its fields, after the opening events still to be
-    written (a new chain's ``audit.chain_started``), and followed by a checkpoint when one is due; ``commit``
-    moves the head on once those bytes are in the file. ``snapshot``/``restore`` undo a batch whose flush failed.
+    written (a new chain's ``audit.chain_started``), and followed by a checkpoint when one is due. The head
+    moves on with it: a write that fails calls ``undo``, so the line takes no place in the chain (the
+    common path, a write that lands, pays nothing more). ``snapshot``/``restore`` undo a whole batch.
     """
 
     def __init__(self, chain: str, seq: int = 0, digest: str | None = None, *, encode: Encode,
@@ -100,27 +101,37 @@ class ChainWriter:
                  opening: Sequence[dict[str, Any]] = ()) -> None:
         self.chain = chain
         self.seq = seq
-        self.digest: bytes | None = None if digest is None else digest.encode()
-        self.since = 0  # events since the last checkpoint (this process's: a restart counts from 0)
         self.signer = signer
         self.every = every
         self._encode = encode
         self._opening = list(opening)
+        self._mark = seq  # the seq of the last checkpoint (this process's: a restart counts from where it began)
         self._tag = b',"chain":"' + chain.encode() + b'","seq":'
-        self._next: _State = (seq, self.digest, 0, False)
+        # The end of the next line, prev included: kept ready, so sealing a line is one join and one hash.
+        self._tail = b',"prev":null}\n' if digest is None else _tail(digest)
+        self._undo = self.snapshot()
+        self._tail_before: bytes | None = None
+        self._due = self._next_due()
+
+    @property
+    def since(self) -> int:
+        """Events since the last checkpoint."""
+        return self.seq - self._mark
 
     @property
     def head(self) -> tuple[int, str | None]:
-        """The seq and SHA-256 of the chain's last line written (0 and None before its first)."""
-        return self.seq, None if self.digest is None else self.digest.decode()
+        """The seq and SHA-256 of the chain's last line (0 and None before its first)."""
+        return self.seq, None if self.seq == 0 else self._tail[9:73].decode()
 
     def seal(self, line: bytes) -> bytes:
         """``line`` (an encoded event, with its newline) with its chain fields, and what must come with it."""
-        if self._opening or (self.signer is not None and self.since + 1 >= self.every):
+        seq = self.seq
+        if seq >= self._due:  # an opening event to write first, or a checkpoint due after this line
             return self._seal_with_others(line)
-        seq = self.seq + 1
-        data = self._link(line, seq, self.digest)
-        self._next = (seq, binascii.hexlify(hashlib.sha256(data).digest()), self.since + 1, False)
+        self._tail_before = tail = self._tail  # undone by stepping back: cheaper than a snapshot per line
+        self.seq = seq = seq + 1
+        data = b"".join((line[:-2], self._tag if len(line) > 3 else self._tag[1:], b"%d" % seq, tail))
+        self._tail = _TAIL % hashlib.sha256(data).hexdigest().encode()
         return data
 
     def seal_opening(self) -> bytes | None:
@@ -133,40 +144,52 @@ class ChainWriter:
             return None
         return self._seal_with_others(None, checkpoint=True)
 
-    def commit(self) -> None:
-        """The bytes of the last ``seal`` are in the file: the head moves on."""
-        self.seq, self.digest, self.since, opened = self._next
-        if opened:
-            self._opening = []
+    def undo(self) -> None:
+        """The bytes of the last ``seal`` are not in the file: the head goes back to before it."""
+        if self._tail_before is None:
+            self.restore(self._undo)
+        else:  # one line sealed on its own
+            self.seq, self._tail, self._tail_before = self.seq - 1, self._tail_before, None
 
-    def snapshot(self) -> tuple[int, bytes | None, int, list[dict[str, Any]]]:
+    def snapshot(self) -> _State:
         """The chain's state, to ``restore`` if what follows must be undone."""
-        return self.seq, self.digest, self.since, list(self._opening)
+        return self.seq, self._tail, self._mark, list(self._opening)
 
-    def restore(self, state: tuple[int, bytes | None, int, list[dict[str, Any]]]) -> None:
+    def restore(self, state: _State) -> None:
         """Back to a ``snapshot``: the lines sealed since are not in the file."""
-        self.seq, self.digest, self.since, opening = state
+        self.seq, self._tail, self._mark, opening = state
         self._opening = list(opening)
-        self._next = (self.seq, self.digest, self.since, False)
+        self._tail_before = None
+        self._due = self._next_due()
+
+    def _next_due(self) -> int:
+        """The seq from which a line cannot be sealed alone: at once while opening events wait, else the line
+        before a checkpoint is due (never, without a signer)."""
+        if self._opening:
+            return -1
+        return self._mark + self.every - 1 if self.signer is not None else sys.maxsize
 
     def _seal_with_others(self, line: bytes | None, checkpoint: bool = False) -> bytes:
-        parts: list[bytes] = []
-        seq, digest, since = self.seq, self.digest, self.since
+        self._undo, self._tail_before = self.snapshot(), None
         lines = [self._encode(event) for event in self._opening]
+        self._opening = []
         if line is not None:
             lines.append(line)
-        for each in lines:
-            seq += 1
-            parts.append(self._link(each, seq, digest))
-            digest = binascii.hexlify(hashlib.sha256(parts[-1]).digest())
-            since += 1
-        if self.signer is not None and digest is not None and (since >= self.every or checkpoint):
-            seq += 1
-            parts.append(self._link(self._encode(self._checkpoint(seq - 1, digest.decode())), seq, digest))
-            digest = binascii.hexlify(hashlib.sha256(parts[-1]).digest())
-            since = 0
-        self._next = (seq, digest, since, bool(self._opening))
+        parts = [self._link(each) for each in lines]
+        if self.signer is not None and self.seq and (self.since >= self.every or checkpoint):
+            seq, digest = self.head
+            assert digest is not None
+            parts.append(self._link(self._encode(self._checkpoint(seq, digest))))
+            self._mark = self.seq
+        self._due = self._next_due()
         return b"".join(parts)
+
+    def _link(self, line: bytes) -> bytes:
+        """``line`` with its chain fields as its object's last members (``{}`` takes them with no comma)."""
+        self.seq += 1
+        data = b"".join((line[:-2], self._tag if len(line) > 3 else self._tag[1:], b"%d" % self.seq, self._tail))
+        self._tail = _tail(hashlib.sha256(data).hexdigest())
+        return data
 
     def _checkpoint(self, seq: int, digest: str) -> dict[str, Any]:
         assert self.signer is not None
@@ -174,8 +197,9 @@ class ChainWriter:
                 "key": self.signer.key_id, "every": self.every,
                 "signature": self.signer.sign(checkpoint_message(self.chain, seq, digest))}
 
-    def _link(self, line: bytes, seq: int, prev: bytes | None) -> bytes:
-        """``line`` with its chain fields as its object's last members (``{}`` takes them with no comma)."""
-        tag = self._tag if len(line) > 3 else self._tag[1:]
-        return b"".join((line[:-2], tag, b"%d" % seq, b',"prev":', b"null" if prev is None else b'"' + prev + b'"',
-                         b"}\n"))
+
+_TAIL = b',"prev":"%s"}\n'
+
+
+def _tail(digest: str) -> bytes:
+    return _TAIL % digest.encode()

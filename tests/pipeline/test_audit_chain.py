@@ -19,7 +19,7 @@ from audit_support import chained_lines
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from gateway.cli.workers import worker_audit_file
-from gateway.core.errors import AuditChainBroken, AuditLogInUse
+from gateway.core.errors import AuditChainBroken, AuditLogInUse, AuditWriteError
 from gateway.pipeline.audit import AuditLog, ChainSettings, Rotation
 from gateway.pipeline.audit_chain import CHAIN_STARTED_EVENT, CHECKPOINT_EVENT, checkpoint_message
 from gateway.pipeline.audit_keys import CheckpointSigner, CheckpointVerifier
@@ -65,6 +65,21 @@ def test_an_event_cannot_set_the_chain_fields_itself(tmp_path: Path) -> None:
     log.close()
     (event,) = chained_lines(path)
     assert (event["seq"], event["prev"], event["chain"] != "mine") == (1, None, True)
+
+
+def test_a_write_that_fails_takes_no_place_in_the_chain(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    write(log, 0, 2)
+    path.rename(path.with_name("audit.jsonl.1"))
+    path.mkdir()  # nowhere to write: the event is refused
+    with pytest.raises(AuditWriteError):
+        log.write({"event": "call.intent", "n": "refused"})
+    path.rmdir()
+    write(log, 2, 1)
+    log.close()
+    assert [e["seq"] for e in chained_lines(path)] == [3]  # not 4: the refused event took no seq
+    assert verify([path.with_name("audit.jsonl.1"), path]).ok
 
 
 def test_a_restart_continues_the_chain_of_the_files_last_line(tmp_path: Path) -> None:
