@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.types import Scope
 
+from gateway.app.audit import build_audit
 from gateway.app.console import build_console
 from gateway.app.credentials import build_authenticator, build_notifier, build_upstream_credentials
 from gateway.app.model_proxy import build_model_proxy
@@ -160,10 +161,16 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     spec = config.spec
     pins = build_pins(config)  # first: an unreadable lock starts nothing
     registry = build_registry(config, pins)
-    redactor = Redactor(spec.audit.redact_keys, spec.audit.redact_patterns)
-    audit = AuditLog(config.path(spec.audit.file) if spec.audit.file else None, spec.audit.stdout, redactor,
-                     fsync=spec.audit.fsync, max_value_bytes=spec.audit.max_value_bytes,
-                     max_event_bytes=spec.audit.max_event_bytes)
+    audit = build_audit(config, Redactor(spec.audit.redact_keys, spec.audit.redact_patterns))
+    try:
+        return _gateway(config, registry, audit)
+    except BaseException:
+        audit.close()  # a start that failed holds nothing: the audit file (and its lock) is let go
+        raise
+
+
+def _gateway(config: LoadedConfig, registry: ToolRegistry, audit: AuditLog) -> Gateway:
+    spec, redactor = config.spec, audit.redactor
     metrics = Metrics() if spec.metrics.enabled else None
     if metrics is not None:
         audit.on_failure = metrics.audit_failed
@@ -190,8 +197,8 @@ def build_gateway(config: LoadedConfig) -> Gateway:
     settings = CallSettings(spec.env, config.call_timeout, spec.limits.max_argument_bytes)
     gateway = Gateway(policies, registry, store, audit, settings, approvals=approvals, limits=limits,
                       observer=CallObserver(metrics, tracing))
-    if pins is not None:
-        report_drifts(pins, gateway.record, metrics)
+    if registry.pins is not None:
+        report_drifts(registry.pins, gateway.record, metrics)
     return gateway
 
 
@@ -216,6 +223,14 @@ def build_app(config: LoadedConfig, gateway: Gateway | None = None) -> Starlette
     """The ASGI app: /mcp, /v1/*, /healthz, /readyz, with upstreams supervised and policies watched in its lifespan."""
     edge = _edge_middleware(config)  # first: a config the edge refuses starts nothing
     gateway = gateway or build_gateway(config)
+    try:
+        return _app(config, gateway, edge)
+    except BaseException:
+        gateway.audit.close()  # a start that failed holds nothing: the audit file (and its lock) is let go
+        raise
+
+
+def _app(config: LoadedConfig, gateway: Gateway, edge: list[Middleware]) -> Starlette:
     auth = build_authenticator(config, refused=gateway.observer.auth_refused)
     resource = build_protected_resource(config)
     challenge = PLAIN if resource is None else resource.challenge()

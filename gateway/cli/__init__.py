@@ -1,4 +1,4 @@
-"""The `gateway` command: check, test, explain, replay, schema, serve, approvals, sessions, tools, status."""
+"""The `gateway` command: check, test, explain, replay, schema, serve, approvals, sessions, tools, status, audit."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from gateway import __version__
 from gateway.cli import (
     approvals_command,
+    audit_command,
     coverage_command,
     policy_commands,
     probe_command,
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     sessions_command.register(sub)
     tools_command.register(sub)
     status_command.register(sub)
+    audit_command.register(sub)
     return parser
 
 

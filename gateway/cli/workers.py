@@ -7,6 +7,10 @@ inherited socket with uvicorn. The kernel spreads connections across them: while
 others take every connection. A SQLite store is marked ``shared`` so each call's counts are written
 before it answers (PostgreSQL always does).
 
+Each worker writes its own audit file, ``audit.worker-K.jsonl`` beside the configured ``audit.jsonl`` (K is
+its slot, 0 to N-1, kept by the worker started in its place), so each file holds one chain that its
+writer continues across restarts; `gateway audit verify` checks each chain on its own.
+
 The parent starts a new worker in place of one that dies. A worker that dies within
 ``WORKER_QUICK_DEATH_SECONDS`` of starting ``WORKER_CRASH_LOOP_LIMIT`` times in a row is in a crash
 loop: the parent stops the others and exits 1. It stops them all, exit 0, on SIGINT/SIGTERM.
@@ -25,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
+from pathlib import PurePath
 from types import FrameType
 
 from gateway.config.load import LoadedConfig
@@ -35,7 +40,7 @@ from gateway.core.limits import (
     WORKER_STOP_SECONDS,
 )
 
-__all__ = ["serve_workers"]
+__all__ = ["serve_workers", "worker_audit_file"]
 
 log = logging.getLogger("gateway")
 
@@ -69,8 +74,8 @@ def serve_workers(args: argparse.Namespace, config: LoadedConfig, *, json_logs: 
     context = multiprocessing.get_context("spawn")
 
     def start(name: str) -> BaseProcess:
-        process = context.Process(target=_worker, name=name,
-                                  args=(args.config, host, port, args.log_level, listener, json_logs))
+        process = context.Process(target=_worker, name=name, args=(args.config, host, port, args.log_level,
+                                                                   listener, json_logs, names.index(name)))
         process.start()
         return process
 
@@ -154,8 +159,14 @@ def _stop_all(slots: list[_Slot]) -> None:
         _reap(slot.process)
 
 
+def worker_audit_file(file: str, slot: int) -> str:
+    """The audit file of the worker in ``slot``: ``audit.worker-1.jsonl`` beside ``audit.jsonl``."""
+    path = PurePath(file)
+    return str(path.with_name(f"{path.stem}.worker-{slot}{path.suffix}"))
+
+
 def _worker(config_file: str, host: str, port: int, log_level: str, listener: socket.socket,
-            json_logs: bool = False) -> None:
+            json_logs: bool = False, slot: int = 0) -> None:
     """One worker: its own app on the shared socket (exit status 1, with the reason, when it cannot start)."""
     import uvicorn
 
@@ -170,6 +181,8 @@ def _worker(config_file: str, host: str, port: int, log_level: str, listener: so
                        libraries=config.spec.logging.libraries == "verbose", worker=True)
         config.spec.listen.host, config.spec.listen.port = host, port
         config.spec.store.shared = True
+        if config.spec.audit.file:  # one writer per file: each worker its own chain
+            config.spec.audit.file = worker_audit_file(config.spec.audit.file, slot)
         app = build_app(config)
     except START_ERRORS as exc:
         report_start_error(exc)

@@ -6,10 +6,30 @@ from typing import Literal
 
 from pydantic import Field
 
-from gateway.core.limits import AUDIT_MAX_EVENT_BYTES, AUDIT_MAX_VALUE_BYTES
+from gateway.config.fields import SecretRef
+from gateway.core.limits import (
+    AUDIT_CHECKPOINT_EVERY,
+    AUDIT_MAX_EVENT_BYTES,
+    AUDIT_MAX_VALUE_BYTES,
+    AUDIT_ROTATE_MIN_BYTES,
+)
 from gateway.core.strict import StrictModel
 
-__all__ = ["AuditSpec", "LoggingSpec", "MetricsSpec", "TracingSpec"]
+__all__ = ["AuditRotateSpec", "AuditSignSpec", "AuditSpec", "LoggingSpec", "MetricsSpec", "TracingSpec"]
+
+
+class AuditRotateSpec(StrictModel):
+    """Rotation by size: FILE is renamed FILE.1 (FILE.1 FILE.2, …) before a write would take it past max_bytes."""
+
+    max_bytes: int = Field(ge=AUDIT_ROTATE_MIN_BYTES)
+    keep: int | None = Field(None, ge=1)  # rotated files kept (the oldest past it removed); null: all of them
+
+
+class AuditSignSpec(StrictModel):
+    """Signed checkpoints: every `every` events, an audit.checkpoint event signs the chain's head with Ed25519."""
+
+    key: SecretRef  # the private key, PEM (PKCS#8, unencrypted): {file: audit-signing.pem} or {env: NAME}
+    every: int = Field(AUDIT_CHECKPOINT_EVERY, ge=1)
 
 
 class AuditSpec(StrictModel):
@@ -23,6 +43,11 @@ class AuditSpec(StrictModel):
     fsync: bool = False  # fsync each event: survives power loss, costs a disk flush per event
     max_value_bytes: int = Field(AUDIT_MAX_VALUE_BYTES, ge=1_024)
     max_event_bytes: int = Field(AUDIT_MAX_EVENT_BYTES, ge=16_384)
+    rotate: AuditRotateSpec | None = None
+    sign: AuditSignSpec | None = None
+    # When the file's last line is not a chained event at start: stop (the default), or begin a new chain
+    # after it, with an audit.chain_started event saying why.
+    on_broken_chain: Literal["stop", "start_new"] = "stop"
 
 
 

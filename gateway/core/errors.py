@@ -20,6 +20,9 @@
     ├── StoreUnavailable       the database stayed locked (or broke); nothing was changed (503)
     ├── ModelUpstreamError     the model proxy's model upstream failed or answered an error (502, or its 4xx)
     ├── StoreSchemaError       the database was migrated by a newer gateway: refuse to start
+    ├── AuditStartError        the audit log cannot be taken up at start: refuse to start
+    │   ├── AuditChainBroken   its last line is not a chained event, so its chain cannot be continued
+    │   └── AuditLogInUse      another process is writing the file
     └── CallError              one tool call could not be carried out
         ├── UnknownToolError   the tool name resolves to nothing (a protocol error)
         ├── UnknownItemError   a resource or prompt that is unknown, or hidden from the caller (a protocol error)
@@ -51,6 +54,9 @@ __all__ = [
     "ApprovalError",
     "ApprovalForbidden",
     "ApprovalNotFound",
+    "AuditChainBroken",
+    "AuditLogInUse",
+    "AuditStartError",
     "AuditWriteError",
     "CallError",
     "CelCompileError",
@@ -205,6 +211,24 @@ class StoreSchemaError(GatewayError):
 
     code = "store-schema"
     status = 503
+
+
+class AuditStartError(GatewayError):
+    """The audit log cannot be taken up at start (its message names the file and what to do): refuse to start."""
+
+    code = "audit-start"
+
+
+class AuditChainBroken(AuditStartError):
+    """The audit file's last line is not a chained event, and ``audit.on_broken_chain`` says stop."""
+
+    code = "audit-chain-broken"
+
+
+class AuditLogInUse(AuditStartError):
+    """Another process holds the audit file: one writer per file, so that each file holds whole chains."""
+
+    code = "audit-log-in-use"
 
 
 class CallError(GatewayError):

@@ -9,11 +9,18 @@ A write either lands whole or not at all: each line goes out in one ``write(2)``
 so every line parses on its own. A write that fails raises ``AuditWriteError`` so the call can
 fail closed. The path is checked before each write and reopened when the file was rotated
 (renamed or deleted), so no event goes to a file that is no longer there.
+
+Every line is sealed into the writer's hash chain (``audit_chain.py``: ``chain``, ``seq``, ``prev``)
+under the same lock as its write, from the bytes already encoded. At start the chain of the file's
+last line is continued (``audit_tail.py``); a last line that cannot be continued stops the start
+(``AuditChainBroken``) unless ``on_broken`` is ``start_new``. The file is locked (``flock``) while it
+is held: one writer per file, so each file holds whole chains (``AuditLogInUse`` at start).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -26,19 +33,25 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gateway.core.errors import AuditWriteError
-from gateway.core.limits import AUDIT_FILE_MODE, AUDIT_MAX_EVENT_BYTES, AUDIT_MAX_VALUE_BYTES
+from gateway.core.limits import AUDIT_CHAIN_FIELDS_BYTES, AUDIT_FILE_MODE, AUDIT_MAX_EVENT_BYTES, AUDIT_MAX_VALUE_BYTES
 from gateway.core.redaction import Redaction
+from gateway.pipeline.audit_chain import CHAIN_FIELDS
 from gateway.pipeline.audit_encode import encode_event
 from gateway.pipeline.audit_group import GroupCommit
+from gateway.pipeline.audit_rotate import Rotation, rotate_files
+from gateway.pipeline.audit_start import CHAINED, ChainSettings, start_chain
+from gateway.pipeline.audit_tail import cut_partial_line
 
-__all__ = ["AuditLog", "Redactor"]
+try:
+    import fcntl
+except ImportError:  # pragma: no cover (not POSIX: the file is not locked)
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["AuditLog", "ChainSettings", "Redactor", "Rotation"]
 
 log = logging.getLogger("gateway.audit")
 
 _OPEN_FLAGS = os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-
-# How far back from the end a partial last line is looked for when the file is opened.
-_TAIL_CHUNK = 65_536
 
 
 class Redactor(Redaction):
@@ -50,22 +63,29 @@ class Redactor(Redaction):
 
 
 class AuditLog:
-    """Appends JSON lines to a file and/or stdout; every line whole, or none of it."""
+    """Appends JSON lines to a file and/or stdout; every line whole, or none of it, and each in the chain."""
 
     def __init__(self, path: Path | None, stdout: bool = False, redactor: Redactor | None = None,
                  stream: TextIO | None = None, *, fsync: bool = False,
                  max_value_bytes: int = AUDIT_MAX_VALUE_BYTES, max_event_bytes: int = AUDIT_MAX_EVENT_BYTES,
-                 group_commit: bool = True) -> None:
+                 group_commit: bool = True, rotation: Rotation | None = None,
+                 chain: ChainSettings | None = CHAINED) -> None:
         self.path = path
         self.redactor = redactor or Redactor((), ())
         self.fsync = fsync
         self.max_value_bytes = max_value_bytes
         self.max_event_bytes = max_event_bytes
+        self.rotation = rotation
+        # None: no chain at all (bench/audit_log.py measures the chain against that)
+        self._line_bytes = max_event_bytes - (AUDIT_CHAIN_FIELDS_BYTES if chain is not None else 0)
         self._stdout = stream if stream is not None else (sys.stdout if stdout else None)
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._held: tuple[int, int] = (0, 0)  # (inode, device) of the file ``_fd`` is open on
+        self._size = 0  # of the file at ``path``, as of the last write
+        self._readable = False  # whether ``_fd`` can be read (its tail)
         self._failing = False
+        self._rotation_failing = False
         self.on_failure: Callable[[], None] | None = None  # told of each failed write (metrics)
         # Given each event written by ``write`` and its line as written (redacted), e.g. the console's table; a tap
         # never raises and never blocks.
@@ -76,22 +96,26 @@ class AuditLog:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             _ignore_file_size_signal()
+        self.chain = None if chain is None else start_chain(path, chain, self._encode_plain, self._take)
+        if self.chain is not None and (opening := self.chain.seal_opening()) is not None:
+            with self._lock:
+                try:
+                    self._put(opening)
+                except (OSError, ValueError) as exc:  # it stays first in line: written with the next event
+                    log.error("the audit log cannot be written (%s): the new chain's first event waits", exc)
 
     def write(self, event: dict[str, Any]) -> None:
         """Write one event whole; raise ``AuditWriteError`` (and write nothing) if it cannot be."""
-        line = encode_event(event, self.max_value_bytes, self.max_event_bytes)
+        line = self._encode(event)
         with self._lock:
+            data = line if self.chain is None else self.chain.seal(line)
             try:
-                if self.path is not None:
-                    self._append(line)
-                if self._stdout is not None:
-                    self._stdout.write(line.decode("utf-8"))
-                    self._stdout.flush()
+                self._put(data)
             except (OSError, ValueError) as exc:
                 raise self._failed(exc) from exc
             self._written()
         for tap in self.taps:
-            tap(event, line)
+            tap(event, data)
 
     async def write_durable(self, event: dict[str, Any]) -> None:
         """Write one event and return once it is as durable as configured (an intent, before its tool runs).
@@ -102,7 +126,7 @@ class AuditLog:
         if self.group is None:
             self.write(event)
             return
-        await self.group.commit(encode_event(event, self.max_value_bytes, self.max_event_bytes))
+        await self.group.commit(self._encode(event))
 
     def append_batch(self, lines: list[bytes]) -> list[AuditWriteError | None]:
         """Append lines and make them durable with one ``fsync``: for each line None, or why it is not in the file.
@@ -113,22 +137,26 @@ class AuditLog:
         outcomes: list[AuditWriteError | None] = []
         with self._lock:
             try:
-                fd = self._open()
+                fd = self._rotated(self._open(), sum(map(len, lines)) + AUDIT_CHAIN_FIELDS_BYTES * len(lines))
             except OSError as exc:
                 self._close()
                 error = self._failed(exc)
                 return [error] * len(lines)
+            before = None if self.chain is None else self.chain.snapshot()
             written = 0
             for line in lines:
+                data = line if self.chain is None else self.chain.seal(line)
                 done = 0
                 try:
-                    view = memoryview(line)
+                    view = memoryview(data)
                     while view:
                         count = os.write(fd, view)
                         done += count
                         view = view[count:]
                 except OSError as exc:
                     self._cut_back(fd, done)
+                    if self.chain is not None:
+                        self.chain.undo()  # the line takes no place in the chain
                     outcomes.append(self._failed(exc))
                     continue
                 written += done
@@ -138,11 +166,43 @@ class AuditLog:
                     os.fsync(fd)
                 except OSError as exc:
                     self._cut_back(fd, written)
+                    if self.chain is not None and before is not None:
+                        self.chain.restore(before)
                     error = self._failed(exc)
                     return [error] * len(lines)
             if all(outcome is None for outcome in outcomes):
                 self._written()
         return outcomes
+
+    def _encode(self, event: dict[str, Any]) -> bytes:
+        if self.chain is not None and ("chain" in event or "seq" in event or "prev" in event):
+            event = {k: v for k, v in event.items() if k not in CHAIN_FIELDS}  # the chain's, not the event's
+        return encode_event(event, self.max_value_bytes, self._line_bytes)
+
+    def _encode_plain(self, event: dict[str, Any]) -> bytes:
+        return encode_event(event, self.max_value_bytes, self._line_bytes)
+
+    def _put(self, data: bytes) -> None:
+        """Write sealed bytes to the file and/or stdout (hold ``_lock``). Bytes that do not reach the file (or
+        stdout, the only sink) are undone from the chain; in the file, they stay in it whatever stdout does."""
+        if self.path is not None:
+            try:
+                self._append(data)
+            except BaseException:
+                self._undo()
+                raise
+        if self._stdout is not None:
+            try:
+                self._stdout.write(data.decode("utf-8"))
+                self._stdout.flush()
+            except BaseException:
+                if self.path is None:
+                    self._undo()
+                raise
+
+    def _undo(self) -> None:
+        if self.chain is not None:
+            self.chain.undo()
 
     def _failed(self, exc: Exception) -> AuditWriteError:
         """Note a failed write (hold ``_lock``): logged once until writes work again, counted each time."""
@@ -158,15 +218,17 @@ class AuditLog:
             log.warning("the audit log is writable again")
             self._failing = False
 
-    def _append(self, line: bytes) -> None:
+    def _append(self, data: bytes) -> None:
         try:
             fd = self._open()
+            if self.rotation is not None:
+                fd = self._rotated(fd, len(data))
         except OSError:
             self._close()  # start from the path again next time
             raise
         written = 0
         try:
-            view = memoryview(line)
+            view = memoryview(data)
             while view:  # a regular file takes it in one go; a short write is finished, not left half
                 count = os.write(fd, view)
                 written += count
@@ -178,7 +240,7 @@ class AuditLog:
             raise
 
     def _open(self) -> int:
-        """The descriptor of the file now at ``path`` (reopened after a rotation).
+        """The descriptor of the file now at ``path`` (reopened after a rotation), locked.
 
         One ``stat`` of the path per event: the held descriptor's identity was taken when it was opened.
         """
@@ -189,6 +251,7 @@ class AuditLog:
             except FileNotFoundError:  # deleted, or renamed away and not yet recreated
                 now = None
             if now is not None and (now.st_ino, now.st_dev) == self._held:
+                self._size = now.st_size
                 return self._fd
             self._close()
         try:
@@ -199,14 +262,33 @@ class AuditLog:
         else:
             readable = True
         try:
-            if readable:
-                _cut_partial_line(fd, self.max_event_bytes)
             info = os.fstat(fd)
+            if stat.S_ISREG(info.st_mode):
+                _lock(fd, self.path)  # before the tail is touched: it may be another writer's line under way
+                if readable:
+                    cut_partial_line(fd, self.max_event_bytes)
+                    info = os.fstat(fd)
         except OSError:
             os.close(fd)
             raise
-        self._fd, self._held = fd, (info.st_ino, info.st_dev)
+        self._fd, self._held, self._size, self._readable = fd, (info.st_ino, info.st_dev), info.st_size, readable
         return fd
+
+    def _rotated(self, fd: int, incoming: int) -> int:
+        """The descriptor to write ``incoming`` bytes to: a new file once the one open would pass ``rotation``."""
+        if self.rotation is None or not self.rotation.due(self._size, incoming):
+            return fd
+        assert self.path is not None
+        try:
+            rotate_files(self.path, self.rotation.keep)
+        except OSError as exc:  # the events still go in, to the file there is
+            if not self._rotation_failing:
+                log.error("the audit log cannot be rotated (%s): it goes on growing in %s", exc, self.path)
+            self._rotation_failing = True
+            return fd
+        self._rotation_failing = False
+        self._close()
+        return self._open()
 
     def _cut_back(self, fd: int, written: int) -> None:
         """Remove the ``written`` bytes a failed event left at the end, so the next one starts on a line of its own."""
@@ -228,37 +310,40 @@ class AuditLog:
                 os.close(fd)
 
     def close(self) -> None:
-        """Close the file (after the durable writes under way)."""
+        """Close the file (after the durable writes under way, and a last checkpoint when signing)."""
         if self.group is not None:
             self.group.close()
         with self._lock:
+            if self.chain is not None and (checkpoint := self.chain.seal_checkpoint()) is not None:
+                try:
+                    self._put(checkpoint)
+                except (OSError, ValueError) as exc:
+                    log.warning("the audit log's last checkpoint could not be written: %s", exc)
             self._close()
 
+    def _take(self) -> int | None:
+        """The file at ``path`` opened as a writer holds it (locked, a partial last line cut off), to read its
+        tail: the descriptor, or None when it cannot be read through it (written to only, or not at all)."""
+        try:
+            fd = self._open()
+        except BlockingIOError:
+            raise  # another writer has it: the start stops
+        except OSError:  # not writable (calls are refused until it is)
+            return None
+        return fd if self._readable else None
 
-def _cut_partial_line(fd: int, max_event_bytes: int) -> None:
-    """A file that ends inside a line (a crash mid-write) is cut back to its last full line.
 
-    Only the tail an event can span is searched; a longer line with no newline is not ours, and gets
-    a newline after it instead, so the next event still starts on a line of its own.
-    """
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_size == 0 or os.pread(fd, 1, info.st_size - 1) == b"\n":
+def _lock(fd: int, path: Path) -> None:
+    """Hold the file for this writer (released when ``fd`` closes): BlockingIOError while another holds it."""
+    if fcntl is None:
         return
-    end = info.st_size
-    while end > 0 and info.st_size - end < max_event_bytes + _TAIL_CHUNK:
-        start = max(0, end - _TAIL_CHUNK)
-        chunk = os.pread(fd, end - start, start)
-        newline = chunk.rfind(b"\n")
-        if newline >= 0:
-            log.warning("the audit log ended in a partial line (%d bytes); cut back to the last full line",
-                        info.st_size - start - newline - 1)
-            os.ftruncate(fd, start + newline + 1)
-            return
-        end = start
-    if end == 0 and info.st_size <= max_event_bytes:
-        os.ftruncate(fd, 0)
-    else:
-        os.write(fd, b"\n")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise BlockingIOError(errno.EWOULDBLOCK, f"another process is writing {path} (one writer per audit file)",
+                              str(path)) from None
+    except OSError:  # a filesystem without locks (some network ones): nothing to guard with
+        pass
 
 
 def _ignore_file_size_signal() -> None:

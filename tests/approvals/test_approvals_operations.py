@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx2
 import pytest
+import yaml
 from approval_support import (
     PEOPLE,
     PUBLIC_URL,
@@ -89,6 +90,15 @@ async def _until(check: Any) -> None:
 # --- instances ------------------------------------------------------------------------------------------
 
 
+def beside(config: Path) -> Path:
+    """The same config for a second gateway on the same database, with an audit file of its own (one writer
+    per audit file: the second would otherwise stop at start, audit-log-in-use, before it reached recovery)."""
+    spec = yaml.safe_load(config.read_text())
+    second = config.with_name("gateway-second.yaml")
+    second.write_text(yaml.safe_dump({**spec, "audit": {**spec["audit"], "file": "data/audit-second.jsonl"}}))
+    return second
+
+
 async def test_a_second_gateway_on_the_same_database_leaves_a_running_approved_call_alone(bench, call_id):
     config = bench.write(SLOW, call_timeout="280s")  # the call ends when the test releases it, not at a timeout
     first = await bench.stack.enter_async_context(bench.gateway(config))
@@ -101,7 +111,7 @@ async def test_a_second_gateway_on_the_same_database_leaves_a_running_approved_c
         # releases it, however long that takes on a loaded machine.
         port = first.url.rsplit(":", 1)[1]
         second = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway", "serve", str(config), "--port", port, "--log-level", "warning",
+            sys.executable, "-m", "gateway", "serve", str(beside(config)), "--port", port, "--log-level", "warning",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         _, err = await asyncio.wait_for(second.communicate(), 60)
         assert second.returncode != 0 and "address already in use" in err.decode().lower(), err.decode()
@@ -126,7 +136,7 @@ async def test_a_second_gateway_running_beside_the_first_leaves_its_running_call
     approval_id = await _approved(bench, first, "ops_slow", args, cid)
     async with in_background(bench.invoke(first, "ops_slow", args, call_id=cid)) as running:
         await _until(lambda: bench.upstream.ran("slow") == 1)
-        async with bench.gateway(config) as second:  # recovers at start, then sweeps every second
+        async with bench.gateway(beside(config)) as second:  # recovers at start, then sweeps every second
             await asyncio.sleep(1.2)  # a sweep or more (a lower bound: load only makes it more)
             assert not running.done()
             assert (await bench.approval(second, approval_id))["state"] == "executing"

@@ -15,6 +15,8 @@ from typing import Any
 import httpx2
 import pytest
 import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flow_support import cap_rule, egress_rule, label_rule, policy, sum_tally
 from loopback import serve_app
 
@@ -85,6 +87,10 @@ def _copy_quickstart(root: Path) -> None:
     notes = next(u for u in config["upstreams"] if u["name"] == "notes")
     notes["mcp"]["command"] = sys.executable
     config["audit"]["redact_patterns"] = ["(?i)password"]
+    # signed checkpoints between the events: replay reads call.outcome events only, chain fields or not
+    (root / "signing.pem").write_bytes(Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    config["audit"]["sign"] = {"key": {"file": "signing.pem"}, "every": 2}
     config["auth"]["anonymous"]["claims"] = {"team": "payments", "token": "claim-secret-1"}
     (root / "gateway.yaml").write_text(yaml.safe_dump(config))
 
@@ -131,6 +137,7 @@ def _changed_policies(root: Path) -> Path:
 
 def test_the_audit_events_carry_what_a_replay_needs(quickstart: Path) -> None:
     events = [json.loads(line) for line in (quickstart / ".data" / "audit.jsonl").read_text().splitlines()]
+    assert sum(e["event"] == "audit.checkpoint" for e in events) >= 3  # what the other tests replay around
     outcomes = {e["call_id"]: e for e in events if e["event"] == "call.outcome"}
     assert set(outcomes) == {c[0] for c in CALLS}
     delete = outcomes["c-delete"]["context"]

@@ -71,3 +71,36 @@ def test_approvers_sign_in_sessions_are_not_split_across_workers(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == "gateway: approvals.sso needs --workers 1: an approver's sign-in session is" \
         " held by one process"
+
+
+def test_an_audit_file_whose_chain_cannot_be_continued_stops_the_start(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.jsonl").write_text('{"event":"call.outcome","written":"by hand"}\n', encoding="utf-8")
+    result = gateway_serve(tmp_path, {"store": {"sqlite": "data/g.sqlite3"}, "audit": {"file": "data/a.jsonl"}})
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"gateway: {tmp_path / 'data' / 'a.jsonl'}: error[audit-chain-broken]: the audit chain"
+                           " cannot be continued: ")
+    assert "audit.on_broken_chain: start_new" in line
+
+
+@pytest.mark.parametrize("key", ["not a key", "rsa", "missing"])
+def test_a_signing_key_that_cannot_be_used_is_a_config_error_at_start(tmp_path, key):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    if key == "rsa":
+        (tmp_path / "signing.pem").write_bytes(rsa.generate_private_key(65537, 2048).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    elif key == "not a key":
+        (tmp_path / "signing.pem").write_text("-----BEGIN PRIVATE KEY-----\nnope\n-----END PRIVATE KEY-----\n")
+    result = gateway_serve(tmp_path, {"store": {"sqlite": "data/g.sqlite3"}, "audit": {
+        "file": "data/a.jsonl", "sign": {"key": {"file": "signing.pem"}, "every": 100}}})
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    code = "secret-missing" if key == "missing" else "audit-sign-key"
+    assert f"gateway.yaml:6:7: error[{code}]: " in result.stderr, result.stderr  # at audit.sign.key's file
+    assert {"not a key": "audit.sign.key: not a PEM private key", "rsa": "audit.sign.key: the key is RSA, not Ed25519",
+            "missing": "cannot read secret file"}[key] in result.stderr
+    assert not (tmp_path / "data" / "a.jsonl").exists()  # nothing was written before the start stopped

@@ -23,7 +23,9 @@ from typing import Any
 
 import httpx2
 import pytest
+from audit_support import strict_lines
 
+from gateway.pipeline.audit import AuditLog
 from gateway.pipeline.lifecycle import AUDIT_FAILED, AUDIT_FAILED_AFTER_RUN
 
 pytestmark = pytest.mark.session_loop  # its async tests run in the session loop, where the shared servers live
@@ -32,15 +34,12 @@ Json = dict[str, Any]
 POLICY = {"p.yaml": "policy: p\nrules: []\n"}
 
 
-def strict_lines(path: Path) -> list[Json]:
-    """Every line of an audit file, parsed strictly; fails on a partial line or a non-JSON one."""
-    data = path.read_bytes()
-    assert data == b"" or data.endswith(b"\n"), f"{path} ends inside a line: {data[-80:]!r}"
-
-    def refuse(name: str) -> Any:
-        raise AssertionError(f"not strict JSON: {name}")
-
-    return [json.loads(line.decode("utf-8"), parse_constant=refuse) for line in data.split(b"\n")[:-1]]
+def earlier_events(path: Path, *events: Json) -> None:
+    """What a gateway before this one left in the file (chained, as every gateway writes)."""
+    log = AuditLog(path)
+    for event in events:
+        log.write(event)
+    log.close()
 
 
 def of(events: list[Json], call_id: str, kind: str) -> list[Json]:
@@ -93,12 +92,12 @@ async def test_a_read_only_audit_file_refuses_calls(start_gateway, configs, http
     with contextlib.ExitStack() as stack:
         if os.geteuid() == 0:  # root writes through file modes: make the filesystem itself read-only
             folder = stack.enter_context(tmpfs(tmp_path / "ro", "1m"))
-            (folder / "audit.jsonl").write_text('{"event":"earlier"}\n')
+            earlier_events(folder / "audit.jsonl", {"event": "earlier"})
             subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
         else:
             folder = tmp_path / "ro"
             folder.mkdir()
-            (folder / "audit.jsonl").write_text('{"event":"earlier"}\n')
+            earlier_events(folder / "audit.jsonl", {"event": "earlier"})
             (folder / "audit.jsonl").chmod(0o444)
         config = configs.base(configs.http_upstream("api", http_api.url), audit={"file": str(folder / "audit.jsonl")})
         gateway = await start_gateway(config, POLICY)
@@ -202,8 +201,11 @@ async def test_under_ulimit_f_calls_are_refused_the_process_survives_and_every_l
     config_file = configs.write(tmp_path, config, POLICY)
     audit = tmp_path / "data" / "audit.jsonl"
     audit.parent.mkdir()
-    filler = b'{"event":"filler","pad":"' + b"p" * 1000 + b'"}\n'
-    audit.write_bytes(filler * ((limit - 6_000) // len(filler)))
+    filler = AuditLog(audit)
+    filler.write({"event": "filler"})
+    while audit.stat().st_size < limit - 7_000:  # lines of 1,156 bytes (chain fields included): 6 KiB or so left
+        filler.write({"event": "filler", "pad": "p" * 1000})
+    filler.close()
     before = audit.stat().st_size
 
     async with gateway_process(config_file, file_limit=limit) as (process, url):
@@ -413,3 +415,35 @@ async def test_fsync_on_still_records_every_call(start_gateway, configs, http_ap
     assert (await rest_call(rest(gateway), "api_create_item", {"name": cid}, call_id=cid))["decision"] == "allow"
     assert [e["event"] for e in strict_lines(gateway.audit_path) if e["call_id"] == cid] == [
         "call.intent", "call.outcome"]
+
+
+# --- the chain at start --------------------------------------------------------------------------------
+
+
+async def test_start_new_on_a_broken_log_records_the_calls_on_a_new_chain_that_says_why(start_gateway, configs,
+                                                                                         http_api, rest, rest_call,
+                                                                                         tmp_path):
+    from audit_support import chained_lines
+
+    from gateway.pipeline.audit_verify import verify
+
+    root = tmp_path / "gw"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "audit.jsonl").write_text('{"event":"call.outcome","edited":"by hand"}\n')
+    config = configs.base(configs.http_upstream("api", http_api.url),
+                          audit={"file": "data/audit.jsonl", "on_broken_chain": "start_new"})
+    gateway = await start_gateway(config, POLICY, root=root)
+    cid = marker()
+    assert (await rest_call(rest(gateway), "api_create_item", {"name": cid}, call_id=cid))["decision"] == "allow"
+
+    lines = gateway.audit_path.read_bytes().splitlines(keepends=True)
+    rest_of_log = tmp_path / "after-the-broken-line.jsonl"
+    rest_of_log.write_bytes(b"".join(lines[1:]))
+    started, *after = chained_lines(rest_of_log)
+    assert (started["event"], started["seq"], started["prev"]) == ("audit.chain_started", 1, None)
+    assert "is not a chained event" in started["reason"]
+    assert [(e["event"], e["chain"]) for e in after if e.get("call_id") == cid] == [
+        ("call.intent", started["chain"]), ("call.outcome", started["chain"])]
+    report = verify([gateway.audit_path])
+    assert [(p.where.line, p.kind) for p in report.problems] == [(1, "not-chained")]  # the old line, still shown
+    assert [c.intact for c in report.chains] == [True]

@@ -9,15 +9,11 @@ import resource
 from pathlib import Path
 
 import pytest
+from audit_support import strict_lines as lines
 
 from gateway.core.errors import AuditWriteError
 from gateway.pipeline.audit import AuditLog
-
-
-def lines(path: Path) -> list[dict[str, object]]:
-    data = path.read_bytes()
-    assert data == b"" or data.endswith(b"\n")
-    return [json.loads(line) for line in data.split(b"\n")[:-1]]
+from gateway.pipeline.audit_verify import verify
 
 
 async def durable_then_look(log: AuditLog, path: Path, n: int) -> bool:
@@ -50,7 +46,7 @@ async def test_with_group_commit_off_the_file_holds_the_same_records(tmp_path: P
         assert logs[1].group is None
         for log, path in zip(logs, (grouped, single), strict=True):
             assert all(await asyncio.gather(*[durable_then_look(log, path, n) for n in range(20)]))
-        assert sorted(grouped.read_bytes().split(b"\n")) == sorted(single.read_bytes().split(b"\n"))
+        assert sorted(map(str, lines(grouped))) == sorted(map(str, lines(single)))
     finally:
         for log in logs:
             log.close()
@@ -83,6 +79,7 @@ async def test_a_record_that_cannot_be_written_fails_alone_and_leaves_no_fragmen
         assert [e["event"] for e in lines(path)] == ["first", "small", "small"]  # whole lines, no part of the large one
         await log.write_durable({"event": "after"})  # and the log works again
         assert lines(path)[-1]["event"] == "after"
+        assert verify([path]).ok  # the record that failed left no gap in the chain
     finally:
         log.close()
 
@@ -116,3 +113,4 @@ def test_one_batch_with_a_bad_line_keeps_the_good_ones(tmp_path: Path) -> None:
         log.close()
     assert outcomes[0] is None and outcomes[2] is None and isinstance(outcomes[1], AuditWriteError)
     assert [e["event"] for e in lines(path)] == ["first", "a", "c"]
+    assert verify([path]).ok  # c follows a in the chain: the line that failed took no seq

@@ -11,22 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from audit_support import chained_lines, payload, strict_lines
 
 from gateway.core.errors import AuditWriteError
 from gateway.pipeline.audit import AuditLog
-
-
-def strict_lines(path: Path) -> list[dict[str, Any]]:
-    """Every line of the file, parsed by a strict JSON parser (no NaN, valid UTF-8, one object a line)."""
-    data = path.read_bytes()
-    assert data == b"" or data.endswith(b"\n"), "the file ends inside a line"
-
-    def refuse(name: str) -> Any:
-        raise AssertionError(f"not strict JSON: {name}")
-
-    events = [json.loads(line.decode("utf-8"), parse_constant=refuse) for line in data.split(b"\n")[:-1]]
-    assert all(isinstance(e, dict) for e in events)
-    return events
 
 
 def compact(value: Any) -> bytes:
@@ -99,10 +87,16 @@ def test_the_whole_line_is_bounded_too(tmp_path: Path) -> None:
 
 def test_a_partial_last_line_left_by_a_crash_is_cut_off_when_the_file_is_opened(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
-    path.write_bytes(b'{"call_id":"whole"}\n{"call_id":"cut off by a cra')
+    first = AuditLog(path)
+    first.write({"call_id": "whole"})
+    first.close()
+    with path.open("ab") as file:  # the process died in the middle of its next line
+        file.write(b'{"call_id":"cut off by a cra')
     AuditLog(path).write({"call_id": "next"})
 
     assert strict_lines(path) == [{"call_id": "whole"}, {"call_id": "next"}]
+    whole, after = chained_lines(path)
+    assert (after["chain"], after["seq"]) == (whole["chain"], 2)  # the chain goes on from the last whole line
 
 
 def test_a_file_that_is_one_partial_line_is_emptied(tmp_path: Path) -> None:
@@ -154,7 +148,7 @@ def test_stdout_mode_writes_the_same_lines(tmp_path: Path) -> None:
     log.write({"call_id": "out", "v": float("nan"), "s": "\udc80"})
 
     assert stream.getvalue().endswith("\n")
-    assert json.loads(stream.getvalue()) == {"call_id": "out", "v": "NaN", "s": "\\udc80"}
+    assert payload(json.loads(stream.getvalue())) == {"call_id": "out", "v": "NaN", "s": "\\udc80"}
 
 
 def test_fsync_mode_writes_each_event_through(tmp_path: Path) -> None:

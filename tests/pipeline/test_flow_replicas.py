@@ -74,21 +74,22 @@ def _gateways(root: Path, dsn: str, upstream: str) -> Iterator[list[str]]:
     config = {
         "policies": ["policies"],
         "store": {"postgres": {"dsn": {"env": "GATEWAY_TEST_DSN"}}},
-        "audit": {"file": "audit.jsonl"},
         "auth": {"api_keys": [{"principal": {"id": "alice"}, "sha256": hash_key(KEY)}]},
         "http": {"max_connections": 1000, "max_connections_per_principal": 400},  # 100 at once on each
         "limits": {"call_timeout": 60, "per_principal": {"max_concurrent_calls": 1000, "calls_per_minute": 100000}},
         "upstreams": [{"name": "up", "http": {"base_url": upstream, "timeout": 60, "tools": [
             {"name": "transfer", "method": "POST", "path": "/transfer", "input_schema": schema}]}}],
     }
-    (root / "gateway.yaml").write_text(yaml.safe_dump(config))
     procs, urls = [], []
     try:
         for name in ("A", "B"):
             port = _free_port()
+            # each process its own audit file: one writer per file, each file one chain (docs/observability.md)
+            own = {**config, "audit": {"file": f"audit-{name}.jsonl"}}
+            (root / f"gateway-{name}.yaml").write_text(yaml.safe_dump(own))
             with (root / f"{name}.log").open("ab") as log:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "gateway", "serve", str(root / "gateway.yaml"), "--port", str(port),
+                    [sys.executable, "-m", "gateway", "serve", str(root / f"gateway-{name}.yaml"), "--port", str(port),
                      "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=log, cwd=root,
                     env={**os.environ, "GATEWAY_TEST_DSN": dsn}))
             urls.append(f"http://127.0.0.1:{port}")

@@ -186,6 +186,13 @@ def upstream(_upstream_server: tuple[_Plug, str]) -> tuple[Upstream, str]:
     return counting, url
 
 
+def _own_audit_file(config: Path, name: str) -> Path:
+    """A copy of ``config`` beside it whose audit file is ``audit-NAME.jsonl``: one writer per audit file."""
+    copy = config.with_name(f"gateway-{name}.yaml")
+    copy.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "audit": {"file": f"audit-{name}.jsonl"}}))
+    return copy
+
+
 def _write_config(root: Path, store: dict[str, Any], upstream_url: str) -> Path:
     (root / "policies").mkdir()
     (root / "policies" / "multi.yaml").write_text(POLICY)
@@ -225,7 +232,7 @@ def replicas(tmp_path_factory: pytest.TempPathFactory, _upstream_server: tuple[_
     else:
         store, env = {"sqlite": "data/shared.sqlite3", "shared": True, "lease": "2s"}, {}
     path = _write_config(tmp_path_factory.mktemp(f"replicas-{backend}"), store, _upstream_server[1])
-    a, b = Gateway(path, "A", env), Gateway(path, "B", env)
+    a, b = Gateway(path, "A", env), Gateway(_own_audit_file(path, "B"), "B", env)
     try:
         a.start()
         b.start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -32,7 +33,8 @@ def _config(tmp_path: Path, upstream_url: str) -> Path:
     (tmp_path / "policies" / "plain.yaml").write_text(POLICY)
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump({
-        "policies": ["policies"], "store": {"sqlite": "data/g.sqlite3"}, "audit": {"file": "audit.jsonl"},
+        "policies": ["policies"], "store": {"sqlite": "data/g.sqlite3"},
+        "audit": {"file": "audit.jsonl", "rotate": {"max_bytes": 65_536}},
         "auth": {"api_keys": [
             {"principal": {"id": "alice", "groups": []}, "sha256": hash_key(KEYS["alice"])},
             {"principal": {"id": "dave", "groups": []}, "sha256": hash_key(KEYS["dave"]), "approver": True,
@@ -70,6 +72,14 @@ async def test_two_workers_on_one_sqlite_file_count_every_call_once(tmp_path: Pa
     assert session["calls"] == 60
     assert counting.runs["ping"] == 60
     assert "2 workers listening" in gateway.log.read_text()
+    # each worker its own audit file and chain; together they hold every call, and each chain verifies
+    files = sorted(tmp_path.glob("audit*.jsonl*"))
+    assert [f.name for f in files if not f.name[-1].isdigit()] == ["audit.worker-0.jsonl", "audit.worker-1.jsonl"]
+    verified = run_cli(tmp_path, "audit", "verify", *map(str, files), "--format", "json")
+    report = json.loads(verified.stdout)
+    assert (verified.returncode, report["ok"], len(report["chains"])) == (0, True, 2), verified.stdout
+    outcomes = [e for f in files for e in map(json.loads, f.read_text().splitlines()) if e["event"] == "call.outcome"]
+    assert len([e for e in outcomes if e["tool"] == "up_ping"]) == 60
 
 
 def _serve_workers(gateway: Gateway, workers: int = 2) -> None:

@@ -35,6 +35,25 @@ AUDIT_BOUND_DEPTH = 3
 # Permissions of a newly created audit file: it holds call arguments, so only the gateway's user.
 AUDIT_FILE_MODE = 0o600
 
+# Room kept in every audit line for its chain fields (`,"chain":"<32 hex>","seq":N,"prev":"<64 hex>"`:
+# 143 bytes at a 20-digit seq), so a line with them is still within `audit.max_event_bytes`.
+AUDIT_CHAIN_FIELDS_BYTES = 160
+
+# A signed checkpoint every this many events when `audit.sign.every` is not set: one Ed25519
+# signature (about 50 µs) per thousand events is noise beside their writes.
+AUDIT_CHECKPOINT_EVERY = 1_000
+
+# The smallest `audit.rotate.max_bytes`: below it a file would hold a handful of events.
+AUDIT_ROTATE_MIN_BYTES = 65_536
+
+# `gateway audit verify` reads at most this much of one line: far past any `audit.max_event_bytes` a
+# config would set, and what bounds its memory (a longer line is not an event the gateway wrote).
+AUDIT_VERIFY_MAX_LINE_BYTES = 16 * 1024 * 1024
+
+# Problems `gateway audit verify` lists per chain before it only counts the rest (a scrambled file
+# would otherwise print one per line).
+AUDIT_VERIFY_PROBLEMS_PER_CHAIN = 20
+
 # Values at the edges (gateway/core/values.py). Arguments and results nest at most this many levels:
 # plenty for real tool schemas, and it keeps every walker (redaction, rewrites, both CEL engines,
 # JSON encoders) well inside Python's stack. Integers have at most this many digits: Python's own
