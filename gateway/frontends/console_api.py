@@ -247,6 +247,7 @@ class _Console:
                             "total_ms": latency.get("total_ms")},
                 "arguments": event.get("final_args"), "original_arguments": event.get("original_args"),
                 "approval": approval if isinstance(approval, dict) else None,
+                "edited_by": event.get("edited_by"), "edited_arguments": event.get("edited_args"),
                 "labels": ((event.get("flow") or {}).get("labels") or [])}
 
 

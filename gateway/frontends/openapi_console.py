@@ -37,7 +37,8 @@ def console_schemas() -> Json:
             client=nullable_text, tool=nullable_text, upstream=nullable_text, verdict=nullable_text,
             rule=nullable_text, rule_source={"type": ["object", "null"]}, call_id=nullable_text,
             is_error={"type": ["boolean", "null"]}, message={}, latency={"type": "object"}, arguments={},
-            original_arguments={}, approval={"type": ["object", "null"]}, labels={"type": "array"}),
+            original_arguments={}, approval={"type": ["object", "null"]}, labels={"type": "array"},
+            edited_by=nullable_text, edited_arguments={}),
         "ConsoleDecisionPage": _object(decisions={"type": "array", "items": {"$ref": "#/components/schemas/"
                                                                                     "ConsoleDecision"}},
                                        next=nullable_text, total={"type": "integer"},

@@ -118,7 +118,9 @@ async def console(tmp_path_factory: pytest.TempPathFactory, http_api: Any) -> As
                 assert (await _invoke(alice, "api_search", {"q": q})).status_code == 200
         approval = await _held(gw, "run-main", "A-1", "delete-a-1")
         async with _client(gw, BOB_KEY) as bob:
-            decided = await bob.post(f"/v1/approvals/{approval}/decision", json={"approve": True, "comment": "ok"})
+            # approve -> edit -> decided again by the policies -> run: the approver changes the item before approving
+            decided = await bob.post(f"/v1/approvals/{approval}/decision",
+                                     json={"approve": True, "comment": "ok", "arguments": {"item_id": "A-2"}})
             assert decided.status_code == 200, decided.text
             assert (await _invoke(bob, "api_search", {"q": "bob's own"})).status_code == 200
         async with _client(gw, KEYS["alice"], "run-main") as alice:
@@ -245,7 +247,7 @@ async def test_a_timeline_shows_the_calls_in_order_and_an_admin_ends_and_resets_
         await expect(calls.get_by_test_id("call-verdict")).to_have_text([verdict for _, verdict in MAIN])
         await expect(calls.get_by_test_id("call-args")).to_have_text([
             'Arguments {"q":"first"}', f'Arguments {{"q":"{HOSTILE}"}}', 'Arguments {"q":"secret"}',
-            'Arguments {"item_id":"A-1"}', 'Arguments {"item_id":"A-1"}', 'Arguments {"q":"last"}'])
+            'Arguments {"item_id":"A-1"}', 'Arguments (rewritten) {"item_id":"A-2"}', 'Arguments {"q":"last"}'])
         await expect(calls.nth(2).get_by_test_id("call-rule")).to_have_text(
             "shop/no-secret-search (policies/shop.yaml:3)")
         await expect(calls.nth(0).get_by_test_id("call-rule")).to_have_text("shop/searches (policies/shop.yaml:8)")
@@ -255,6 +257,8 @@ async def test_a_timeline_shows_the_calls_in_order_and_an_admin_ends_and_resets_
                 r"^decision \d+(\.\d)? ms · approval wait (—|\d+(\.\d)? ms) · upstream (—|\d+(\.\d)? ms)"
                 r" · total \d+(\.\d)? ms$"))
         await expect(calls.nth(4).get_by_test_id("call-approval")).to_contain_text("approved by bob")
+        await expect(calls.nth(4).get_by_test_id("call-edited")).to_have_text(
+            "Arguments edited by bob before it ran")  # and it ran with them: the arguments above
         await expect(page.get_by_test_id("run-calls")).to_have_text(re.compile(r"^\d+, 1 rejected$"))
 
         await page.goto(f"{console.url}/console#/runs/alice/run-end")

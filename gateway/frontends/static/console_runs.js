@@ -144,6 +144,8 @@
       message ? el("p", { class: "message", "data-testid": "call-message" }, message) : null,
       approval ? el("p", { class: "approval", "data-testid": "call-approval" }, "Approval ",
         el("code", {}, kit.text(approval.id)), ` · ${decided(approval)}`) : null,
+      d.edited_by ? el("p", { class: "approval", "data-testid": "call-edited" },
+        `Arguments edited by ${kit.text(d.edited_by)} before it ran`) : null,
       el("details", { class: "args" },
         el("summary", { "data-testid": "call-args" }, rewritten ? "Arguments (rewritten) " : "Arguments ",
           el("code", { class: "preview" }, kit.preview(args))),
