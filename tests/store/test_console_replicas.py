@@ -1,5 +1,6 @@
 """Two gateways on one database, as two replicas (PostgreSQL) or two processes on one SQLite file: a call made on
-one shows in the other's console, its decisions and its run's timeline. How soon is measured by bench/console.py
+one shows in the other's console: its decisions, chart and export, its run and timeline, the rule's hits; the
+policies and upstreams views read on the same store. How soon is measured by bench/console.py
 (a timed test would fail on a loaded machine, so this one waits for the condition)."""
 
 from __future__ import annotations
@@ -47,3 +48,15 @@ async def test_a_call_on_one_replica_shows_on_the_others_console(backend, reques
             assert decision["arguments"] == {"q": "replicated"} and decision["replica"] != ""
             timeline = (await admin.get("/v1/admin/runs/alice/run-r")).json()["timeline"]
             assert [d["id"] for d in timeline] == [decision["id"]]
+            # every view's data on this store, read on the replica that did not make the call
+            runs = (await admin.get("/v1/admin/runs", params={"principal": "alice"})).json()["runs"]
+            assert [(r["run"], r["calls"]) for r in runs] == [("run-r", 1)]
+            chart = (await admin.get("/v1/admin/decisions/chart", params={"run": "run-r"})).json()["minutes"]
+            assert [m["counts"] for m in chart] == [{"allow": 1}]
+            policies = (await admin.get("/v1/admin/policies")).json()
+            [rule] = [r for f in policies["files"] for r in f["rules"]]
+            assert (rule["id"], rule["hits_hour"], policies["never_fired"]) == ("plain/all", 1, [])
+            [api] = (await admin.get("/v1/admin/upstreams")).json()["upstreams"]
+            assert api["state"] == "up" and [t["name"] for t in api["tools"]] == ["api_search"]
+            lines = (await admin.get("/v1/admin/decisions/export", params={"run": "run-r"})).text.splitlines()
+            assert len(lines) == 1
