@@ -104,7 +104,8 @@ class DecisionLog:
         self.reader = connect()  # the queries' connection (decision_queries.py), used on one thread
         self._queue: deque[tuple[Mapping[str, Any], bytes, float]] = deque()
         self._cond = threading.Condition()
-        self._busy = False
+        self._queued = 0  # events ever queued
+        self._finished = 0  # of those, written (or dropped): flushed() waits for the ones queued before it
         self._closed = False
         self._pruned = time.time()  # the first pruning a minute after start, then every minute
         self._thread = threading.Thread(target=self._run, name="gateway-console-writer", daemon=True)
@@ -118,15 +119,22 @@ class DecisionLog:
         with self._cond:
             if len(self._queue) >= _MAX_QUEUED:
                 self._queue.popleft()
+                self._finished += 1
+                if not self.dropped:
+                    log.warning("the console's table falls behind: its oldest queued rows are dropped (the audit log"
+                                " has them)")
                 self.dropped += 1
             self._queue.append((event, line, time.time()))
+            self._queued += 1
             self._cond.notify()
 
     def flushed(self, timeout: float = 10.0) -> bool:
-        """Wait until every queued row is written (what the admin API reads sees this replica's calls)."""
+        """Wait until the rows queued before this call are written (what the admin API reads then sees this
+        replica's calls); rows queued meanwhile are not waited for, so a busy replica answers at once."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._queue or self._busy:
+            target = self._queued
+            while self._finished < target:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -141,14 +149,13 @@ class DecisionLog:
                 if self._closed and not self._queue:
                     return
                 batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]
-                self._busy = bool(batch)
             try:
                 if batch:
                     self._write(batch)
                 self._maybe_prune()
             finally:
                 with self._cond:
-                    self._busy = False
+                    self._finished += len(batch)
                     self._cond.notify_all()
             if batch and len(batch) < _BATCH:
                 time.sleep(_FLUSH_SECONDS)  # gather the next batch: one transaction per batch, not per call

@@ -3,6 +3,7 @@ another on the same database: filters, keyset pages, the chart, rule hits, a run
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -97,6 +98,28 @@ async def test_text_a_database_cannot_hold_is_kept_readable(replicas):
     rows, _, total = await queries.page(DecisionFilter(), 10, None)
     assert total == 2 and {r["final_args"]["q"] for r in rows} == {"lone \\udc00 surrogate", 8}  # as the file
     assert a.dropped == 0
+
+
+def test_waiting_for_the_rows_queued_so_far_ends_while_calls_keep_coming(replicas):
+    """A busy replica's console answers: flushed() waits for what was queued before it, not for an empty queue
+    (calls recorded far faster than rows are written keep the queue from ever emptying)."""
+    (a, _), _ = replicas
+    record(a, outcome(0, time.time()))
+    stop = threading.Event()
+    event = outcome(1, time.time())
+    line = encode_event(event, 65_536, 262_144)
+
+    def busy() -> None:
+        while not stop.is_set():
+            a.record(event, line)
+
+    producer = threading.Thread(target=busy)
+    producer.start()
+    try:
+        assert a.flushed(timeout=60)
+    finally:
+        stop.set()
+        producer.join()
 
 
 async def test_rows_past_the_retention_are_pruned(replicas):
