@@ -136,7 +136,8 @@ class Pins:
     allow_new: bool = False
     report: Callable[[Drift], None] | None = None  # the audit event and metric (set by the app)
     warn: bool = True  # each drift is a warning in the log (`gateway check --lock` reports its own way)
-    _reported: set[tuple[str, str, str]] = field(default_factory=set)
+    # (kind, name) → the drifted digest last reported: one entry per listed item, however often an upstream changes
+    _reported: dict[tuple[str, str], str] = field(default_factory=dict)
     _drifted: dict[tuple[str, str], Drift] = field(default_factory=dict)
     _memo: dict[tuple[str, str], tuple[Mapping[str, Any], Drift | None]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -174,8 +175,8 @@ class Pins:
                 self._drifted.pop(key, None)
                 return None
             self._drifted[key] = drift
-            first = (*key, drift.new) not in self._reported
-            self._reported.add((*key, drift.new))
+            first = self._reported.get(key) != drift.new
+            self._reported[key] = drift.new
         if first and self.warn:
             log.warning("%s (tools_lock %s, on_drift: %s)", drift.summary(), self.file, self.on_drift)
         if first and self.report is not None:
