@@ -30,6 +30,7 @@ if __name__ == "__main__" and _DOWN_FILE and os.path.exists(_DOWN_FILE):
     sys.exit(3)
 
 import asyncio  # noqa: E402
+import logging  # noqa: E402
 import secrets  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 from typing import Any  # noqa: E402
@@ -59,6 +60,9 @@ class _Server(MCPServer):
                 else t for t in tools]
 
 
+# Plain log lines on stderr: the SDK's default handler draws each traceback in a box (``up_fail`` logs one),
+# which took seconds of CPU on a loaded machine, past the shared gateway's call timeout.
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 server = _Server("test-upstream", version="0.1.0")
 
 

@@ -41,8 +41,28 @@ log = logging.getLogger("gateway.upstreams.mcp")
 
 # How long connecting (launching the subprocess, the handshake, the first tools/list) may take.
 CONNECT_TIMEOUT_SECONDS = 30.0
+CLOSE_SECONDS = 5.0  # for the connection's own exit (a stdio server is given time to stop), then a cancel
+CANCEL_SECONDS = 2.0  # for the connection to unwind after that cancel
 # httpx2's own default pool for an MCP upstream's connection (calls, the standalone and listen streams).
 _MCP_CONNECTIONS = httpx2.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
+
+
+async def _stop_owner(name: str, owner: asyncio.Task[None], connected: bool) -> None:
+    """Let the connection's owner leave on its own (``_stop`` is set), then cancel it; a close never hangs.
+
+    An owner still connecting is cancelled at once: it would not see ``_stop`` before its connect ends.
+    ``asyncio.wait`` is used, not ``await owner`` under a timeout, so that an owner that takes the cancel
+    as its own (inside the SDK's task groups) cannot keep the closer waiting with it."""
+    done, _ = await asyncio.wait({owner}, timeout=CLOSE_SECONDS if connected else 0)
+    if not done:
+        owner.cancel()
+        done, _ = await asyncio.wait({owner}, timeout=CANCEL_SECONDS)
+    if not done:
+        log.warning("upstream %s: its connection did not close within %.0fs; left behind", name,
+                    CLOSE_SECONDS + CANCEL_SECONDS)
+        return
+    if not owner.cancelled() and owner.exception() is not None:  # _own logs its own failures: read, not raised
+        log.debug("upstream %s: its connection ended with %r", name, owner.exception())
 
 
 class McpUpstream:
@@ -162,9 +182,7 @@ class McpUpstream:
         self._stop.set()
         owner, self._owner = self._owner, None
         if owner is not None:
-            with contextlib.suppress(BaseException):
-                async with asyncio.timeout(5):
-                    await owner
+            await _stop_owner(self.name, owner, connected=self._client is not None)
         for task in list(self._background):
             task.cancel()
         self.items.close()
