@@ -60,9 +60,6 @@ async def _stop_owner(name: str, owner: asyncio.Task[None], connected: bool) -> 
     if not done:
         log.warning("upstream %s: its connection did not close within %.0fs; left behind", name,
                     CLOSE_SECONDS + CANCEL_SECONDS)
-        return
-    if not owner.cancelled() and owner.exception() is not None:  # _own logs its own failures: read, not raised
-        log.debug("upstream %s: its connection ended with %r", name, owner.exception())
 
 
 class McpUpstream:
